@@ -1,0 +1,16 @@
+// Randomness and hashing (OpenSSL): token generation, token hashes, content addresses.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace sluice {
+
+// `nbytes` bytes from a CSPRNG as lowercase hex.
+std::string RandomHex(size_t nbytes);
+// SHA-256 of data as lowercase hex.
+std::string Sha256Hex(std::string_view data);
+// Compares without an early exit, so a token check leaks no timing about where it differs.
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
+}  // namespace sluice

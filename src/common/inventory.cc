@@ -1,0 +1,96 @@
+#include "common/inventory.h"
+
+namespace sluice {
+
+Json ToJson(const GpuInfo& g) {
+  return Json{{"index", g.index},
+              {"uuid", g.uuid},
+              {"name", g.name},
+              {"memory_mib", g.memory_mib},
+              {"pci_bus_id", g.pci_bus_id},
+              {"serial", g.serial},
+              {"mig_mode", g.mig_mode},
+              {"compute_capability", g.compute_capability},
+              {"vbios_version", g.vbios_version},
+              {"power_limit_w", g.power_limit_w}};
+}
+
+Json ToJson(const Inventory& inv) {
+  Json gpus = Json::array();
+  for (const auto& g : inv.gpus) gpus.push_back(ToJson(g));
+  return Json{{"hostname", inv.hostname},
+              {"os", inv.os},
+              {"kernel", inv.kernel},
+              {"arch", inv.arch},
+              {"cpu_model", inv.cpu_model},
+              {"cpu_cores", inv.cpu_cores},
+              {"memory_mib", inv.memory_mib},
+              {"disk_free_mib", inv.disk_free_mib},
+              {"driver_version", inv.driver_version},
+              {"cuda_version", inv.cuda_version},
+              {"gpu_source", inv.gpu_source},
+              {"gpus", gpus}};
+}
+
+Result<GpuInfo> GpuInfoFromJson(const Json& j, std::string_view path) {
+  GpuInfo g;
+  SLUICE_ASSIGN_OR_RETURN(int64_t index, GetInt(j, "index", path));
+  if (index < 0 || index > 1024) {
+    return Status::InvalidArgument(std::string(path) + ".index: out of range");
+  }
+  g.index = static_cast<int>(index);
+  SLUICE_ASSIGN_OR_RETURN(g.uuid, GetStringOr(j, "uuid", "", path));
+  SLUICE_ASSIGN_OR_RETURN(g.name, GetString(j, "name", path));
+  SLUICE_ASSIGN_OR_RETURN(int64_t mem, GetInt(j, "memory_mib", path));
+  if (mem < 0) return Status::InvalidArgument(std::string(path) + ".memory_mib: negative");
+  g.memory_mib = static_cast<uint64_t>(mem);
+  SLUICE_ASSIGN_OR_RETURN(g.pci_bus_id, GetStringOr(j, "pci_bus_id", "", path));
+  SLUICE_ASSIGN_OR_RETURN(g.serial, GetStringOr(j, "serial", "", path));
+  SLUICE_ASSIGN_OR_RETURN(g.mig_mode, GetStringOr(j, "mig_mode", "N/A", path));
+  SLUICE_ASSIGN_OR_RETURN(g.compute_capability, GetStringOr(j, "compute_capability", "", path));
+  SLUICE_ASSIGN_OR_RETURN(g.vbios_version, GetStringOr(j, "vbios_version", "", path));
+  SLUICE_ASSIGN_OR_RETURN(int64_t pl, GetIntOr(j, "power_limit_w", 0, path));
+  g.power_limit_w = static_cast<int>(pl);
+  return g;
+}
+
+Result<Inventory> InventoryFromJson(const Json& j, std::string_view path) {
+  if (!j.is_object()) return Status::InvalidArgument(std::string(path) + ": expected an object");
+  Inventory inv;
+  SLUICE_ASSIGN_OR_RETURN(inv.hostname, GetStringOr(j, "hostname", "", path));
+  SLUICE_ASSIGN_OR_RETURN(inv.os, GetStringOr(j, "os", "", path));
+  SLUICE_ASSIGN_OR_RETURN(inv.kernel, GetStringOr(j, "kernel", "", path));
+  SLUICE_ASSIGN_OR_RETURN(inv.arch, GetStringOr(j, "arch", "", path));
+  SLUICE_ASSIGN_OR_RETURN(inv.cpu_model, GetStringOr(j, "cpu_model", "", path));
+  SLUICE_ASSIGN_OR_RETURN(int64_t cores, GetInt(j, "cpu_cores", path));
+  if (cores < 0 || cores > 1'000'000) {
+    return Status::InvalidArgument(std::string(path) + ".cpu_cores: out of range");
+  }
+  inv.cpu_cores = static_cast<int>(cores);
+  SLUICE_ASSIGN_OR_RETURN(int64_t mem, GetInt(j, "memory_mib", path));
+  if (mem < 0) return Status::InvalidArgument(std::string(path) + ".memory_mib: negative");
+  inv.memory_mib = static_cast<uint64_t>(mem);
+  SLUICE_ASSIGN_OR_RETURN(int64_t disk, GetIntOr(j, "disk_free_mib", 0, path));
+  if (disk < 0) return Status::InvalidArgument(std::string(path) + ".disk_free_mib: negative");
+  inv.disk_free_mib = static_cast<uint64_t>(disk);
+  SLUICE_ASSIGN_OR_RETURN(inv.driver_version, GetStringOr(j, "driver_version", "", path));
+  SLUICE_ASSIGN_OR_RETURN(inv.cuda_version, GetStringOr(j, "cuda_version", "", path));
+  SLUICE_ASSIGN_OR_RETURN(inv.gpu_source, GetStringOr(j, "gpu_source", "none", path));
+  if (j.contains("gpus") && !j["gpus"].is_null()) {
+    if (!j["gpus"].is_array()) {
+      return Status::InvalidArgument(std::string(path) + ".gpus: expected an array");
+    }
+    if (j["gpus"].size() > 1024) {
+      return Status::InvalidArgument(std::string(path) + ".gpus: more than 1024 GPUs");
+    }
+    int i = 0;
+    for (const auto& gj : j["gpus"]) {
+      std::string p = std::string(path) + ".gpus[" + std::to_string(i++) + "]";
+      SLUICE_ASSIGN_OR_RETURN(GpuInfo g, GpuInfoFromJson(gj, p));
+      inv.gpus.push_back(std::move(g));
+    }
+  }
+  return inv;
+}
+
+}  // namespace sluice
