@@ -1,0 +1,49 @@
+// Store: the durable source of truth. The server's core keeps live copies in memory and
+// writes every change through Write() before it acknowledges anything (DESIGN.md §7).
+//
+// Thread safety: all methods may be called from any thread; the implementation serializes.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "store/records.h"
+
+namespace sluice::store {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Applies the whole batch in one transaction, or nothing.
+  virtual Status Write(const WriteBatch& batch) = 0;
+
+  virtual Result<std::vector<TokenRecord>> LoadTokens() = 0;
+  virtual Result<std::vector<NodeRecord>> LoadNodes() = 0;
+  // Every job, oldest submission first. Used at startup to rebuild the core's state.
+  virtual Result<std::vector<JobRecord>> LoadJobs() = 0;
+  virtual Result<std::optional<JobRecord>> GetJob(const std::string& id) = 0;
+  // Attempts of one job, oldest first.
+  virtual Result<std::vector<AttemptRecord>> AttemptsForJob(const std::string& job_id) = 0;
+  // Attempts not yet in a terminal state (starting/running), for reconciliation at startup.
+  virtual Result<std::vector<AttemptRecord>> LoadActiveAttempts() = 0;
+  // Log lines of a job with id > after_id, in arrival order, at most `limit`.
+  virtual Result<std::vector<LogLine>> ReadLogs(const std::string& job_id, int64_t after_id,
+                                                int limit) = 0;
+  // Highest seq stored for an attempt (0 when none): the agent's resend cursor.
+  virtual Result<int64_t> MaxLogSeq(const std::string& attempt_id) = 0;
+  virtual Result<std::vector<JobEvent>> ReadEvents(const std::string& job_id, int64_t after_id,
+                                                   int limit) = 0;
+};
+
+// SQLite in WAL mode at `path` (created if absent), schema brought up to date by versioned
+// migrations. A database written by a newer Sluice (unknown schema version) is refused.
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path);
+
+// The schema version this build writes.
+int CurrentSchemaVersion();
+
+}  // namespace sluice::store
