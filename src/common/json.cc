@@ -60,7 +60,8 @@ Result<Json> ParseJson(std::string_view text, int max_depth) {
   if (j.is_discarded()) {
     // Re-run with exceptions only to recover the position for the message.
     try {
-      (void)Json::parse(text.begin(), text.end());
+      Json ignored = Json::parse(text.begin(), text.end());
+      (void)ignored;
     } catch (const Json::parse_error& e) {
       return Status::InvalidArgument(std::string("malformed JSON at byte ") +
                                      std::to_string(e.byte) + ": " + e.what());
