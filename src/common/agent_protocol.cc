@@ -1,0 +1,159 @@
+#include "common/agent_protocol.h"
+
+namespace sluice::proto {
+namespace {
+
+Result<std::map<std::string, std::string>> StringMap(const Json& j, const char* field) {
+  std::map<std::string, std::string> out;
+  if (!j.contains(field) || j[field].is_null()) return out;
+  if (!j[field].is_object()) return Status::InvalidArgument(std::string(field) + ": expected an object");
+  for (auto it = j[field].begin(); it != j[field].end(); ++it) {
+    if (!it.value().is_string()) {
+      return Status::InvalidArgument(std::string(field) + "." + it.key() + ": expected a string");
+    }
+    out[it.key()] = it.value().get<std::string>();
+  }
+  return out;
+}
+
+Result<std::vector<int>> IntList(const Json& j, const char* field) {
+  std::vector<int> out;
+  if (!j.contains(field) || j[field].is_null()) return out;
+  if (!j[field].is_array()) return Status::InvalidArgument(std::string(field) + ": expected an array");
+  for (const auto& v : j[field]) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1024) {
+      return Status::InvalidArgument(std::string(field) + ": expected GPU indices");
+    }
+    out.push_back(v.get<int>());
+  }
+  return out;
+}
+
+}  // namespace
+
+Json ToJson(const Hello& m) {
+  Json attempts = Json::array();
+  for (const auto& a : m.attempts) {
+    Json r{{"attempt_id", a.attempt_id}, {"running", a.running}, {"signal", a.signal},
+           {"error", a.error}, {"lost", a.lost}};
+    if (a.exit_code) r["exit_code"] = *a.exit_code;
+    attempts.push_back(r);
+  }
+  return Json{{"type", "hello"},
+              {"node_id", m.node_id},
+              {"name", m.name},
+              {"inventory", ToJson(m.inventory)},
+              {"price_per_gpu_hour", m.price_per_gpu_hour},
+              {"price_per_cpu_hour", m.price_per_cpu_hour},
+              {"region", m.region},
+              {"agent_version", m.agent_version},
+              {"attempts", attempts}};
+}
+
+Result<Hello> HelloFromJson(const Json& j) {
+  Hello m;
+  SLUICE_ASSIGN_OR_RETURN(m.node_id, GetStringOr(j, "node_id", ""));
+  SLUICE_ASSIGN_OR_RETURN(m.name, GetStringOr(j, "name", ""));
+  if (!j.contains("inventory")) return Status::InvalidArgument("inventory: required field is missing");
+  SLUICE_ASSIGN_OR_RETURN(m.inventory, InventoryFromJson(j["inventory"]));
+  SLUICE_ASSIGN_OR_RETURN(m.price_per_gpu_hour, GetNumberOr(j, "price_per_gpu_hour", 0));
+  SLUICE_ASSIGN_OR_RETURN(m.price_per_cpu_hour, GetNumberOr(j, "price_per_cpu_hour", 0));
+  if (m.price_per_gpu_hour < 0 || m.price_per_cpu_hour < 0) {
+    return Status::InvalidArgument("price_per_gpu_hour/price_per_cpu_hour: must not be negative");
+  }
+  SLUICE_ASSIGN_OR_RETURN(m.region, GetStringOr(j, "region", ""));
+  SLUICE_ASSIGN_OR_RETURN(m.agent_version, GetStringOr(j, "agent_version", ""));
+  if (j.contains("attempts") && !j["attempts"].is_null()) {
+    if (!j["attempts"].is_array()) return Status::InvalidArgument("attempts: expected an array");
+    for (const auto& a : j["attempts"]) {
+      AttemptReport r;
+      SLUICE_ASSIGN_OR_RETURN(r.attempt_id, GetString(a, "attempt_id", "attempts[]"));
+      if (a.contains("running") && a["running"].is_boolean()) r.running = a["running"].get<bool>();
+      if (a.contains("lost") && a["lost"].is_boolean()) r.lost = a["lost"].get<bool>();
+      if (a.contains("exit_code") && !a["exit_code"].is_null()) {
+        SLUICE_ASSIGN_OR_RETURN(int64_t code, GetInt(a, "exit_code", "attempts[]"));
+        r.exit_code = static_cast<int>(code);
+      }
+      SLUICE_ASSIGN_OR_RETURN(int64_t sig, GetIntOr(a, "signal", 0, "attempts[]"));
+      r.signal = static_cast<int>(sig);
+      SLUICE_ASSIGN_OR_RETURN(r.error, GetStringOr(a, "error", "", "attempts[]"));
+      m.attempts.push_back(std::move(r));
+    }
+  }
+  return m;
+}
+
+Json ToJson(const Assign& m) {
+  return Json{{"type", "assign"},      {"attempt_id", m.attempt_id}, {"job_id", m.job_id},
+              {"run", m.run},          {"env", m.env},               {"gpus", m.gpus},
+              {"cpus", m.cpus},        {"memory_gb", m.memory_gb},
+              {"workdir_blob", m.workdir_blob}};
+}
+
+Result<Assign> AssignFromJson(const Json& j) {
+  Assign m;
+  SLUICE_ASSIGN_OR_RETURN(m.attempt_id, GetString(j, "attempt_id"));
+  SLUICE_ASSIGN_OR_RETURN(m.job_id, GetString(j, "job_id"));
+  SLUICE_ASSIGN_OR_RETURN(m.run, GetString(j, "run"));
+  SLUICE_ASSIGN_OR_RETURN(m.env, StringMap(j, "env"));
+  SLUICE_ASSIGN_OR_RETURN(m.gpus, IntList(j, "gpus"));
+  SLUICE_ASSIGN_OR_RETURN(int64_t cpus, GetIntOr(j, "cpus", 0));
+  m.cpus = static_cast<int>(cpus);
+  SLUICE_ASSIGN_OR_RETURN(m.memory_gb, GetNumberOr(j, "memory_gb", 0));
+  SLUICE_ASSIGN_OR_RETURN(m.workdir_blob, GetStringOr(j, "workdir_blob", ""));
+  return m;
+}
+
+Json ToJson(const Exited& m) {
+  return Json{{"type", "exited"},
+              {"attempt_id", m.attempt_id},
+              {"exit_code", m.exit_code},
+              {"signal", m.signal},
+              {"error", m.error}};
+}
+
+Result<Exited> ExitedFromJson(const Json& j) {
+  Exited m;
+  SLUICE_ASSIGN_OR_RETURN(m.attempt_id, GetString(j, "attempt_id"));
+  SLUICE_ASSIGN_OR_RETURN(int64_t code, GetInt(j, "exit_code"));
+  if (code < -1 || code > 255) return Status::InvalidArgument("exit_code: out of range");
+  m.exit_code = static_cast<int>(code);
+  SLUICE_ASSIGN_OR_RETURN(int64_t sig, GetIntOr(j, "signal", 0));
+  m.signal = static_cast<int>(sig);
+  SLUICE_ASSIGN_OR_RETURN(m.error, GetStringOr(j, "error", ""));
+  return m;
+}
+
+Json LogMessage(const std::string& attempt_id, const std::vector<LogEntry>& lines) {
+  Json arr = Json::array();
+  for (const auto& l : lines) {
+    arr.push_back(Json{{"seq", l.seq}, {"stream", l.stream}, {"ts", l.ts_ms}, {"text", l.text}});
+  }
+  return Json{{"type", "log"}, {"attempt_id", attempt_id}, {"lines", arr}};
+}
+
+Result<std::vector<LogEntry>> LogEntriesFromJson(const Json& j) {
+  if (!j.contains("lines") || !j["lines"].is_array()) {
+    return Status::InvalidArgument("lines: expected an array");
+  }
+  if (j["lines"].size() > kMaxLinesPerLogMessage) {
+    return Status::InvalidArgument("lines: more than " + std::to_string(kMaxLinesPerLogMessage));
+  }
+  std::vector<LogEntry> out;
+  for (const auto& l : j["lines"]) {
+    LogEntry e;
+    SLUICE_ASSIGN_OR_RETURN(e.seq, GetInt(l, "seq", "lines[]"));
+    if (e.seq <= 0) return Status::InvalidArgument("lines[].seq: must be positive");
+    SLUICE_ASSIGN_OR_RETURN(e.stream, GetString(l, "stream", "lines[]"));
+    if (e.stream != "stdout" && e.stream != "stderr") {
+      return Status::InvalidArgument("lines[].stream: expected stdout or stderr");
+    }
+    SLUICE_ASSIGN_OR_RETURN(e.ts_ms, GetIntOr(l, "ts", 0, "lines[]"));
+    SLUICE_ASSIGN_OR_RETURN(e.text, GetString(l, "text", "lines[]"));
+    if (e.text.size() > kMaxLogLineBytes) e.text.resize(kMaxLogLineBytes);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace sluice::proto

@@ -1,0 +1,80 @@
+// The agent channel's messages (DESIGN.md §5): JSON text frames over the WebSocket the agent
+// opens at /v1/agent/connect. Every state-changing message is idempotent: `exited` and `log`
+// carry ids the server deduplicates, so an agent may resend after a reconnect.
+//
+// agent -> server: hello, heartbeat, started, log, exited
+// server -> agent: welcome, assign, cancel, log_ack, exit_ack, error
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/inventory.h"
+#include "common/json.h"
+#include "common/status.h"
+
+namespace sluice::proto {
+
+inline constexpr size_t kMaxLogLineBytes = 64 * 1024;
+inline constexpr size_t kMaxLinesPerLogMessage = 1000;
+
+// What an agent knows about one attempt when it says hello (after a restart or reconnect).
+struct AttemptReport {
+  std::string attempt_id;
+  bool running = false;              // still running here
+  std::optional<int> exit_code;      // set when it finished and the exit is not yet acknowledged
+  int signal = 0;
+  std::string error;                 // the attempt could not start (bad workdir, exec failure)
+  bool lost = false;                 // this agent restarted and could not keep the process
+};
+
+struct Hello {
+  std::string node_id;               // empty on first registration
+  std::string name;
+  Inventory inventory;
+  double price_per_gpu_hour = 0;
+  double price_per_cpu_hour = 0;
+  std::string region;
+  std::string agent_version;
+  std::vector<AttemptReport> attempts;
+};
+
+struct Assign {
+  std::string attempt_id;
+  std::string job_id;
+  std::string run;
+  std::map<std::string, std::string> env;
+  std::vector<int> gpus;
+  int cpus = 0;
+  double memory_gb = 0;
+  std::string workdir_blob;          // sha256 of the workdir archive, empty for none
+};
+
+struct LogEntry {
+  int64_t seq = 0;                   // 1, 2, 3... per attempt
+  std::string stream;                // "stdout" | "stderr"
+  int64_t ts_ms = 0;
+  std::string text;
+};
+
+struct Exited {
+  std::string attempt_id;
+  int exit_code = 0;
+  int signal = 0;
+  std::string error;                 // non-empty when the job could not be started
+};
+
+Json ToJson(const Hello& m);
+Json ToJson(const Assign& m);
+Json ToJson(const Exited& m);
+Json LogMessage(const std::string& attempt_id, const std::vector<LogEntry>& lines);
+
+Result<Hello> HelloFromJson(const Json& j);
+Result<Assign> AssignFromJson(const Json& j);
+Result<Exited> ExitedFromJson(const Json& j);
+Result<std::vector<LogEntry>> LogEntriesFromJson(const Json& j);
+
+}  // namespace sluice::proto
