@@ -62,6 +62,7 @@ struct JobRecord {
   std::optional<int> exit_code;
   std::string reason;              // why it waits, failed or was lost; shown to the user
   std::string attempt_id;          // the current (or last) attempt, empty before placement
+  bool cancel_requested = false;   // a cancel is on its way to the agent; ends as kCancelled
   bool operator==(const JobRecord&) const = default;
 };
 
