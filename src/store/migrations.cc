@@ -1,0 +1,195 @@
+#include "store/migrations.h"
+
+#include <string>
+
+#include "common/clock.h"
+#include "store/store.h"
+
+namespace sluice::store {
+namespace {
+
+// v1: the records the core rebuilds its state from.
+constexpr std::string_view kV1 = R"sql(
+CREATE TABLE tokens (
+  id TEXT PRIMARY KEY NOT NULL,
+  kind TEXT NOT NULL,
+  sha256 TEXT NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+CREATE TABLE nodes (
+  id TEXT PRIMARY KEY NOT NULL,
+  name TEXT NOT NULL,
+  inventory TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('online', 'offline', 'lost')),
+  registered_ms INTEGER NOT NULL,
+  last_seen_ms INTEGER NOT NULL,
+  price_per_gpu_hour REAL NOT NULL,
+  price_per_cpu_hour REAL NOT NULL,
+  region TEXT NOT NULL
+);
+CREATE TABLE jobs (
+  id TEXT PRIMARY KEY NOT NULL,
+  name TEXT NOT NULL,
+  spec TEXT NOT NULL,
+  workdir_blob TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN
+      ('queued', 'starting', 'running', 'succeeded', 'failed', 'cancelled', 'lost')),
+  priority INTEGER NOT NULL,
+  submitted_ms INTEGER NOT NULL,
+  started_ms INTEGER NOT NULL,
+  finished_ms INTEGER NOT NULL,
+  exit_code INTEGER,
+  reason TEXT NOT NULL,
+  attempt_id TEXT NOT NULL
+);
+CREATE INDEX jobs_by_state ON jobs (state);
+CREATE INDEX jobs_by_submitted ON jobs (submitted_ms);
+CREATE TABLE attempts (
+  id TEXT PRIMARY KEY NOT NULL,
+  job_id TEXT NOT NULL REFERENCES jobs (id),
+  node_id TEXT NOT NULL,
+  gpus TEXT NOT NULL,
+  cpus INTEGER NOT NULL,
+  memory_gb REAL NOT NULL,
+  price_per_hour REAL NOT NULL,
+  state TEXT NOT NULL CHECK (state IN
+      ('starting', 'running', 'succeeded', 'failed', 'cancelled', 'lost')),
+  created_ms INTEGER NOT NULL,
+  started_ms INTEGER NOT NULL,
+  ended_ms INTEGER NOT NULL,
+  exit_code INTEGER,
+  cause TEXT NOT NULL
+);
+CREATE INDEX attempts_by_job ON attempts (job_id, created_ms);
+CREATE INDEX attempts_by_state ON attempts (state);
+)sql";
+
+// v2: the append-only streams. AUTOINCREMENT so a reader's cursor (the row id) never goes
+// backwards, even if a later retention step deletes the newest rows.
+constexpr std::string_view kV2 = R"sql(
+CREATE TABLE logs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL,
+  attempt_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  stream TEXT NOT NULL,
+  ts_ms INTEGER NOT NULL,
+  text TEXT NOT NULL,
+  UNIQUE (attempt_id, seq)
+);
+CREATE INDEX logs_by_job ON logs (job_id, id);
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL,
+  ts_ms INTEGER NOT NULL,
+  type TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX events_by_job ON events (job_id, id);
+)sql";
+
+Status SqliteError(sqlite3* db, std::string_view what) {
+  return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
+}
+
+Status Exec(sqlite3* db, std::string_view sql, std::string_view what) {
+  std::string text(sql);  // sqlite3_exec needs a NUL-terminated string
+  if (sqlite3_exec(db, text.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return SqliteError(db, what);
+  }
+  return Status::Ok();
+}
+
+Status NewerThanBuild(int found) {
+  return Status::FailedPrecondition("database schema version " + std::to_string(found) +
+                                    " is newer than the version this build of Sluice supports (" +
+                                    std::to_string(CurrentSchemaVersion()) +
+                                    "); upgrade Sluice to open it");
+}
+
+Status ApplyStep(sqlite3* db, const Migration& m) {
+  SLUICE_RETURN_IF_ERROR(Exec(db, m.sql, "step " + std::to_string(m.version)));
+  sqlite3_stmt* stmt = nullptr;
+  constexpr const char* kRecord =
+      "INSERT INTO schema_version (version, description, applied_ms) VALUES (?, ?, ?)";
+  if (sqlite3_prepare_v2(db, kRecord, -1, &stmt, nullptr) != SQLITE_OK) {
+    return SqliteError(db, "prepare version record");
+  }
+  sqlite3_bind_int(stmt, 1, m.version);
+  sqlite3_bind_text(stmt, 2, m.description.data(), static_cast<int>(m.description.size()),
+                    SQLITE_STATIC);
+  sqlite3_bind_int64(stmt, 3, RealClock::Get()->NowMillis());
+  int rc = sqlite3_step(stmt);
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_DONE) return SqliteError(db, "record version");
+  return Status::Ok();
+}
+
+}  // namespace
+
+const std::vector<Migration>& Migrations() {
+  static const std::vector<Migration> kSteps = {
+      {1, "tokens, nodes, jobs, attempts", kV1},
+      {2, "logs and events", kV2},
+  };
+  return kSteps;
+}
+
+int CurrentSchemaVersion() { return Migrations().back().version; }
+
+Result<int> ReadSchemaVersion(sqlite3* db) {
+  sqlite3_stmt* stmt = nullptr;
+  // A table named schema_version missing means a brand-new (empty) database.
+  constexpr const char* kExists =
+      "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'schema_version'";
+  if (sqlite3_prepare_v2(db, kExists, -1, &stmt, nullptr) != SQLITE_OK) {
+    return SqliteError(db, "look for schema_version");
+  }
+  int rc = sqlite3_step(stmt);
+  bool exists = rc == SQLITE_ROW && sqlite3_column_int(stmt, 0) > 0;
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_ROW) return SqliteError(db, "look for schema_version");
+  if (!exists) return 0;
+
+  if (sqlite3_prepare_v2(db, "SELECT coalesce(max(version), 0) FROM schema_version", -1, &stmt,
+                         nullptr) != SQLITE_OK) {
+    return SqliteError(db, "read schema_version");
+  }
+  rc = sqlite3_step(stmt);
+  int version = rc == SQLITE_ROW ? sqlite3_column_int(stmt, 0) : 0;
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_ROW) return SqliteError(db, "read schema_version");
+  return version;
+}
+
+Status Migrate(sqlite3* db, int target_version) {
+  if (target_version < 0 || target_version > CurrentSchemaVersion()) {
+    return Status::InvalidArgument("no schema version " + std::to_string(target_version));
+  }
+  for (;;) {
+    // BEGIN IMMEDIATE takes the write lock before reading the version, so two processes opening
+    // the same new file cannot both apply step 1.
+    SLUICE_RETURN_IF_ERROR(Exec(db, "BEGIN IMMEDIATE", "begin"));
+    // True when a step was applied and another round may be needed.
+    Result<bool> stepped = [&]() -> Result<bool> {
+      SLUICE_RETURN_IF_ERROR(Exec(db,
+                                  "CREATE TABLE IF NOT EXISTS schema_version ("
+                                  "version INTEGER PRIMARY KEY NOT NULL, "
+                                  "description TEXT NOT NULL, applied_ms INTEGER NOT NULL)",
+                                  "create schema_version"));
+      SLUICE_ASSIGN_OR_RETURN(int version, ReadSchemaVersion(db));
+      if (version > CurrentSchemaVersion()) return NewerThanBuild(version);
+      if (version >= target_version) return false;
+      SLUICE_RETURN_IF_ERROR(ApplyStep(db, Migrations()[version]));  // steps are 1-based, dense
+      return true;
+    }();
+    Status st = stepped.ok() ? Exec(db, "COMMIT", "commit") : stepped.status();
+    if (!st.ok()) {
+      sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+      return st;
+    }
+    if (!*stepped) return Status::Ok();
+  }
+}
+
+}  // namespace sluice::store

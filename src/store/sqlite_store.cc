@@ -1,0 +1,497 @@
+#include "store/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/json.h"
+#include "store/migrations.h"
+
+namespace sluice::store {
+namespace {
+
+// Stored JSON was validated when it entered the system, so reading it back allows deeper nesting
+// than the API's limit rather than making an accepted record unreadable.
+constexpr int kStoredJsonMaxDepth = 512;
+
+// Maps SQLite's result codes onto ours: a lock held too long is worth retrying, a constraint
+// means the batch itself is wrong, anything else is the environment (disk, corruption).
+Status Error(sqlite3* db, int rc, std::string_view what) {
+  std::string msg = "sqlite store: " + std::string(what) + ": " + sqlite3_errmsg(db);
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return Status::Unavailable(std::move(msg));
+    case SQLITE_CONSTRAINT:
+      return Status::InvalidArgument(std::move(msg));
+    default:
+      return Status::Internal(std::move(msg));
+  }
+}
+
+// One use of a cached prepared statement: binds positionally, steps, and resets the statement
+// on destruction so the cache can hand it out again.
+class Query {
+ public:
+  Query(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  ~Query() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+
+  // Values are copied (SQLITE_TRANSIENT) so callers may bind temporaries such as dumped JSON.
+  Query& Text(std::string_view v) {
+    Check(sqlite3_bind_text64(stmt_, ++index_, v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
+    return *this;
+  }
+  Query& Int(int64_t v) {
+    Check(sqlite3_bind_int64(stmt_, ++index_, v));
+    return *this;
+  }
+  Query& Real(double v) {
+    Check(sqlite3_bind_double(stmt_, ++index_, v));
+    return *this;
+  }
+  Query& OptInt(const std::optional<int>& v) {
+    Check(v ? sqlite3_bind_int64(stmt_, ++index_, *v) : sqlite3_bind_null(stmt_, ++index_));
+    return *this;
+  }
+
+  // True when a row is available, false when done.
+  Result<bool> Step(std::string_view what) {
+    if (bind_rc_ != SQLITE_OK) return Error(db_, bind_rc_, what);
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return Error(db_, rc, what);
+  }
+  Status Run(std::string_view what) {
+    SLUICE_ASSIGN_OR_RETURN(bool row, Step(what));
+    (void)row;
+    return Status::Ok();
+  }
+
+  std::string ColText(int i) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, i));
+    int n = sqlite3_column_bytes(stmt_, i);  // after column_text, as SQLite requires
+    return p ? std::string(p, static_cast<size_t>(n)) : std::string();
+  }
+  int64_t ColInt(int i) const { return sqlite3_column_int64(stmt_, i); }
+  double ColReal(int i) const { return sqlite3_column_double(stmt_, i); }
+  std::optional<int> ColOptInt(int i) const {
+    if (sqlite3_column_type(stmt_, i) == SQLITE_NULL) return std::nullopt;
+    return sqlite3_column_int(stmt_, i);
+  }
+
+ private:
+  void Check(int rc) {
+    if (rc != SQLITE_OK && bind_rc_ == SQLITE_OK) bind_rc_ = rc;
+  }
+  sqlite3* const db_;
+  sqlite3_stmt* const stmt_;
+  int index_ = 0;
+  int bind_rc_ = SQLITE_OK;
+};
+
+// --- SQL. Each literal is also its own cache key (by address). ---
+
+constexpr const char* kUpsertToken =
+    "INSERT INTO tokens (id, kind, sha256, created_ms) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, sha256 = excluded.sha256, "
+    "created_ms = excluded.created_ms";
+constexpr const char* kUpsertNode =
+    "INSERT INTO nodes (id, name, inventory, state, registered_ms, last_seen_ms, "
+    "price_per_gpu_hour, price_per_cpu_hour, region) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET name = excluded.name, inventory = excluded.inventory, "
+    "state = excluded.state, registered_ms = excluded.registered_ms, "
+    "last_seen_ms = excluded.last_seen_ms, price_per_gpu_hour = excluded.price_per_gpu_hour, "
+    "price_per_cpu_hour = excluded.price_per_cpu_hour, region = excluded.region";
+constexpr const char* kUpsertJob =
+    "INSERT INTO jobs (id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "
+    "finished_ms, exit_code, reason, attempt_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET name = excluded.name, spec = excluded.spec, "
+    "workdir_blob = excluded.workdir_blob, state = excluded.state, priority = excluded.priority, "
+    "submitted_ms = excluded.submitted_ms, started_ms = excluded.started_ms, "
+    "finished_ms = excluded.finished_ms, exit_code = excluded.exit_code, "
+    "reason = excluded.reason, attempt_id = excluded.attempt_id";
+constexpr const char* kUpsertAttempt =
+    "INSERT INTO attempts (id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, "
+    "created_ms, started_ms, ended_ms, exit_code, cause) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, node_id = excluded.node_id, "
+    "gpus = excluded.gpus, cpus = excluded.cpus, memory_gb = excluded.memory_gb, "
+    "price_per_hour = excluded.price_per_hour, state = excluded.state, "
+    "created_ms = excluded.created_ms, started_ms = excluded.started_ms, "
+    "ended_ms = excluded.ended_ms, exit_code = excluded.exit_code, cause = excluded.cause";
+constexpr const char* kInsertEvent =
+    "INSERT INTO events (job_id, ts_ms, type, message) VALUES (?, ?, ?, ?)";
+// ON CONFLICT on the named key rather than INSERT OR IGNORE: OR IGNORE would also silently
+// drop rows that break NOT NULL or CHECK constraints, and those must fail the batch.
+constexpr const char* kInsertLog =
+    "INSERT INTO logs (job_id, attempt_id, seq, stream, ts_ms, text) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (attempt_id, seq) DO NOTHING";
+
+constexpr const char* kSelectTokens =
+    "SELECT id, kind, sha256, created_ms FROM tokens ORDER BY created_ms, rowid";
+constexpr const char* kSelectNodes =
+    "SELECT id, name, inventory, state, registered_ms, last_seen_ms, price_per_gpu_hour, "
+    "price_per_cpu_hour, region FROM nodes ORDER BY registered_ms, rowid";
+#define SLUICE_JOB_COLUMNS                                                           \
+  "SELECT id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, " \
+  "finished_ms, exit_code, reason, attempt_id FROM jobs "
+constexpr const char* kSelectJobs = SLUICE_JOB_COLUMNS "ORDER BY submitted_ms, rowid";
+constexpr const char* kSelectJob = SLUICE_JOB_COLUMNS "WHERE id = ?";
+#undef SLUICE_JOB_COLUMNS
+#define SLUICE_ATTEMPT_COLUMNS                                                             \
+  "SELECT id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, created_ms, " \
+  "started_ms, ended_ms, exit_code, cause FROM attempts "
+constexpr const char* kSelectAttemptsForJob =
+    SLUICE_ATTEMPT_COLUMNS "WHERE job_id = ? ORDER BY created_ms, rowid";
+constexpr const char* kSelectActiveAttempts =
+    SLUICE_ATTEMPT_COLUMNS "WHERE state IN ('starting', 'running') ORDER BY created_ms, rowid";
+#undef SLUICE_ATTEMPT_COLUMNS
+constexpr const char* kSelectLogs =
+    "SELECT id, job_id, attempt_id, seq, stream, ts_ms, text FROM logs "
+    "WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?";
+constexpr const char* kMaxLogSeq = "SELECT coalesce(max(seq), 0) FROM logs WHERE attempt_id = ?";
+constexpr const char* kSelectEvents =
+    "SELECT id, job_id, ts_ms, type, message FROM events "
+    "WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?";
+
+// --- Row codecs. ---
+
+Result<Json> ColumnJson(const Query& q, int i, std::string_view what) {
+  auto j = ParseJson(q.ColText(i), kStoredJsonMaxDepth);
+  if (!j.ok())
+    return Status::Internal("sqlite store: " + std::string(what) + ": " + j.status().message());
+  return std::move(j).value();
+}
+
+std::string GpusToText(const std::vector<int>& gpus) { return DumpJson(Json(gpus)); }
+
+Result<std::vector<int>> GpusFromJson(const Json& j, const std::string& attempt_id) {
+  std::vector<int> gpus;
+  if (!j.is_array()) {
+    return Status::Internal("sqlite store: attempt " + attempt_id + ": gpus is not an array");
+  }
+  for (const Json& g : j) {
+    if (!g.is_number_integer()) {
+      return Status::Internal("sqlite store: attempt " + attempt_id + ": gpus holds a non-integer");
+    }
+    gpus.push_back(g.get<int>());
+  }
+  return gpus;
+}
+
+template <typename T>
+Result<T> Corrupt(Result<T> r, std::string_view table, const std::string& id) {
+  if (r.ok()) return r;
+  return Status::Internal("sqlite store: " + std::string(table) + " row " + id + ": " +
+                          r.status().message());
+}
+
+Result<TokenRecord> ReadToken(const Query& q) {
+  TokenRecord t;
+  t.id = q.ColText(0);
+  t.kind = q.ColText(1);
+  t.sha256 = q.ColText(2);
+  t.created_ms = q.ColInt(3);
+  return t;
+}
+
+Result<NodeRecord> ReadNode(const Query& q) {
+  NodeRecord n;
+  n.id = q.ColText(0);
+  n.name = q.ColText(1);
+  SLUICE_ASSIGN_OR_RETURN(n.inventory, ColumnJson(q, 2, "node " + n.id + " inventory"));
+  SLUICE_ASSIGN_OR_RETURN(n.state, Corrupt(ParseNodeState(q.ColText(3)), "nodes", n.id));
+  n.registered_ms = q.ColInt(4);
+  n.last_seen_ms = q.ColInt(5);
+  n.price_per_gpu_hour = q.ColReal(6);
+  n.price_per_cpu_hour = q.ColReal(7);
+  n.region = q.ColText(8);
+  return n;
+}
+
+Result<JobRecord> ReadJob(const Query& q) {
+  JobRecord j;
+  j.id = q.ColText(0);
+  j.name = q.ColText(1);
+  SLUICE_ASSIGN_OR_RETURN(j.spec, ColumnJson(q, 2, "job " + j.id + " spec"));
+  j.workdir_blob = q.ColText(3);
+  SLUICE_ASSIGN_OR_RETURN(j.state, Corrupt(ParseJobState(q.ColText(4)), "jobs", j.id));
+  j.priority = static_cast<int>(q.ColInt(5));
+  j.submitted_ms = q.ColInt(6);
+  j.started_ms = q.ColInt(7);
+  j.finished_ms = q.ColInt(8);
+  j.exit_code = q.ColOptInt(9);
+  j.reason = q.ColText(10);
+  j.attempt_id = q.ColText(11);
+  return j;
+}
+
+Result<AttemptRecord> ReadAttempt(const Query& q) {
+  AttemptRecord a;
+  a.id = q.ColText(0);
+  a.job_id = q.ColText(1);
+  a.node_id = q.ColText(2);
+  SLUICE_ASSIGN_OR_RETURN(Json gpus, ColumnJson(q, 3, "attempt " + a.id + " gpus"));
+  SLUICE_ASSIGN_OR_RETURN(a.gpus, GpusFromJson(gpus, a.id));
+  a.cpus = static_cast<int>(q.ColInt(4));
+  a.memory_gb = q.ColReal(5);
+  a.price_per_hour = q.ColReal(6);
+  SLUICE_ASSIGN_OR_RETURN(a.state, Corrupt(ParseAttemptState(q.ColText(7)), "attempts", a.id));
+  a.created_ms = q.ColInt(8);
+  a.started_ms = q.ColInt(9);
+  a.ended_ms = q.ColInt(10);
+  a.exit_code = q.ColOptInt(11);
+  a.cause = q.ColText(12);
+  return a;
+}
+
+Result<LogLine> ReadLog(const Query& q) {
+  LogLine l;
+  l.id = q.ColInt(0);
+  l.job_id = q.ColText(1);
+  l.attempt_id = q.ColText(2);
+  l.seq = q.ColInt(3);
+  l.stream = q.ColText(4);
+  l.ts_ms = q.ColInt(5);
+  l.text = q.ColText(6);
+  return l;
+}
+
+Result<JobEvent> ReadEvent(const Query& q) {
+  JobEvent e;
+  e.id = q.ColInt(0);
+  e.job_id = q.ColText(1);
+  e.ts_ms = q.ColInt(2);
+  e.type = q.ColText(3);
+  e.message = q.ColText(4);
+  return e;
+}
+
+class SqliteStore final : public Store {
+ public:
+  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  ~SqliteStore() override {
+    for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
+    sqlite3_close(db_);
+  }
+
+  Status Write(const WriteBatch& batch) override {
+    if (batch.empty()) return Status::Ok();
+    std::lock_guard<std::mutex> lock(mu_);
+    // IMMEDIATE takes the write lock up front, so a busy database fails here (and waits
+    // busy_timeout) rather than midway through the batch.
+    if (int rc = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr); rc != SQLITE_OK) {
+      return Error(db_, rc, "begin");
+    }
+    Status st = WriteLocked(batch);
+    if (st.ok()) {
+      int rc = sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+      if (rc != SQLITE_OK) st = Error(db_, rc, "commit");
+    }
+    if (!st.ok() && !sqlite3_get_autocommit(db_)) {
+      // Still inside the transaction: undo it so nothing of the batch is visible.
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    }
+    return st;
+  }
+
+  Result<std::vector<TokenRecord>> LoadTokens() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(kSelectTokens, "load tokens", ReadToken, [](Query&) {});
+  }
+  Result<std::vector<NodeRecord>> LoadNodes() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(kSelectNodes, "load nodes", ReadNode, [](Query&) {});
+  }
+  Result<std::vector<JobRecord>> LoadJobs() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(kSelectJobs, "load jobs", ReadJob, [](Query&) {});
+  }
+  Result<std::optional<JobRecord>> GetJob(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    SLUICE_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs,
+                            Select(kSelectJob, "get job", ReadJob, [&](Query& q) { q.Text(id); }));
+    if (jobs.empty()) return std::optional<JobRecord>();
+    return std::optional<JobRecord>(std::move(jobs.front()));
+  }
+  Result<std::vector<AttemptRecord>> AttemptsForJob(const std::string& job_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(kSelectAttemptsForJob, "attempts for job", ReadAttempt,
+                  [&](Query& q) { q.Text(job_id); });
+  }
+  Result<std::vector<AttemptRecord>> LoadActiveAttempts() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(kSelectActiveAttempts, "load active attempts", ReadAttempt, [](Query&) {});
+  }
+  Result<std::vector<LogLine>> ReadLogs(const std::string& job_id, int64_t after_id,
+                                        int limit) override {
+    if (limit < 0) return Status::InvalidArgument("read logs: negative limit");
+    if (limit == 0) return std::vector<LogLine>();
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(kSelectLogs, "read logs", ReadLog,
+                  [&](Query& q) { q.Text(job_id).Int(after_id).Int(limit); });
+  }
+  Result<int64_t> MaxLogSeq(const std::string& attempt_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> max,
+                            Select(
+                                kMaxLogSeq, "max log seq",
+                                [](const Query& q) -> Result<int64_t> { return q.ColInt(0); },
+                                [&](Query& q) { q.Text(attempt_id); }));
+    return max.empty() ? int64_t{0} : max.front();
+  }
+  Result<std::vector<JobEvent>> ReadEvents(const std::string& job_id, int64_t after_id,
+                                           int limit) override {
+    if (limit < 0) return Status::InvalidArgument("read events: negative limit");
+    if (limit == 0) return std::vector<JobEvent>();
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(kSelectEvents, "read events", ReadEvent,
+                  [&](Query& q) { q.Text(job_id).Int(after_id).Int(limit); });
+  }
+
+ private:
+  // Requires mu_. Statements live as long as the connection; SQLITE_PREPARE_PERSISTENT tells
+  // SQLite they will be reused many times.
+  Result<sqlite3_stmt*> Prepare(const char* sql) {
+    if (auto it = cache_.find(sql); it != cache_.end()) return it->second;
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+    if (rc != SQLITE_OK) {
+      sqlite3_finalize(stmt);
+      return Error(db_, rc, "prepare");
+    }
+    cache_.emplace(sql, stmt);
+    return stmt;
+  }
+
+  // Requires mu_. Runs a SELECT and converts every row with `read`.
+  template <typename Read, typename Bind>
+  auto Select(const char* sql, std::string_view what, Read read, Bind bind) -> Result<
+      std::vector<std::remove_cvref_t<decltype(read(std::declval<const Query&>()).value())>>> {
+    using T = std::remove_cvref_t<decltype(read(std::declval<const Query&>()).value())>;
+    SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(sql));
+    Query q(db_, s);
+    bind(q);
+    std::vector<T> out;
+    for (;;) {
+      SLUICE_ASSIGN_OR_RETURN(bool row, q.Step(what));
+      if (!row) return out;
+      SLUICE_ASSIGN_OR_RETURN(T value, read(q));
+      out.push_back(std::move(value));
+    }
+  }
+
+  // Requires mu_ and an open transaction.
+  Status WriteLocked(const WriteBatch& b) {
+    for (const TokenRecord& t : b.tokens) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertToken));
+      Query q(db_, s);
+      q.Text(t.id).Text(t.kind).Text(t.sha256).Int(t.created_ms);
+      SLUICE_RETURN_IF_ERROR(q.Run("write token " + t.id));
+    }
+    for (const NodeRecord& n : b.nodes) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertNode));
+      Query q(db_, s);
+      q.Text(n.id).Text(n.name).Text(DumpJson(n.inventory)).Text(Name(n.state));
+      q.Int(n.registered_ms).Int(n.last_seen_ms).Real(n.price_per_gpu_hour);
+      q.Real(n.price_per_cpu_hour).Text(n.region);
+      SLUICE_RETURN_IF_ERROR(q.Run("write node " + n.id));
+    }
+    for (const JobRecord& j : b.jobs) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertJob));
+      Query q(db_, s);
+      q.Text(j.id).Text(j.name).Text(DumpJson(j.spec)).Text(j.workdir_blob).Text(Name(j.state));
+      q.Int(j.priority).Int(j.submitted_ms).Int(j.started_ms).Int(j.finished_ms);
+      q.OptInt(j.exit_code).Text(j.reason).Text(j.attempt_id);
+      SLUICE_RETURN_IF_ERROR(q.Run("write job " + j.id));
+    }
+    for (const AttemptRecord& a : b.attempts) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertAttempt));
+      Query q(db_, s);
+      q.Text(a.id).Text(a.job_id).Text(a.node_id).Text(GpusToText(a.gpus)).Int(a.cpus);
+      q.Real(a.memory_gb).Real(a.price_per_hour).Text(Name(a.state)).Int(a.created_ms);
+      q.Int(a.started_ms).Int(a.ended_ms).OptInt(a.exit_code).Text(a.cause);
+      SLUICE_RETURN_IF_ERROR(q.Run("write attempt " + a.id));
+    }
+    for (const JobEvent& e : b.events) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kInsertEvent));
+      Query q(db_, s);
+      q.Text(e.job_id).Int(e.ts_ms).Text(e.type).Text(e.message);
+      SLUICE_RETURN_IF_ERROR(q.Run("write event for " + e.job_id));
+    }
+    for (const LogLine& l : b.logs) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kInsertLog));
+      Query q(db_, s);
+      q.Text(l.job_id).Text(l.attempt_id).Int(l.seq).Text(l.stream).Int(l.ts_ms).Text(l.text);
+      SLUICE_RETURN_IF_ERROR(q.Run("write log line for " + l.attempt_id));
+    }
+    return Status::Ok();
+  }
+
+  std::mutex mu_;
+  sqlite3* const db_;                                     // guarded by mu_
+  std::unordered_map<const char*, sqlite3_stmt*> cache_;  // guarded by mu_
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
+                                               const SqliteStoreOptions& options) {
+  sqlite3* db = nullptr;
+  // NOMUTEX: the store's own mutex already serializes every use of the connection.
+  int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    Status st = Status::Unavailable("sqlite store: open " + path + ": " +
+                                    (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
+    sqlite3_close(db);
+    return st;
+  }
+  // From here the store owns the connection and closes it on every return path.
+  auto store = std::make_unique<SqliteStore>(db);
+  sqlite3_busy_timeout(db, options.busy_timeout_ms);
+
+  // journal_mode answers with the mode it ended up in; a filesystem without shared memory
+  // support silently stays in "delete" mode, which would break the durability contract.
+  sqlite3_stmt* stmt = nullptr;
+  rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &stmt, nullptr);
+  std::string mode;
+  if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    mode = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+  }
+  sqlite3_finalize(stmt);
+  if (mode.empty()) return Error(db, rc, "open " + path + ": set WAL mode");
+  if (mode != "wal" && !(path == ":memory:" && mode == "memory")) {
+    return Status::FailedPrecondition("sqlite store: " + path + " cannot use WAL mode (got " +
+                                      mode + ")");
+  }
+  const char* pragmas = options.sync_on_every_commit
+                            ? "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;"
+                            : "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;";
+  if (rc = sqlite3_exec(db, pragmas, nullptr, nullptr, nullptr); rc != SQLITE_OK) {
+    return Error(db, rc, "open " + path + ": pragmas");
+  }
+  SLUICE_RETURN_IF_ERROR(Migrate(db, CurrentSchemaVersion()));
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path) {
+  return OpenSqliteStore(path, SqliteStoreOptions{});
+}
+
+}  // namespace sluice::store

@@ -1,0 +1,31 @@
+// SqliteStore: the default Store, one SQLite file in WAL mode.
+//
+// Durability: every Write() is one transaction. With the default synchronous=NORMAL, a
+// transaction that Write() returned OK for survives the process being killed (kill -9, a crash):
+// it is in the WAL file, which SQLite replays on the next open. It may be lost if the machine
+// itself loses power before the next checkpoint, because NORMAL does not fsync the WAL on every
+// commit. Set `sync_on_every_commit` (synchronous=FULL) where that matters more than commit
+// latency.
+//
+// Thread safety: one connection guarded by a mutex; every method may be called from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "store/store.h"
+
+namespace sluice::store {
+
+struct SqliteStoreOptions {
+  // synchronous=FULL: fsync the WAL on every commit, so a committed batch survives power loss.
+  bool sync_on_every_commit = false;
+  // How long a statement waits for another process's lock before failing with Unavailable.
+  int busy_timeout_ms = 5000;
+};
+
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
+                                               const SqliteStoreOptions& options);
+
+}  // namespace sluice::store
