@@ -1,0 +1,127 @@
+#include "store/migrations.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <string>
+
+#include "store/sqlite_store.h"
+#include "store/store.h"
+#include "store/store_test_util.h"
+
+namespace sluice::store {
+namespace {
+
+using testing::SampleJob;
+using testing::ScratchDir;
+
+// A raw connection, for building databases the store itself would never write.
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) { EXPECT_EQ(sqlite3_open(path.c_str(), &db_), 0); }
+  ~RawDb() { sqlite3_close(db_); }
+  sqlite3* get() { return db_; }
+  void Exec(const std::string& sql) {
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
+        << (err ? err : "") << " in " << sql;
+    sqlite3_free(err);
+  }
+  int64_t Count(const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK);
+    int64_t n = sqlite3_step(stmt) == SQLITE_ROW ? sqlite3_column_int64(stmt, 0) : -1;
+    sqlite3_finalize(stmt);
+    return n;
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+TEST(MigrationsTest, StepsAreDenseAndCurrentIsTheLast) {
+  const auto& steps = Migrations();
+  ASSERT_FALSE(steps.empty());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].version, static_cast<int>(i) + 1);
+    EXPECT_FALSE(steps[i].sql.empty());
+  }
+  EXPECT_EQ(CurrentSchemaVersion(), steps.back().version);
+  EXPECT_GE(CurrentSchemaVersion(), 2);  // the upgrade test below needs an older version
+}
+
+TEST(MigrationsTest, NewDatabaseIsAtTheCurrentVersion) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/db";
+  ASSERT_TRUE(OpenSqliteStore(path).ok());
+  RawDb raw(path);
+  EXPECT_EQ(*ReadSchemaVersion(raw.get()), CurrentSchemaVersion());
+  EXPECT_EQ(raw.Count("SELECT count(*) FROM schema_version"), CurrentSchemaVersion());
+}
+
+TEST(MigrationsTest, VersionOneDatabaseIsUpgradedKeepingItsRows) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/db";
+  {
+    // What a Sluice that only knew schema v1 left behind, with a job written in v1's shape.
+    RawDb raw(path);
+    ASSERT_TRUE(Migrate(raw.get(), 1).ok());
+    EXPECT_EQ(*ReadSchemaVersion(raw.get()), 1);
+    EXPECT_EQ(raw.Count("SELECT count(*) FROM sqlite_schema WHERE name = 'logs'"), 0);
+    raw.Exec(
+        "INSERT INTO jobs (id, name, spec, workdir_blob, state, priority, submitted_ms, "
+        "started_ms, finished_ms, exit_code, reason, attempt_id) VALUES ('job-old', 'old', "
+        "'{\"name\":\"old\"}', '', 'queued', 0, 5, 0, 0, NULL, 'waiting', '')");
+  }
+  auto store = OpenSqliteStore(path);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto job = (*store)->GetJob("job-old");
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(job->has_value());
+  EXPECT_EQ((*job)->spec, Json({{"name", "old"}}));
+  EXPECT_EQ((*job)->reason, "waiting");
+  EXPECT_EQ((*job)->state, JobState::kQueued);
+  // v2's tables now exist and work.
+  WriteBatch b;
+  b.logs = {LogLine{.job_id = "job-old", .attempt_id = "att-1", .seq = 1, .text = "hi"}};
+  ASSERT_TRUE((*store)->Write(b).ok());
+  EXPECT_EQ(*(*store)->MaxLogSeq("att-1"), 1);
+  store->reset();
+
+  // Reopening changes nothing: no step runs twice.
+  ASSERT_TRUE(OpenSqliteStore(path).ok());
+  ASSERT_TRUE(OpenSqliteStore(path).ok());
+  RawDb raw(path);
+  EXPECT_EQ(*ReadSchemaVersion(raw.get()), CurrentSchemaVersion());
+  EXPECT_EQ(raw.Count("SELECT count(*) FROM schema_version"), CurrentSchemaVersion());
+  EXPECT_EQ(raw.Count("SELECT count(*) FROM jobs"), 1);
+  EXPECT_EQ(raw.Count("SELECT count(*) FROM logs"), 1);
+}
+
+TEST(MigrationsTest, NewerDatabaseIsRefusedNamingBothVersions) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/db";
+  ASSERT_TRUE(OpenSqliteStore(path).ok());
+  const int future = CurrentSchemaVersion() + 1;
+  {
+    RawDb raw(path);
+    raw.Exec("INSERT INTO schema_version (version, description, applied_ms) VALUES (" +
+             std::to_string(future) + ", 'from the future', 0)");
+  }
+  auto store = OpenSqliteStore(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+  const std::string& msg = store.status().message();
+  EXPECT_NE(msg.find("version " + std::to_string(future)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(" + std::to_string(CurrentSchemaVersion()) + ")"), std::string::npos) << msg;
+}
+
+TEST(MigrationsTest, UnknownTargetVersionIsRefused) {
+  ScratchDir dir;
+  RawDb raw(dir.path() + "/db");
+  EXPECT_EQ(Migrate(raw.get(), CurrentSchemaVersion() + 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ReadSchemaVersion(raw.get()), 0);
+}
+
+}  // namespace
+}  // namespace sluice::store

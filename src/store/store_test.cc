@@ -1,0 +1,361 @@
+#include "store/store.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/sqlite_store.h"
+#include "store/store_test_util.h"
+
+namespace sluice::store {
+namespace {
+
+using testing::SampleAttempt;
+using testing::SampleJob;
+using testing::ScratchDir;
+
+class SqliteStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { store_ = Open(); }
+
+  std::unique_ptr<Store> Open() {
+    auto s = OpenSqliteStore(path_);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+
+  static LogLine Log(const std::string& job, const std::string& attempt, int64_t seq,
+                     const std::string& text) {
+    LogLine l;
+    l.job_id = job;
+    l.attempt_id = attempt;
+    l.seq = seq;
+    l.stream = seq % 2 ? "stdout" : "stderr";
+    l.ts_ms = 5000 + seq;
+    l.text = text;
+    return l;
+  }
+
+  static JobEvent Event(const std::string& job, const std::string& type, int64_t ts) {
+    return JobEvent{.id = 0, .job_id = job, .ts_ms = ts, .type = type, .message = type + " msg"};
+  }
+
+  ScratchDir dir_;
+  std::string path_ = dir_.path() + "/sluice.db";
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(SqliteStoreTest, EveryRecordTypeRoundTrips) {
+  TokenRecord token{
+      .id = "adm-1", .kind = "admin", .sha256 = std::string(64, 'f'), .created_ms = 42};
+  NodeRecord node;
+  node.id = "node-1";
+  node.name = "gpu-host";
+  node.inventory = Json{{"hostname", "gpu-host"}, {"gpus", Json::array({{{"index", 0}}})}};
+  node.state = NodeState::kOffline;
+  node.registered_ms = 10;
+  node.last_seen_ms = 20;
+  node.price_per_gpu_hour = 2.1;
+  node.price_per_cpu_hour = 0.035;
+  node.region = "us-west";
+  JobRecord running = SampleJob("job-1", 100);
+  JobRecord done = SampleJob("job-2", 200);
+  done.state = JobState::kFailed;
+  done.exit_code = 137;  // a set exit code must come back distinct from "none"
+  done.finished_ms = 300;
+  done.reason = "exit code 137 \xE2\x80\x94 killed";
+  AttemptRecord attempt = SampleAttempt("att-1", "job-1", AttemptState::kSucceeded, 150);
+  attempt.exit_code = 0;
+  attempt.cause = "exited";
+  attempt.gpus = {};  // an empty allocation (CPU-only) must not read back as something else
+
+  WriteBatch b;
+  b.tokens = {token};
+  b.nodes = {node};
+  b.jobs = {running, done};
+  b.attempts = {attempt};
+  b.events = {Event("job-1", "submitted", 100)};
+  b.logs = {Log("job-1", "att-1", 1, std::string("nul\0inside", 10))};
+  ASSERT_TRUE(store_->Write(b).ok());
+
+  auto tokens = store_->LoadTokens();
+  ASSERT_TRUE(tokens.ok());
+  EXPECT_EQ(*tokens, std::vector<TokenRecord>{token});
+  auto nodes = store_->LoadNodes();
+  ASSERT_TRUE(nodes.ok());
+  EXPECT_EQ(*nodes, std::vector<NodeRecord>{node});
+  auto jobs = store_->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ(*jobs, (std::vector<JobRecord>{running, done}));
+  auto got = store_->GetJob("job-2");
+  ASSERT_TRUE(got.ok());
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ(**got, done);
+  auto missing = store_->GetJob("job-none");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(missing->has_value());
+  auto attempts = store_->AttemptsForJob("job-1");
+  ASSERT_TRUE(attempts.ok());
+  EXPECT_EQ(*attempts, std::vector<AttemptRecord>{attempt});
+
+  auto events = store_->ReadEvents("job-1", 0, 10);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 1u);
+  JobEvent want_event = b.events[0];
+  want_event.id = (*events)[0].id;  // assigned by the store
+  EXPECT_GT(want_event.id, 0);
+  EXPECT_EQ((*events)[0], want_event);
+  auto logs = store_->ReadLogs("job-1", 0, 10);
+  ASSERT_TRUE(logs.ok());
+  ASSERT_EQ(logs->size(), 1u);
+  LogLine want_log = b.logs[0];
+  want_log.id = (*logs)[0].id;
+  EXPECT_GT(want_log.id, 0);
+  EXPECT_EQ((*logs)[0], want_log);
+  EXPECT_EQ((*logs)[0].text.size(), 10u);
+
+  // And all of it survives closing and reopening the file.
+  store_.reset();
+  store_ = Open();
+  ASSERT_NE(store_, nullptr);
+  EXPECT_EQ(*store_->LoadJobs(), (std::vector<JobRecord>{running, done}));
+  EXPECT_EQ(*store_->LoadNodes(), std::vector<NodeRecord>{node});
+}
+
+TEST_F(SqliteStoreTest, UpsertOverwrites) {
+  JobRecord job = SampleJob("job-1");
+  AttemptRecord att = SampleAttempt("att-1", "job-1", AttemptState::kStarting, 10);
+  ASSERT_TRUE(store_->Write({.jobs = {job}, .attempts = {att}}).ok());
+  job.state = JobState::kSucceeded;
+  job.exit_code = 0;
+  job.reason = "done";
+  job.spec["name"] = "renamed";
+  att.state = AttemptState::kSucceeded;
+  att.exit_code = 0;
+  att.ended_ms = 99;
+  ASSERT_TRUE(store_->Write({.jobs = {job}, .attempts = {att}}).ok());
+  EXPECT_EQ(*store_->LoadJobs(), std::vector<JobRecord>{job});
+  EXPECT_EQ(*store_->AttemptsForJob("job-1"), std::vector<AttemptRecord>{att});
+
+  // Clearing an exit code back to "none" must store NULL, not keep the old value.
+  job.exit_code = std::nullopt;
+  ASSERT_TRUE(store_->Write({.jobs = {job}}).ok());
+  EXPECT_FALSE((*store_->GetJob("job-1"))->exit_code.has_value());
+}
+
+TEST_F(SqliteStoreTest, FailedBatchLeavesNothingBehind) {
+  WriteBatch b;
+  b.tokens = {TokenRecord{.id = "join-1", .kind = "join", .sha256 = "x", .created_ms = 1}};
+  b.jobs = {SampleJob("job-1")};
+  b.events = {Event("job-1", "submitted", 1)};
+  b.logs = {Log("job-1", "att-1", 1, "hello")};
+  // Fails the foreign key to jobs, after the token, job, events were already inserted.
+  b.attempts = {SampleAttempt("att-1", "job-missing", AttemptState::kStarting, 1)};
+  Status st = store_->Write(b);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+
+  EXPECT_TRUE(store_->LoadTokens()->empty());
+  EXPECT_TRUE(store_->LoadJobs()->empty());
+  EXPECT_TRUE(store_->ReadEvents("job-1", 0, 10)->empty());
+  EXPECT_TRUE(store_->ReadLogs("job-1", 0, 10)->empty());
+  EXPECT_EQ(*store_->MaxLogSeq("att-1"), 0);
+
+  // A state outside the enum is caught by the schema's CHECK, also rolling back the batch.
+  WriteBatch bad_state;
+  bad_state.jobs = {SampleJob("job-2"), SampleJob("job-3")};
+  bad_state.jobs[1].state = static_cast<JobState>(99);
+  EXPECT_FALSE(store_->Write(bad_state).ok());
+  EXPECT_TRUE(store_->LoadJobs()->empty());
+
+  // The connection is usable again after the rollback.
+  b.attempts[0].job_id = "job-1";
+  ASSERT_TRUE(store_->Write(b).ok());
+  EXPECT_EQ(store_->LoadJobs()->size(), 1u);
+  EXPECT_EQ(store_->AttemptsForJob("job-1")->size(), 1u);
+  EXPECT_EQ(store_->ReadLogs("job-1", 0, 10)->size(), 1u);
+}
+
+TEST_F(SqliteStoreTest, LogsDedupOnAttemptAndSeqAndPage) {
+  WriteBatch first;
+  for (int seq = 1; seq <= 5; ++seq) first.logs.push_back(Log("job-1", "att-1", seq, "a"));
+  first.logs.push_back(Log("job-2", "att-9", 1, "other job"));
+  ASSERT_TRUE(store_->Write(first).ok());
+  // The agent resends 3..5 after a reconnect and continues with 6, 7.
+  WriteBatch resend;
+  for (int seq = 3; seq <= 7; ++seq) resend.logs.push_back(Log("job-1", "att-1", seq, "b"));
+  ASSERT_TRUE(store_->Write(resend).ok());
+
+  EXPECT_EQ(*store_->MaxLogSeq("att-1"), 7);
+  EXPECT_EQ(*store_->MaxLogSeq("att-9"), 1);
+  EXPECT_EQ(*store_->MaxLogSeq("att-unknown"), 0);
+
+  std::vector<LogLine> all;
+  int64_t cursor = 0;
+  std::vector<size_t> page_sizes;
+  for (;;) {
+    auto page = store_->ReadLogs("job-1", cursor, 3);
+    ASSERT_TRUE(page.ok());
+    if (page->empty()) break;
+    page_sizes.push_back(page->size());
+    for (const LogLine& l : *page) {
+      EXPECT_GT(l.id, cursor);
+      cursor = l.id;
+      all.push_back(l);
+    }
+  }
+  EXPECT_EQ(page_sizes, (std::vector<size_t>{3, 3, 1}));
+  ASSERT_EQ(all.size(), 7u);
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(all[i].seq, i + 1);
+    EXPECT_EQ(all[i].job_id, "job-1");
+    // The first copy of a resent line wins; the resend is ignored, not applied twice.
+    EXPECT_EQ(all[i].text, i < 5 ? "a" : "b");
+  }
+  EXPECT_TRUE(store_->ReadLogs("job-1", 0, 0)->empty());
+  EXPECT_FALSE(store_->ReadLogs("job-1", 0, -1).ok());
+}
+
+TEST_F(SqliteStoreTest, EventsPageInArrivalOrder) {
+  for (int i = 0; i < 5; ++i) {
+    WriteBatch b;
+    b.events = {Event("job-1", "e" + std::to_string(i), i), Event("job-2", "x", i)};
+    ASSERT_TRUE(store_->Write(b).ok());
+  }
+  auto p1 = store_->ReadEvents("job-1", 0, 2);
+  ASSERT_TRUE(p1.ok());
+  ASSERT_EQ(p1->size(), 2u);
+  EXPECT_EQ((*p1)[0].type, "e0");
+  EXPECT_EQ((*p1)[1].type, "e1");
+  auto p2 = store_->ReadEvents("job-1", p1->back().id, 10);
+  ASSERT_TRUE(p2.ok());
+  ASSERT_EQ(p2->size(), 3u);
+  EXPECT_EQ((*p2)[0].type, "e2");
+  EXPECT_EQ((*p2)[2].type, "e4");
+  EXPECT_TRUE(store_->ReadEvents("job-1", p2->back().id, 10)->empty());
+  EXPECT_EQ(store_->ReadEvents("job-2", 0, 100)->size(), 5u);
+}
+
+TEST_F(SqliteStoreTest, LoadActiveAttemptsOnlyStartingAndRunning) {
+  WriteBatch b;
+  b.jobs = {SampleJob("job-1"), SampleJob("job-2")};
+  b.attempts = {
+      SampleAttempt("att-run", "job-1", AttemptState::kRunning, 30),
+      SampleAttempt("att-ok", "job-1", AttemptState::kSucceeded, 10),
+      SampleAttempt("att-start", "job-2", AttemptState::kStarting, 20),
+      SampleAttempt("att-lost", "job-2", AttemptState::kLost, 5),
+      SampleAttempt("att-fail", "job-2", AttemptState::kFailed, 6),
+      SampleAttempt("att-cxl", "job-2", AttemptState::kCancelled, 7),
+  };
+  ASSERT_TRUE(store_->Write(b).ok());
+  auto active = store_->LoadActiveAttempts();
+  ASSERT_TRUE(active.ok());
+  ASSERT_EQ(active->size(), 2u);
+  EXPECT_EQ((*active)[0].id, "att-start");  // oldest first
+  EXPECT_EQ((*active)[1].id, "att-run");
+
+  auto of_job2 = store_->AttemptsForJob("job-2");
+  ASSERT_TRUE(of_job2.ok());
+  ASSERT_EQ(of_job2->size(), 4u);
+  EXPECT_EQ((*of_job2)[0].id, "att-lost");
+  EXPECT_EQ((*of_job2)[3].id, "att-start");
+}
+
+TEST_F(SqliteStoreTest, LoadJobsOldestSubmissionFirst) {
+  ASSERT_TRUE(store_->Write({.jobs = {SampleJob("job-c", 300), SampleJob("job-a", 100)}}).ok());
+  ASSERT_TRUE(store_->Write({.jobs = {SampleJob("job-b", 200)}}).ok());
+  auto jobs = store_->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 3u);
+  EXPECT_EQ((*jobs)[0].id, "job-a");
+  EXPECT_EQ((*jobs)[1].id, "job-b");
+  EXPECT_EQ((*jobs)[2].id, "job-c");
+}
+
+TEST_F(SqliteStoreTest, CommittedBatchSurvivesKillDashNine) {
+  store_.reset();  // a connection must not be carried across fork()
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Child: no gtest assertions here; the exit status tells the parent what happened.
+    auto s = OpenSqliteStore(path_);
+    if (!s.ok()) ::_exit(2);
+    WriteBatch b;
+    b.jobs = {SampleJob("job-durable")};
+    b.events = {Event("job-durable", "submitted", 1)};
+    if (!(*s)->Write(b).ok()) ::_exit(3);
+    ::raise(SIGKILL);  // no destructor, no close, no checkpoint
+    ::_exit(4);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(wstatus)) << "child exited with " << WEXITSTATUS(wstatus);
+  EXPECT_EQ(WTERMSIG(wstatus), SIGKILL);
+
+  store_ = Open();
+  ASSERT_NE(store_, nullptr);
+  auto job = store_->GetJob("job-durable");
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(job->has_value());
+  EXPECT_EQ(**job, SampleJob("job-durable"));
+  EXPECT_EQ(store_->ReadEvents("job-durable", 0, 10)->size(), 1u);
+}
+
+TEST_F(SqliteStoreTest, ConcurrentWritersLoseNothing) {
+  constexpr int kThreads = 4, kBatches = 50;
+  std::vector<std::thread> threads;
+  std::vector<int> failures(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kBatches; ++i) {
+        std::string id = "job-" + std::to_string(t) + "-" + std::to_string(i);
+        WriteBatch b;
+        b.jobs = {SampleJob(id, t * 1000 + i)};
+        b.events = {Event(id, "submitted", i)};
+        b.logs = {Log(id, "att-" + id, 1, "l1"), Log(id, "att-" + id, 2, "l2")};
+        if (!store_->Write(b).ok()) ++failures[t];
+        // Reads interleave with other threads' writes.
+        if (!store_->GetJob(id).ok()) ++failures[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures, std::vector<int>(kThreads, 0));
+  EXPECT_EQ(store_->LoadJobs()->size(), static_cast<size_t>(kThreads * kBatches));
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kBatches; ++i) {
+      std::string id = "job-" + std::to_string(t) + "-" + std::to_string(i);
+      ASSERT_EQ(store_->ReadLogs(id, 0, 10)->size(), 2u) << id;
+      ASSERT_EQ(store_->ReadEvents(id, 0, 10)->size(), 1u) << id;
+    }
+  }
+}
+
+TEST_F(SqliteStoreTest, FullSyncOptionWorks) {
+  store_.reset();
+  auto s = OpenSqliteStore(path_, SqliteStoreOptions{.sync_on_every_commit = true});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE((*s)->Write({.jobs = {SampleJob("job-1")}}).ok());
+  EXPECT_EQ((*s)->LoadJobs()->size(), 1u);
+}
+
+TEST(SqliteStoreOpenTest, UnopenablePathIsAnError) {
+  auto s = OpenSqliteStore("/nonexistent-dir-for-sluice/x/y.db");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("/nonexistent-dir-for-sluice/x/y.db"), std::string::npos);
+}
+
+TEST(SqliteStoreOpenTest, EmptyBatchIsANoOp) {
+  ScratchDir dir;
+  auto s = OpenSqliteStore(dir.path() + "/db");
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE((*s)->Write(WriteBatch{}).ok());
+  EXPECT_TRUE((*s)->LoadJobs()->empty());
+}
+
+}  // namespace
+}  // namespace sluice::store
