@@ -1,0 +1,122 @@
+// HttpServer: HTTP/1.1 and WebSocket over plain TCP for the Sluice server (DESIGN.md §5).
+// Beast lives in http_server.cc only; this header stays cheap to include.
+//
+// Threading: handlers run on the server's io threads, one connection at a time per connection
+// (never concurrently for one connection). Responses may be produced later, from any thread,
+// through ResponseWriter / WsConnection, which are thread-safe and outlive the connection safely
+// (calls after the peer is gone are ignored).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "net/http_types.h"
+
+namespace sluice {
+
+// Answers one HTTP request. Held as shared_ptr by the handler for as long as it likes; every
+// method is thread-safe. A writer dropped without an answer sends 500 (or ends a started
+// stream), so a forgotten request never hangs the client.
+class ResponseWriter {
+ public:
+  class Impl;
+  explicit ResponseWriter(std::shared_ptr<Impl> impl);
+  ~ResponseWriter();
+  ResponseWriter(const ResponseWriter&) = delete;
+  ResponseWriter& operator=(const ResponseWriter&) = delete;
+
+  // Sends a complete response. Only the first Send/StartStream counts; later calls are ignored.
+  void Send(HttpResponse response);
+  // Starts a chunked response. False when a response was already started or the client is gone.
+  bool StartStream(int status, std::string content_type);
+  // Queues one chunk (sent in order, flushed at once). False when the connection is gone or no
+  // stream is open. An empty chunk is ignored (it would end the stream on the wire).
+  bool WriteChunk(std::string data);
+  // Ends the stream (terminating chunk); the connection is then reused for the next request.
+  void EndStream();
+  // True once the client disconnected or the response was completely handed to the socket.
+  bool closed() const;
+  // `fn` runs once when the client disconnects or the response finished; immediately (on the
+  // calling thread) if that already happened. It may run on an io thread: keep it short.
+  void OnClose(std::function<void()> fn);
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// One accepted WebSocket. Thread-safe; calls after the connection closed are ignored.
+class WsConnection {
+ public:
+  class Impl;
+  WsConnection(uint64_t id, std::string remote_addr, std::weak_ptr<Impl> impl);
+  ~WsConnection();
+
+  // Queues a text message; one write is in flight at a time and messages go out in order.
+  void Send(std::string text);
+  // Starts a normal close handshake (1000). on_close follows when the connection is down.
+  void Close();
+  std::string remote_addr() const { return remote_addr_; }
+  uint64_t id() const { return id_; }
+
+ private:
+  const uint64_t id_;
+  const std::string remote_addr_;
+  const std::weak_ptr<Impl> impl_;
+};
+
+struct WsHandler {
+  // Never called concurrently for one connection; may be for different connections.
+  std::function<void(const std::shared_ptr<WsConnection>&, std::string_view message)> on_message;
+  // Called once when the connection is gone (peer close, error, timeout, server Stop).
+  std::function<void(const std::shared_ptr<WsConnection>&)> on_close;
+};
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0: pick a free port; see HttpServer::port()
+  int threads = 2;
+  size_t default_body_limit = 1 << 20;
+  // Per-request body limit, consulted after the headers arrive (e.g. larger for uploads).
+  std::function<size_t(const HttpRequest& head)> body_limit;
+  // Closes a connection that sends nothing (or too slowly: a request's headers and body must
+  // each arrive within this) while no response is pending.
+  std::chrono::milliseconds http_idle_timeout{60000};
+  std::chrono::milliseconds ws_keepalive_interval{15000};  // ping period
+  std::chrono::milliseconds ws_idle_timeout{45000};        // nothing received for this long: close
+  size_t ws_max_message = 4 << 20;
+};
+
+class HttpServer {
+ public:
+  using HttpHandler = std::function<void(HttpRequest, std::shared_ptr<ResponseWriter>)>;
+  // Decides a WebSocket upgrade (any path). A non-OK result refuses the handshake with
+  // 401/403/404 (Unauthenticated/PermissionDenied/NotFound) or 400, and a JSON error body.
+  // `conn` may be sent to right away; messages go out once the handshake completes.
+  using WsUpgrade = std::function<Result<WsHandler>(const HttpRequest& upgrade_request,
+                                                    const std::shared_ptr<WsConnection>& conn)>;
+
+  HttpServer(HttpServerOptions options, HttpHandler handler, WsUpgrade ws_upgrade);
+  ~HttpServer();  // Stop()s
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds, listens and starts the io threads. Unavailable when the address cannot be bound.
+  Status Start();
+  // The bound port (after Start).
+  uint16_t port() const;
+  // "127.0.0.1:PORT" (IPv6 hosts in brackets).
+  std::string address() const;
+  // Stops accepting, closes every connection, joins the threads. Idempotent.
+  void Stop();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice
