@@ -1,10 +1,165 @@
 #include "cli/main_command.h"
 
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
+#include <iostream>
+
+#include "agent/agent.h"
+#include "agent/probe_command.h"
+#include "cli/client_config.h"
+#include "cli/commands.h"
+#include "server/server_command.h"
 
 namespace sluice::cli {
-int Main(int argc, char** argv) {
-  std::fprintf(stderr, "sluice: no subcommands are wired yet\n");
-  return 2;
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+void AddClientFlags(CLI::App* cmd, GlobalFlags* g, bool json = true) {
+  cmd->add_option("--server", g->server,
+                  "Server URL (default: $SLUICE_SERVER, else the local server's server.url)");
+  cmd->add_option("--token", g->token,
+                  "API token (default: $SLUICE_TOKEN, else the local server's admin.token)");
+  if (json) cmd->add_flag("--json", g->json, "Print JSON for scripts instead of a table");
 }
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  CLI::App app{"Sluice: one job contract for GPUs everywhere.\n"
+               "Run a marketplace server, join machines with agents, run jobs on them."};
+  app.set_version_flag("--version", kVersion);
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  int rc = 0;
+  GlobalFlags g;
+
+  // --- server
+  server::ServerOptions sopt;
+  sopt.data_dir = DefaultServerDataDir();
+  auto* server = app.add_subcommand("server", "Run the marketplace server (REST API + agent channel)");
+  server->add_option("--listen", sopt.listen, "HOST:PORT to listen on; port 0 picks a free one")
+      ->capture_default_str();
+  server->add_option("--data-dir", sopt.data_dir,
+                     "State directory: SQLite database, blobs, admin.token, join.token, server.url")
+      ->capture_default_str();
+  server->add_option("--heartbeat-interval", sopt.heartbeat_interval_s,
+                     "Seconds between agent heartbeats")->capture_default_str();
+  server->add_option("--heartbeat-grace", sopt.heartbeat_grace_s,
+                     "Seconds without a heartbeat before a node is lost")->capture_default_str();
+  server->add_option("--cancel-grace", sopt.cancel_grace_s,
+                     "Seconds between SIGTERM and SIGKILL when a job is cancelled")
+      ->capture_default_str();
+  server->add_option("--keep-alive-interval", sopt.keep_alive_interval_s,
+                     "Seconds between WebSocket pings on agent links")->capture_default_str();
+  server->callback([&] { rc = server::RunServer(sopt); });
+
+  // --- agent
+  agent::AgentOptions aopt;
+  aopt.data_dir = DefaultAgentDataDir();
+  auto* agent_cmd = app.add_subcommand("agent", "Join this machine to a server as a provider");
+  agent_cmd->add_option("--server", aopt.server_url,
+                        "Server URL (default: $SLUICE_SERVER, else the local server's server.url)");
+  agent_cmd->add_option("--join-token-file", aopt.join_token_file,
+                        "File holding the provider join token (default: the local server's "
+                        "join.token)");
+  agent_cmd->add_option("--data-dir", aopt.data_dir, "Agent state and job work directories")
+      ->capture_default_str();
+  agent_cmd->add_option("--name", aopt.name, "Node name (default: the hostname)");
+  agent_cmd->add_option("--price-per-gpu-hour", aopt.price_per_gpu_hour, "USD per GPU-hour")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  agent_cmd->add_option("--price-per-cpu-hour", aopt.price_per_cpu_hour,
+                        "USD per CPU-hour, for CPU-only jobs")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  agent_cmd->add_option("--region", aopt.region, "Region label shown in offers");
+  agent_cmd->add_option("--from-nvidia-smi", aopt.nvidia_smi_file,
+                        "Take GPUs from recorded `nvidia-smi -q -x` or `-q` output (testing)");
+  agent_cmd->add_option("--keep-alive-interval", aopt.keep_alive_interval_s,
+                        "Seconds between WebSocket pings")->capture_default_str();
+  agent_cmd->add_option("--stop-grace", aopt.stop_grace_s,
+                        "On shutdown, seconds between SIGTERM and SIGKILL for running jobs")
+      ->capture_default_str();
+  agent_cmd->callback([&] {
+    if (aopt.server_url.empty()) {
+      auto cfg = ResolveClientConfig("", "unused");
+      if (!cfg.ok()) {
+        std::fprintf(stderr, "sluice agent: --server: %s\n", cfg.status().message().c_str());
+        rc = 2;
+        return;
+      }
+      aopt.server_url = cfg->server;
+    }
+    if (aopt.join_token_file.empty()) aopt.join_token_file = DefaultServerDataDir() + "/join.token";
+    rc = agent::RunAgent(aopt);
+  });
+
+  // --- probe
+  std::string probe_file;
+  bool probe_json = false;
+  auto* probe = app.add_subcommand("probe", "Print what an agent on this machine would publish");
+  probe->add_option("--from-nvidia-smi", probe_file,
+                    "Parse recorded `nvidia-smi -q -x` (XML) or `nvidia-smi -q` (text) output");
+  probe->add_flag("--json", probe_json, "Print the inventory as JSON");
+  probe->callback([&] { rc = ProbeCommand(probe_file, probe_json, std::cout, std::cerr); });
+
+  // --- run
+  RunFlags rf;
+  auto* run = app.add_subcommand("run", "Submit a job spec (YAML) and follow it to the end");
+  run->add_option("spec", rf.spec_path, "Job spec file, e.g. examples/hello.yaml")->required();
+  auto* follow_flag = run->add_flag(
+      "-f,--follow", rf.follow,
+      "Stream state changes and logs until the job ends, exit with its exit code (default "
+      "when stdout is a terminal)");
+  run->add_flag("-d,--detach", rf.detach, "Print the job id and return")->excludes(follow_flag);
+  AddClientFlags(run, &g);
+  run->callback([&] { rc = RunCommand(g, rf); });
+
+  // --- jobs / job / logs / cancel
+  std::string state;
+  int limit = 50;
+  auto* jobs = app.add_subcommand("jobs", "List jobs, newest first");
+  jobs->add_option("--state", state,
+                   "Only jobs in this state (queued, starting, running, succeeded, failed, "
+                   "cancelled, lost)");
+  jobs->add_option("--limit", limit, "At most this many")->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  AddClientFlags(jobs, &g);
+  jobs->callback([&] { rc = JobsCommand(g, state, limit); });
+
+  std::string id;
+  auto* job = app.add_subcommand("job", "Show a job: state, attempts, events");
+  job->add_option("id", id, "Job id")->required();
+  AddClientFlags(job, &g);
+  job->callback([&] { rc = JobCommand(g, id); });
+
+  bool follow_logs = false;
+  auto* logs = app.add_subcommand("logs", "Print a job's output");
+  logs->add_option("id", id, "Job id")->required();
+  logs->add_flag("-f,--follow", follow_logs, "Keep streaming until the job ends");
+  AddClientFlags(logs, &g);
+  logs->callback([&] { rc = LogsCommand(g, id, follow_logs); });
+
+  auto* cancel = app.add_subcommand(
+      "cancel", "Cancel a job: SIGTERM to its process group, SIGKILL after the grace period");
+  cancel->add_option("id", id, "Job id")->required();
+  AddClientFlags(cancel, &g);
+  cancel->callback([&] { rc = CancelCommand(g, id); });
+
+  // --- market
+  auto* offers = app.add_subcommand("offers", "List what connected nodes offer");
+  AddClientFlags(offers, &g);
+  offers->callback([&] { rc = OffersCommand(g); });
+  auto* nodes = app.add_subcommand("nodes", "List registered nodes");
+  AddClientFlags(nodes, &g);
+  nodes->callback([&] { rc = NodesCommand(g); });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return rc;
+}
+
 }  // namespace sluice::cli

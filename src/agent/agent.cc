@@ -1,0 +1,606 @@
+#include "agent/agent.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "agent/host_info.h"
+#include "agent/process.h"
+#include "common/agent_protocol.h"
+#include "common/archive.h"
+#include "common/clock.h"
+#include "common/json.h"
+#include "common/text.h"
+#include "net/http_client.h"
+#include "net/http_types.h"
+#include "net/ws_client.h"
+
+namespace sluice::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kMaxWorkdirBytes = 4ull << 30;
+constexpr size_t kMaxWorkdirEntries = 200000;
+constexpr const char* kVersion = "0.1.0";
+
+void Log(const char* fmt, const std::string& a = "", const std::string& b = "") {
+  std::fprintf(stderr, "sluice agent: ");
+  std::fprintf(stderr, fmt, a.c_str(), b.c_str());
+  std::fprintf(stderr, "\n");
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Status WriteFileAtomic(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return Status::Internal("cannot write " + tmp);
+    out << content;
+    out.flush();
+    if (!out) return Status::Internal("cannot write " + tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Status::Internal("cannot rename " + tmp + ": " + ec.message());
+  return Status::Ok();
+}
+
+// Field 22 of /proc/PID/stat: when the process started. Recorded with the process group so a
+// later agent never kills an unrelated process that reused the pid.
+std::string ProcessStartTime(pid_t pid) {
+  auto stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat.ok()) return "";
+  size_t close = stat->rfind(')');
+  if (close == std::string::npos) return "";
+  std::istringstream rest(stat->substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return field;
+  }
+  return "";
+}
+
+struct Attempt {
+  std::string id;
+  std::string job_id;
+  std::unique_ptr<Process> proc;
+  pid_t pgid = 0;
+  std::string start_time;
+  int64_t next_seq = 1;
+  std::deque<proto::LogEntry> lines;  // not yet acknowledged by the server
+  int64_t sent_seq = 0;               // highest seq sent on the current connection
+  std::optional<ExitInfo> exit;
+  std::string error;                  // could not start
+  bool exit_sent = false;
+  bool lost = false;                  // orphaned by a previous agent instance and killed
+  bool cancel_pending = false;        // cancelled before the process existed
+  bool started_sent = false;
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions opt) : opt_(std::move(opt)) {}
+  int Run();
+
+ private:
+  std::string AttemptsDir() const { return opt_.data_dir + "/attempts"; }
+  std::string WorkDir(const std::string& id) const { return opt_.data_dir + "/work/" + id; }
+  void RecoverAttempts();
+  void PersistLocked(const Attempt& a);
+  void ConnectionLoop();
+  Status ConnectOnce();
+  void OnMessage(std::string_view text);
+  void HandleAssign(const proto::Assign& assign);
+  void StartAttempt(proto::Assign assign);
+  void FlushLocked(WsClient& ws);
+  void ForgetLocked(const std::string& attempt_id);
+  // Runs `fn` on a detached thread counted in active_workers_; Run() waits for them all.
+  void SpawnLocked(std::function<void()> fn);
+  std::map<std::string, std::string> JobEnv(const proto::Assign& a) const;
+
+  const AgentOptions opt_;
+  std::string token_;
+  Url url_;
+  Inventory inventory_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  // Guarded by mu_.
+  std::map<std::string, std::shared_ptr<Attempt>> attempts_;
+  std::shared_ptr<WsClient> ws_;
+  bool connected_ = false;
+  bool stopping_ = false;
+  bool fatal_ = false;
+  bool dirty_ = false;  // something to flush
+  std::string node_id_;
+  int64_t heartbeat_ms_ = 3000;
+  int active_workers_ = 0;
+};
+
+void Agent::RecoverAttempts() {
+  std::error_code ec;
+  fs::create_directories(AttemptsDir(), ec);
+  for (const auto& entry : fs::directory_iterator(AttemptsDir(), ec)) {
+    if (entry.path().extension() != ".json") continue;
+    auto text = ReadFile(entry.path().string());
+    if (!text.ok()) continue;
+    auto j = ParseJson(*text);
+    if (!j.ok() || !j->is_object()) {
+      fs::remove(entry.path(), ec);
+      continue;
+    }
+    auto a = std::make_shared<Attempt>();
+    a->id = j->value("attempt_id", "");
+    a->job_id = j->value("job_id", "");
+    a->pgid = j->value("pgid", 0);
+    a->start_time = j->value("start_time", "");
+    a->error = j->value("error", "");
+    if (a->id.empty()) continue;
+    if (j->contains("exit_code") && (*j)["exit_code"].is_number_integer()) {
+      a->exit = ExitInfo{(*j)["exit_code"].get<int>(), j->value("signal", 0)};
+    } else if (a->error.empty()) {
+      // It was running when the previous agent died. PR_SET_PDEATHSIG took the shell; kill
+      // whatever is left of its group, but only if the group leader is the same process.
+      if (a->pgid > 0 && !a->start_time.empty() && ProcessStartTime(a->pgid) == a->start_time) {
+        (void)KillProcessGroup(a->pgid, SIGKILL);
+      }
+      a->lost = true;
+      Log("attempt %s was orphaned by a previous agent; reporting it lost", a->id);
+    }
+    attempts_[a->id] = a;
+  }
+}
+
+void Agent::PersistLocked(const Attempt& a) {
+  Json j{{"attempt_id", a.id}, {"job_id", a.job_id}, {"pgid", a.pgid},
+         {"start_time", a.start_time}, {"error", a.error}};
+  if (a.exit) {
+    j["exit_code"] = a.exit->exit_code;
+    j["signal"] = a.exit->signal;
+  }
+  Status s = WriteFileAtomic(AttemptsDir() + "/" + a.id + ".json", DumpJson(j));
+  if (!s.ok()) Log("%s", s.ToString());
+}
+
+void Agent::ForgetLocked(const std::string& attempt_id) {
+  auto it = attempts_.find(attempt_id);
+  if (it == attempts_.end()) return;
+  if (it->second->proc && it->second->proc->running()) return;  // still running: keep
+  std::error_code ec;
+  fs::remove(AttemptsDir() + "/" + attempt_id + ".json", ec);
+  fs::remove_all(WorkDir(attempt_id), ec);
+  // ~Process joins its monitor thread, so it must not run on that thread (a callback may hold
+  // the last reference for a moment) nor under mu_: a worker waits until the callbacks are
+  // done, then drops the attempt.
+  std::shared_ptr<Attempt> keep = it->second;
+  attempts_.erase(it);
+  SpawnLocked([keep]() mutable {
+    if (keep->proc) keep->proc->Wait();
+    keep.reset();
+  });
+}
+
+void Agent::SpawnLocked(std::function<void()> fn) {
+  ++active_workers_;
+  std::thread([this, fn = std::move(fn)]() mutable {
+    fn();
+    fn = nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    --active_workers_;
+    cv_.notify_all();
+  }).detach();
+}
+
+std::map<std::string, std::string> Agent::JobEnv(const proto::Assign& a) const {
+  std::map<std::string, std::string> env;
+  auto inherit = [&](const char* key, const char* fallback) {
+    const char* v = std::getenv(key);
+    if (v) env[key] = v;
+    else if (fallback) env[key] = fallback;
+  };
+  inherit("PATH", "/usr/local/bin:/usr/bin:/bin");
+  inherit("HOME", "/");
+  inherit("USER", nullptr);
+  inherit("LOGNAME", nullptr);
+  inherit("LANG", "C.UTF-8");
+  inherit("TZ", nullptr);
+  env["SHELL"] = "/bin/bash";
+  env["PYTHONUNBUFFERED"] = "1";  // job output should stream, not arrive at exit
+  for (const auto& [k, v] : a.env) env[k] = v;
+  // Set last: the spec validator forbids these keys, and the agent has the final word.
+  std::string uuids, indices;
+  for (int g : a.gpus) {
+    std::string id = std::to_string(g);
+    for (const auto& gi : inventory_.gpus) {
+      if (gi.index == g && !gi.uuid.empty()) id = gi.uuid;
+    }
+    uuids += (uuids.empty() ? "" : ",") + id;
+    indices += (indices.empty() ? "" : ",") + std::to_string(g);
+  }
+  env["CUDA_VISIBLE_DEVICES"] = uuids;  // empty: the job sees no GPU at all
+  env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+  env["NVIDIA_VISIBLE_DEVICES"] = uuids.empty() ? "void" : uuids;
+  env["SLUICE_GPUS"] = indices;
+  env["SLUICE_CPUS"] = std::to_string(a.cpus);
+  env["SLUICE_JOB_ID"] = a.job_id;
+  env["SLUICE_ATTEMPT_ID"] = a.attempt_id;
+  env["SLUICE_NODE_ID"] = node_id_;
+  return env;
+}
+
+void Agent::HandleAssign(const proto::Assign& assign) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (attempts_.count(assign.attempt_id)) return;  // a duplicate assign is a no-op
+  auto a = std::make_shared<Attempt>();
+  a->id = assign.attempt_id;
+  a->job_id = assign.job_id;
+  attempts_[a->id] = a;
+  PersistLocked(*a);
+  // Fetching and unpacking the workdir may take a while: not on the socket's thread.
+  SpawnLocked([this, assign] { StartAttempt(assign); });
+}
+
+void Agent::StartAttempt(proto::Assign assign) {
+  std::string dir = WorkDir(assign.attempt_id);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  Status prepared = ec ? Status::Internal("cannot create " + dir + ": " + ec.message())
+                       : Status::Ok();
+  if (prepared.ok() && !assign.workdir_blob.empty()) {
+    HttpClient http(url_, token_, std::chrono::seconds(60));
+    auto resp = http.Request("GET", "/v1/blobs/" + assign.workdir_blob);
+    if (!resp.ok()) {
+      prepared = resp.status();
+    } else if (resp->status != 200) {
+      prepared = Status::Unavailable("fetching workdir: HTTP " + std::to_string(resp->status));
+    } else {
+      prepared = UnpackArchive(resp->body, dir, kMaxWorkdirBytes, kMaxWorkdirEntries);
+    }
+  }
+  std::shared_ptr<Attempt> a;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = attempts_.find(assign.attempt_id);
+    if (it == attempts_.end()) return;
+    a = it->second;
+    if (a->cancel_pending && prepared.ok()) prepared = Status::Cancelled("cancelled before start");
+    if (!prepared.ok()) {
+      a->error = prepared.message();
+      PersistLocked(*a);
+      dirty_ = true;
+      cv_.notify_all();
+      return;
+    }
+  }
+  ProcessSpec spec;
+  spec.script = assign.run;
+  spec.cwd = dir;
+  spec.env = JobEnv(assign);
+  std::weak_ptr<Attempt> weak = a;
+  auto on_line = [this, weak](OutputStream stream, std::string_view line) {
+    auto att = weak.lock();
+    if (!att) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    proto::LogEntry e;
+    e.seq = att->next_seq++;
+    e.stream = stream == OutputStream::kStdout ? "stdout" : "stderr";
+    e.ts_ms = RealClock::Get()->NowMillis();
+    e.text = std::string(line);
+    att->lines.push_back(std::move(e));
+    dirty_ = true;
+    cv_.notify_all();
+  };
+  auto on_exit = [this, weak](const ExitInfo& info) {
+    auto att = weak.lock();
+    if (!att) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    att->exit = info;
+    PersistLocked(*att);
+    dirty_ = true;
+    cv_.notify_all();
+  };
+  std::lock_guard<std::mutex> lock(mu_);
+  auto proc = Process::Start(spec, on_line, on_exit);
+  if (!proc.ok()) {
+    a->error = proc.status().message();
+    PersistLocked(*a);
+  } else {
+    a->proc = std::move(*proc);
+    a->pgid = a->proc->pgid();
+    a->start_time = ProcessStartTime(a->pgid);
+    PersistLocked(*a);
+  }
+  dirty_ = true;
+  cv_.notify_all();
+}
+
+void Agent::OnMessage(std::string_view text) {
+  auto msg = ParseJson(text);
+  if (!msg.ok() || !msg->is_object()) {
+    Log("ignoring a malformed message from the server");
+    return;
+  }
+  std::string type = msg->value("type", "");
+  if (type == "welcome") {
+    std::lock_guard<std::mutex> lock(mu_);
+    node_id_ = msg->value("node_id", "");
+    heartbeat_ms_ = std::max<int64_t>(100, msg->value("heartbeat_interval_ms", int64_t{3000}));
+    (void)WriteFileAtomic(opt_.data_dir + "/node.id", node_id_ + "\n");
+    Log("registered as node %s", node_id_);
+    return;
+  }
+  if (type == "assign") {
+    auto a = proto::AssignFromJson(*msg);
+    if (!a.ok()) {
+      Log("ignoring a malformed assign: %s", a.status().message());
+      return;
+    }
+    HandleAssign(*a);
+    return;
+  }
+  std::string attempt_id = msg->value("attempt_id", "");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = attempts_.find(attempt_id);
+  if (type == "cancel") {
+    if (it == attempts_.end()) return;
+    auto& a = *it->second;
+    int64_t grace = msg->value("grace_ms", int64_t{10000});
+    if (a.proc) a.proc->Terminate(std::chrono::milliseconds(grace));
+    else a.cancel_pending = true;
+  } else if (type == "log_ack") {
+    if (it == attempts_.end()) return;
+    int64_t seq = msg->value("seq", int64_t{0});
+    auto& lines = it->second->lines;
+    while (!lines.empty() && lines.front().seq <= seq) lines.pop_front();
+    it->second->sent_seq = std::max(it->second->sent_seq, seq);
+  } else if (type == "exit_ack") {
+    ForgetLocked(attempt_id);
+  } else if (type == "error") {
+    Log("server says: %s", msg->value("message", ""));
+  }
+}
+
+void Agent::FlushLocked(WsClient& ws) {
+  for (auto& [id, a] : attempts_) {
+    if (a->proc && !a->started_sent) {
+      ws.Send(DumpJson(Json{{"type", "started"}, {"attempt_id", id}}));
+      a->started_sent = true;
+    }
+    std::vector<proto::LogEntry> batch;
+    for (const auto& l : a->lines) {
+      if (l.seq <= a->sent_seq) continue;
+      batch.push_back(l);
+      if (batch.size() == proto::kMaxLinesPerLogMessage) {
+        ws.Send(DumpJson(proto::LogMessage(id, batch)));
+        a->sent_seq = batch.back().seq;
+        batch.clear();
+      }
+    }
+    if (!batch.empty()) {
+      ws.Send(DumpJson(proto::LogMessage(id, batch)));
+      a->sent_seq = batch.back().seq;
+    }
+    bool finished = a->exit.has_value() || !a->error.empty();
+    if (finished && !a->exit_sent && !a->lost) {
+      proto::Exited ex;
+      ex.attempt_id = id;
+      ex.exit_code = a->exit ? a->exit->exit_code : -1;
+      ex.signal = a->exit ? a->exit->signal : 0;
+      ex.error = a->error;
+      ws.Send(DumpJson(proto::ToJson(ex)));
+      a->exit_sent = true;
+    }
+  }
+}
+
+Status Agent::ConnectOnce() {
+  WsClient::Options o;
+  o.url = url_;
+  o.path = "/v1/agent/connect";
+  o.headers.emplace_back("Authorization", "Bearer " + token_);
+  o.keepalive_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(opt_.keep_alive_interval_s * 1000));
+  o.idle_timeout = o.keepalive_interval * 3;
+  auto ws = std::make_shared<WsClient>(
+      o, [this](std::string_view m) { OnMessage(m); },
+      [this](Status why) {
+        std::lock_guard<std::mutex> lock(mu_);
+        connected_ = false;
+        cv_.notify_all();
+      });
+  SLUICE_RETURN_IF_ERROR(ws->Connect());
+
+  std::unique_lock<std::mutex> lock(mu_);
+  proto::Hello hello;
+  hello.node_id = node_id_;
+  hello.name = opt_.name;
+  hello.inventory = inventory_;
+  hello.price_per_gpu_hour = opt_.price_per_gpu_hour;
+  hello.price_per_cpu_hour = opt_.price_per_cpu_hour;
+  hello.region = opt_.region;
+  hello.agent_version = kVersion;
+  std::vector<std::string> lost;
+  for (auto& [id, a] : attempts_) {
+    proto::AttemptReport r;
+    r.attempt_id = id;
+    r.lost = a->lost;
+    r.error = a->error;
+    if (a->exit) {
+      r.exit_code = a->exit->exit_code;
+      r.signal = a->exit->signal;
+    }
+    r.running = !a->lost && !a->exit && a->error.empty();
+    hello.attempts.push_back(r);
+    if (a->lost) lost.push_back(id);
+    // Everything unacknowledged goes again on this connection.
+    a->sent_seq = 0;
+    a->exit_sent = false;
+    a->started_sent = false;
+  }
+  ws_ = ws;
+  connected_ = true;
+  ws->Send(DumpJson(proto::ToJson(hello)));
+  for (const auto& id : lost) ForgetLocked(id);  // reported once; the server marks them lost
+  dirty_ = true;
+  auto next_heartbeat = std::chrono::steady_clock::now();
+  while (connected_ && !stopping_) {
+    if (dirty_) {
+      dirty_ = false;
+      FlushLocked(*ws);
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now >= next_heartbeat) {
+      ws->Send(R"({"type":"heartbeat"})");
+      next_heartbeat = now + std::chrono::milliseconds(heartbeat_ms_);
+    }
+    cv_.wait_until(lock, next_heartbeat, [&] { return dirty_ || !connected_ || stopping_; });
+  }
+  bool stopping = stopping_;
+  if (stopping) FlushLocked(*ws);  // last words: exits of the jobs stopped with the agent
+  ws_.reset();
+  lock.unlock();
+  ws->Close();
+  return stopping ? Status::Cancelled("stopping") : Status::Unavailable("connection lost");
+}
+
+void Agent::ConnectionLoop() {
+  std::mt19937 rng(std::random_device{}());
+  double backoff = 0.1;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+    }
+    auto started = std::chrono::steady_clock::now();
+    Status s = ConnectOnce();
+    if (s.code() == StatusCode::kCancelled) return;
+    if (s.code() == StatusCode::kUnauthenticated || s.code() == StatusCode::kPermissionDenied) {
+      Log("the server refused the join token: %s", s.message());
+      std::lock_guard<std::mutex> lock(mu_);
+      fatal_ = true;
+      stopping_ = true;
+      cv_.notify_all();
+      ::kill(::getpid(), SIGTERM);  // wake the main thread's signal wait
+      return;
+    }
+    if (std::chrono::steady_clock::now() - started > std::chrono::seconds(10)) backoff = 0.1;
+    Log("server unreachable (%s); retrying", s.message());
+    std::uniform_real_distribution<double> jitter(0.5, 1.0);
+    auto wait = std::chrono::milliseconds(static_cast<int64_t>(backoff * jitter(rng) * 1000));
+    backoff = std::min(backoff * 2, opt_.max_backoff_s);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, wait, [&] { return stopping_; });
+  }
+}
+
+int Agent::Run() {
+  auto token = ReadFile(opt_.join_token_file);
+  if (!token.ok()) {
+    std::fprintf(stderr, "sluice agent: --join-token-file: %s\n", token.status().message().c_str());
+    return 2;
+  }
+  token_ = Trim(*token);
+  auto url = ParseUrl(opt_.server_url);
+  if (!url.ok()) {
+    std::fprintf(stderr, "sluice agent: --server: %s\n", url.status().message().c_str());
+    return 2;
+  }
+  url_ = *url;
+  std::error_code ec;
+  fs::create_directories(opt_.data_dir + "/work", ec);
+  if (ec) {
+    std::fprintf(stderr, "sluice agent: cannot create --data-dir %s: %s\n", opt_.data_dir.c_str(),
+                 ec.message().c_str());
+    return 1;
+  }
+  ProbeOptions popt;
+  popt.data_dir = opt_.data_dir;
+  popt.nvidia_smi_file = opt_.nvidia_smi_file;
+  auto inv = TryProbeHost(popt);
+  if (!inv.ok()) {
+    std::fprintf(stderr, "sluice agent: probe: %s\n", inv.status().message().c_str());
+    return 1;
+  }
+  inventory_ = *inv;
+  Log("probed %s: %s", inventory_.hostname,
+      std::to_string(inventory_.cpu_cores) + " CPUs, " +
+          std::to_string(inventory_.memory_mib / 1024) + " GiB, " +
+          std::to_string(inventory_.gpus.size()) + " GPUs (" + inventory_.gpu_source + ")");
+  if (auto id = ReadFile(opt_.data_dir + "/node.id"); id.ok()) node_id_ = Trim(*id);
+  RecoverAttempts();
+
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  std::thread conn([this] { ConnectionLoop(); });
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  bool fatal;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    fatal = fatal_;
+    if (!fatal) Log("%s received: stopping jobs and shutting down", strsignal(sig));
+    // Running jobs get SIGTERM and the grace period; their exits are reported if connected.
+    for (auto& [id, a] : attempts_) {
+      if (a->proc && a->proc->running()) {
+        a->proc->Terminate(std::chrono::milliseconds(static_cast<int64_t>(opt_.stop_grace_s * 1000)));
+      }
+    }
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(static_cast<int64_t>(opt_.stop_grace_s * 1000) + 3000);
+    cv_.wait_until(lock, deadline, [&] {
+      for (auto& [id, a] : attempts_) {
+        if (a->proc && !a->exit) return false;
+      }
+      return true;
+    });
+    stopping_ = true;
+    dirty_ = true;
+    cv_.notify_all();
+  }
+  conn.join();
+  std::map<std::string, std::shared_ptr<Attempt>> attempts;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return active_workers_ == 0; });
+    attempts.swap(attempts_);
+  }
+  attempts.clear();  // kills what is left and joins the monitor threads, outside mu_
+  return fatal ? 1 : 0;
+}
+
+}  // namespace
+
+int RunAgent(const AgentOptions& options) {
+  Agent agent(options);
+  return agent.Run();
+}
+
+}  // namespace sluice::agent

@@ -1,0 +1,31 @@
+// The provider's agent: dials out to the server over one WebSocket, says hello with a real
+// probe of the machine, heartbeats, runs assigned jobs with Process and streams their output.
+//
+// Durability: each attempt has a record in DIR/attempts/<id>.json (process group, exit status)
+// so that after the server restarts the agent re-reports what it runs, and after the agent
+// itself is killed the next instance kills the orphaned process groups and reports them lost.
+// Log lines stay in memory until the server acknowledges them; a reconnect resends the rest.
+#pragma once
+
+#include <string>
+
+namespace sluice::agent {
+
+struct AgentOptions {
+  std::string server_url;               // http://host:port
+  std::string join_token_file;
+  std::string data_dir;
+  std::string name;                     // defaults to the hostname
+  double price_per_gpu_hour = 0;
+  double price_per_cpu_hour = 0;
+  std::string region;
+  std::string nvidia_smi_file;          // probe GPUs from a recorded file (tests, dry runs)
+  double keep_alive_interval_s = 15;    // WebSocket ping period
+  double max_backoff_s = 5;             // reconnect backoff ceiling
+  double stop_grace_s = 5;              // on SIGTERM: jobs get this long after their SIGTERM
+};
+
+// Runs until SIGINT/SIGTERM (exit 0) or a fatal error such as a rejected join token (exit 1).
+int RunAgent(const AgentOptions& options);
+
+}  // namespace sluice::agent

@@ -1,0 +1,36 @@
+// The CLI's view of the server's REST API: JSON in, JSON out, errors as Status carrying the
+// server's own message.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cli/client_config.h"
+#include "common/json.h"
+#include "common/status.h"
+#include "net/http_client.h"
+
+namespace sluice::cli {
+
+class ApiClient {
+ public:
+  static Result<std::unique_ptr<ApiClient>> Create(const ClientConfig& config);
+
+  Result<Json> Get(const std::string& path);
+  Result<Json> Post(const std::string& path, const Json& body);
+  Status PutBlob(const std::string& digest, std::string data);
+  // Reads an NDJSON stream; `on_item` returns false to stop.
+  Status Stream(const std::string& path, const std::function<bool(const Json&)>& on_item);
+  const std::string& server() const { return server_; }
+
+ private:
+  ApiClient(std::string server, std::unique_ptr<HttpClient> http)
+      : server_(std::move(server)), http_(std::move(http)) {}
+  Result<Json> Decode(const HttpResponse& resp);
+
+  std::string server_;
+  std::unique_ptr<HttpClient> http_;
+};
+
+}  // namespace sluice::cli

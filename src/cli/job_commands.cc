@@ -1,0 +1,320 @@
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "cli/api_client.h"
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "common/archive.h"
+#include "common/clock.h"
+#include "common/crypto.h"
+#include "market/gpu_labels.h"
+#include "spec/job_spec.h"
+
+namespace sluice::cli {
+namespace {
+
+constexpr size_t kMaxWorkdirUpload = 256u << 20;
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "sluice: %s\n", s.message().c_str());
+  return 1;
+}
+
+Result<std::unique_ptr<ApiClient>> Connect(const GlobalFlags& g) {
+  SLUICE_ASSIGN_OR_RETURN(ClientConfig cfg, ResolveClientConfig(g.server, g.token));
+  return ApiClient::Create(cfg);
+}
+
+int64_t NowMs() { return RealClock::Get()->NowMillis(); }
+
+std::string Age(int64_t ts_ms) { return ts_ms ? HumanDuration(NowMs() - ts_ms) : "-"; }
+
+std::string ExitText(const Json& job) {
+  return job["exit_code"].is_number() ? std::to_string(job["exit_code"].get<int>()) : "-";
+}
+
+// The exit code `sluice run` and `sluice logs -f` end with for a finished job.
+int ExitCodeFor(const Json& job) {
+  std::string state = job.value("state", "");
+  if (job["exit_code"].is_number()) return job["exit_code"].get<int>();
+  if (state == "succeeded") return 0;
+  if (state == "cancelled") return 130;
+  return 1;
+}
+
+std::string ReadFileOr(const std::string& path, Status* err) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *err = Status::NotFound("cannot read " + path);
+    return "";
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Follows a job's stream until it ends: logs to stdout/stderr as the job wrote them, state
+// changes to stderr. Survives a server restart by reconnecting and skipping what it has shown.
+int Follow(ApiClient& api, const std::string& job_id, bool logs_only, bool json) {
+  size_t seen = 0;  // items already shown: replay order is the arrival order, so skip by count
+  Json end;
+  int failures = 0;
+  while (end.is_null()) {
+    size_t index = 0;
+    Status s = api.Stream(
+        "/v1/jobs/" + job_id + "/stream" + (logs_only ? "?events=0" : ""),
+        [&](const Json& item) {
+          std::string type = item.value("type", "");
+          if (type == "end") {
+            end = item["job"];
+            return false;
+          }
+          if (index++ < seen) return true;
+          ++seen;
+          failures = 0;
+          if (json) {
+            std::cout << DumpJson(item) << "\n" << std::flush;
+          } else if (type == "log") {
+            std::string text = item.value("text", "");
+            if (item.value("stream", "") == "stderr") {
+              std::fprintf(stderr, "%s\n", text.c_str());
+            } else {
+              std::fwrite(text.data(), 1, text.size(), stdout);
+              std::fputc('\n', stdout);
+              std::fflush(stdout);
+            }
+          } else if (type == "event") {
+            std::fprintf(stderr, "sluice: %s: %s\n", item.value("event", "").c_str(),
+                         item.value("message", "").c_str());
+          } else if (type == "error") {
+            std::fprintf(stderr, "sluice: %s\n", item.value("message", "").c_str());
+          }
+          return true;
+        });
+    if (!end.is_null()) break;
+    if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kUnauthenticated ||
+        s.code() == StatusCode::kPermissionDenied) {
+      return Fail(s);
+    }
+    if (++failures > 60) return Fail(s);
+    if (failures == 1) {
+      std::fprintf(stderr, "sluice: lost the server (%s); reconnecting...\n", s.message().c_str());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // user-facing retry pacing
+  }
+  if (!json) {
+    std::string state = end.value("state", "");
+    std::string line = "sluice: " + job_id + " " + state;
+    if (end["exit_code"].is_number()) line += " (exit code " + ExitText(end) + ")";
+    int64_t started = end.value("started_ms", int64_t{0});
+    int64_t finished = end.value("finished_ms", int64_t{0});
+    if (started && finished) line += " after " + HumanDuration(finished - started);
+    std::string reason = end.value("reason", "");
+    if (!reason.empty() && state != "succeeded") line += ": " + reason;
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  return ExitCodeFor(end);
+}
+
+// The detach hint, prepared before the handler is installed: the handler may only write(2).
+char g_detach_msg[512];
+
+void OnSigint(int) {
+  ssize_t n = ::write(STDERR_FILENO, g_detach_msg, std::strlen(g_detach_msg));
+  (void)n;
+  _exit(130);
+}
+
+// Ctrl-C while following detaches; the job keeps running on the server.
+void InstallDetachHandler(const std::string& id) {
+  std::snprintf(g_detach_msg, sizeof g_detach_msg,
+                "\nsluice: detached; %s keeps running. Follow it with `sluice logs -f %s`, "
+                "stop it with `sluice cancel %s`.\n",
+                id.c_str(), id.c_str(), id.c_str());
+  struct sigaction sa {};
+  sa.sa_handler = OnSigint;
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+}  // namespace
+
+int RunCommand(const GlobalFlags& g, const RunFlags& f) {
+  Status read_err;
+  std::string text = ReadFileOr(f.spec_path, &read_err);
+  if (!read_err.ok()) return Fail(read_err);
+  auto spec = spec::ParseJobSpecYaml(text, f.spec_path);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s\n", spec.status().message().c_str());
+    return 2;
+  }
+  if (!spec->resources.gpu.empty()) {
+    auto labels = market::ResolveGpuLabel(spec->resources.gpu);
+    if (!labels.ok()) {
+      std::fprintf(stderr, "%s: resources.gpu: %s\n", f.spec_path.c_str(),
+                   labels.status().message().c_str());
+      return 2;
+    }
+    if (!labels->note.empty()) std::fprintf(stderr, "sluice: %s\n", labels->note.c_str());
+  }
+  auto api = Connect(g);
+  if (!api.ok()) return Fail(api.status());
+
+  std::string blob;
+  if (!spec->workdir.empty()) {
+    namespace fs = std::filesystem;
+    fs::path dir = spec->workdir;
+    if (dir.is_relative()) dir = fs::path(f.spec_path).parent_path() / dir;
+    auto archive = PackDirectory(dir.string(), kMaxWorkdirUpload);
+    if (!archive.ok()) {
+      std::fprintf(stderr, "%s: workdir: %s\n", f.spec_path.c_str(),
+                   archive.status().message().c_str());
+      return 2;
+    }
+    blob = Sha256Hex(*archive);
+    size_t size = archive->size();
+    if (Status s = (*api)->PutBlob(blob, std::move(*archive)); !s.ok()) return Fail(s);
+    if (!g.json) {
+      std::fprintf(stderr, "sluice: uploaded workdir %s (%zu bytes)\n", dir.string().c_str(), size);
+    }
+  }
+  Json body{{"spec", spec::ToJson(*spec)}};
+  if (!blob.empty()) body["workdir_blob"] = blob;
+  auto resp = (*api)->Post("/v1/jobs", body);
+  if (!resp.ok()) return Fail(resp.status());
+  const Json& job = (*resp)["job"];
+  std::string id = job.value("id", "");
+
+  bool follow = f.follow || (!f.detach && isatty(STDOUT_FILENO));
+  if (!follow) {
+    if (g.json) std::cout << DumpJson(job, 2) << "\n";
+    else std::cout << id << "\n";
+    return 0;
+  }
+  if (!g.json) {
+    std::fprintf(stderr, "sluice: submitted %s (%s)\n", id.c_str(), job.value("name", "").c_str());
+  }
+  InstallDetachHandler(id);
+  return Follow(**api, id, false, g.json);
+}
+
+int JobsCommand(const GlobalFlags& g, const std::string& state, int limit) {
+  auto api = Connect(g);
+  if (!api.ok()) return Fail(api.status());
+  std::string path = "/v1/jobs?limit=" + std::to_string(limit);
+  if (!state.empty()) path += "&state=" + state;
+  auto resp = (*api)->Get(path);
+  if (!resp.ok()) return Fail(resp.status());
+  if (g.json) {
+    std::cout << DumpJson((*resp)["jobs"], 2) << "\n";
+    return 0;
+  }
+  Table t({"ID", "NAME", "STATE", "EXIT", "SUBMITTED", "RUNTIME", "REASON"});
+  for (const auto& j : (*resp)["jobs"]) {
+    int64_t started = j.value("started_ms", int64_t{0});
+    int64_t finished = j.value("finished_ms", int64_t{0});
+    std::string runtime = !started ? "-" : HumanDuration((finished ? finished : NowMs()) - started);
+    std::string reason = j.value("reason", "");
+    if (reason.size() > 60) reason = reason.substr(0, 57) + "...";
+    t.Add({j.value("id", ""), j.value("name", ""), j.value("state", ""), ExitText(j),
+           Age(j.value("submitted_ms", int64_t{0})) + " ago", runtime, reason});
+  }
+  if (t.empty()) {
+    std::cout << "no jobs" << (state.empty() ? "" : " in state " + state) << "\n";
+    return 0;
+  }
+  t.Print(std::cout);
+  return 0;
+}
+
+int JobCommand(const GlobalFlags& g, const std::string& id) {
+  auto api = Connect(g);
+  if (!api.ok()) return Fail(api.status());
+  auto resp = (*api)->Get("/v1/jobs/" + id);
+  if (!resp.ok()) return Fail(resp.status());
+  if (g.json) {
+    std::cout << DumpJson(*resp, 2) << "\n";
+    return 0;
+  }
+  const Json& j = (*resp)["job"];
+  std::cout << "id:        " << j.value("id", "") << "\n"
+            << "name:      " << j.value("name", "") << "\n"
+            << "state:     " << j.value("state", "")
+            << (j.value("cancel_requested", false) ? " (cancel requested)" : "") << "\n"
+            << "exit code: " << ExitText(j) << "\n";
+  if (!j.value("reason", "").empty()) std::cout << "reason:    " << j.value("reason", "") << "\n";
+  std::cout << "submitted: " << Age(j.value("submitted_ms", int64_t{0})) << " ago\n";
+  std::cout << "\nattempts:\n";
+  Table at({"ATTEMPT", "NODE", "GPUS", "PRICE/H", "STATE", "EXIT", "CAUSE"});
+  for (const auto& a : (*resp)["attempts"]) {
+    std::string gpus;
+    for (const auto& g2 : a["gpus"]) gpus += (gpus.empty() ? "" : ",") + std::to_string(g2.get<int>());
+    at.Add({a.value("id", ""), a.value("node_id", ""), gpus.empty() ? "-" : gpus,
+            Dollars(a.value("price_per_hour", 0.0)), a.value("state", ""), ExitText(a),
+            a.value("cause", "")});
+  }
+  if (at.empty()) std::cout << "  none yet\n";
+  else at.Print(std::cout);
+  std::cout << "\nevents:\n";
+  for (const auto& e : (*resp)["events"]) {
+    std::cout << "  " << Age(e.value("ts_ms", int64_t{0})) << " ago  " << e.value("event", "")
+              << ": " << e.value("message", "") << "\n";
+  }
+  return 0;
+}
+
+int LogsCommand(const GlobalFlags& g, const std::string& id, bool follow) {
+  auto api = Connect(g);
+  if (!api.ok()) return Fail(api.status());
+  if (follow) {
+    InstallDetachHandler(id);
+    return Follow(**api, id, true, g.json);
+  }
+  int64_t after = 0;
+  while (true) {
+    auto resp = (*api)->Get("/v1/jobs/" + id + "/logs?after=" + std::to_string(after) +
+                            "&limit=1000");
+    if (!resp.ok()) return Fail(resp.status());
+    const Json& lines = (*resp)["lines"];
+    for (const auto& l : lines) {
+      if (g.json) {
+        std::cout << DumpJson(l) << "\n";
+      } else if (l.value("stream", "") == "stderr") {
+        std::cerr << l.value("text", "") << "\n";
+      } else {
+        std::cout << l.value("text", "") << "\n";
+      }
+    }
+    after = (*resp).value("next", after);
+    if (lines.size() < 1000) break;
+  }
+  return 0;
+}
+
+int CancelCommand(const GlobalFlags& g, const std::string& id) {
+  auto api = Connect(g);
+  if (!api.ok()) return Fail(api.status());
+  auto resp = (*api)->Post("/v1/jobs/" + id + "/cancel", Json::object());
+  if (!resp.ok()) return Fail(resp.status());
+  const Json& j = (*resp)["job"];
+  if (g.json) {
+    std::cout << DumpJson(j, 2) << "\n";
+  } else if (j.value("state", "") == "cancelled") {
+    std::cout << id << " cancelled\n";
+  } else {
+    std::cout << id << ": cancel requested; the job gets SIGTERM, then SIGKILL after the grace "
+                       "period\n";
+  }
+  return 0;
+}
+
+}  // namespace sluice::cli

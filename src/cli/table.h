@@ -1,0 +1,27 @@
+// Plain-text tables for people: columns padded to their widest cell, no borders.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace sluice::cli {
+
+class Table {
+ public:
+  explicit Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void Print(std::ostream& out) const;
+  bool empty() const { return rows_.empty(); }
+
+ private:
+  std::vector<std::string> headers_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// "3s", "4m12s", "2h05m", "3d4h": a compact duration for tables.
+std::string HumanDuration(int64_t millis);
+// "2.50" style money with the currency: "$2.50".
+std::string Dollars(double v);
+
+}  // namespace sluice::cli

@@ -1,0 +1,330 @@
+#include "server/api.h"
+
+#include <atomic>
+
+#include "common/text.h"
+#include "spec/job_spec.h"
+
+namespace sluice::server {
+namespace {
+
+int HttpStatusFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return 200;
+    case StatusCode::kInvalidArgument: return 400;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kAlreadyExists: return 409;
+    case StatusCode::kFailedPrecondition: return 409;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kResourceExhausted: return 413;
+    case StatusCode::kUnimplemented: return 501;
+    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kDeadlineExceeded: return 504;
+    default: return 500;
+  }
+}
+
+Result<int64_t> QueryInt(const HttpRequest& req, const char* key, int64_t fallback, int64_t lo,
+                         int64_t hi) {
+  auto it = req.query.find(key);
+  if (it == req.query.end() || it->second.empty()) return fallback;
+  try {
+    size_t used = 0;
+    long long v = std::stoll(it->second, &used);
+    if (used != it->second.size() || v < lo || v > hi) throw std::out_of_range("range");
+    return static_cast<int64_t>(v);
+  } catch (...) {
+    return Status::InvalidArgument(std::string("query parameter `") + key + "`: expected an " +
+                                   "integer in [" + std::to_string(lo) + ", " +
+                                   std::to_string(hi) + "], got `" + it->second + "`");
+  }
+}
+
+bool QueryFlag(const HttpRequest& req, const char* key, bool fallback) {
+  auto it = req.query.find(key);
+  if (it == req.query.end()) return fallback;
+  return it->second != "0" && it->second != "false";
+}
+
+// The agent's end of the WebSocket as the core sees it.
+class WsLink final : public AgentLink {
+ public:
+  explicit WsLink(std::shared_ptr<WsConnection> conn) : conn_(std::move(conn)) {}
+  void Send(const Json& message) override { conn_->Send(DumpJson(message)); }
+  void Close() override { conn_->Close(); }
+
+ private:
+  std::shared_ptr<WsConnection> conn_;
+};
+
+// One agent connection: the first message must be `hello`; later ones go to the core.
+struct AgentSession {
+  std::shared_ptr<WsLink> link;
+  std::string node_id;  // set by hello; touched only from this connection's handler
+  int errors = 0;
+};
+
+}  // namespace
+
+HttpResponse ErrorResponse(const Status& status) {
+  return JsonResponse(HttpStatusFor(status.code()),
+                      Json{{"error",
+                            {{"code", StatusCodeName(status.code())},
+                             {"message", status.message()}}}});
+}
+
+HttpResponse JsonResponse(int http_status, const Json& body) {
+  HttpResponse r;
+  r.status = http_status;
+  r.body = DumpJson(body) + "\n";
+  return r;
+}
+
+Api::Api(ServerCore* core, store::BlobStore* blobs, const TokenAuth* auth)
+    : core_(core), blobs_(blobs), auth_(auth) {}
+
+size_t Api::BodyLimit(const HttpRequest& head) const {
+  if (head.method == "PUT" && head.path.rfind("/v1/blobs/", 0) == 0) return kMaxBlobBody;
+  return kMaxJsonBody;
+}
+
+void Api::Handle(HttpRequest req, std::shared_ptr<ResponseWriter> w) {
+  bool streaming = false;
+  HttpResponse resp = Route(req, w, &streaming);
+  if (!streaming) w->Send(std::move(resp));
+}
+
+HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
+                        bool* streaming) {
+  Role role = auth_->Authenticate(req.Header("authorization"));
+  if (role == Role::kNone) {
+    HttpResponse r = ErrorResponse(Status::Unauthenticated(
+        "missing or invalid bearer token (set SLUICE_TOKEN or pass --token)"));
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return r;
+  }
+  std::vector<std::string> parts = Split(req.path, '/');
+  // "/v1/jobs/ID/cancel" -> ["", "v1", "jobs", "ID", "cancel"]
+  if (parts.size() < 3 || parts[0] != "" || parts[1] != "v1") {
+    return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
+  }
+  if (!parts.empty() && parts.back().empty()) parts.pop_back();  // trailing slash
+  const std::string& coll = parts[2];
+  const std::string& m = req.method;
+  auto method_not_allowed = [&]() {
+    return JsonResponse(405, Json{{"error",
+                                   {{"code", "METHOD_NOT_ALLOWED"},
+                                    {"message", m + " is not allowed on " + req.path}}}});
+  };
+
+  if (coll == "blobs" && parts.size() == 4) {
+    const std::string& digest = parts[3];
+    if (!store::BlobStore::IsValidDigest(digest)) {
+      return ErrorResponse(Status::InvalidArgument("blob digest must be 64 lowercase hex characters"));
+    }
+    if (m == "GET") {
+      auto data = blobs_->Get(digest);
+      if (!data.ok()) return ErrorResponse(data.status());
+      HttpResponse r;
+      r.content_type = "application/octet-stream";
+      r.body = std::move(*data);
+      return r;
+    }
+    if (role != Role::kAdmin) return ErrorResponse(Status::PermissionDenied("admin token required"));
+    if (m == "PUT") {
+      Status s = blobs_->PutVerified(digest, req.body);
+      if (!s.ok()) return ErrorResponse(s);
+      return JsonResponse(201, Json{{"digest", digest}, {"size", req.body.size()}});
+    }
+    return method_not_allowed();
+  }
+  if (role != Role::kAdmin) {
+    return ErrorResponse(Status::PermissionDenied("this endpoint needs the admin token"));
+  }
+  if (coll == "health" && parts.size() == 3) {
+    if (m != "GET") return method_not_allowed();
+    return JsonResponse(200, Json{{"status", "ok"}});
+  }
+  if (coll == "agent") {
+    return ErrorResponse(Status::InvalidArgument(
+        "the agent channel needs a WebSocket upgrade (sluice agent opens it)"));
+  }
+  if (coll == "offers" && parts.size() == 3) {
+    if (m != "GET") return method_not_allowed();
+    Json arr = Json::array();
+    for (const auto& o : core_->ListOffers()) arr.push_back(OfferToJson(o));
+    return JsonResponse(200, Json{{"offers", arr}});
+  }
+  if (coll == "nodes" && parts.size() == 3) {
+    if (m != "GET") return method_not_allowed();
+    Json arr = Json::array();
+    for (const auto& n : core_->ListNodes()) arr.push_back(NodeToJson(n));
+    return JsonResponse(200, Json{{"nodes", arr}});
+  }
+  if (coll != "jobs") return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
+
+  if (parts.size() == 3) {
+    if (m == "POST") return SubmitJob(req);
+    if (m != "GET") return method_not_allowed();
+    std::optional<store::JobState> state;
+    auto it = req.query.find("state");
+    if (it != req.query.end() && !it->second.empty()) {
+      auto s = store::ParseJobState(it->second);
+      if (!s.ok()) {
+        return ErrorResponse(Status::InvalidArgument(
+            "query parameter `state`: unknown state `" + it->second +
+            "` (queued, starting, running, succeeded, failed, cancelled, lost)"));
+      }
+      state = *s;
+    }
+    auto limit = QueryInt(req, "limit", 100, 1, 10000);
+    if (!limit.ok()) return ErrorResponse(limit.status());
+    Json arr = Json::array();
+    for (const auto& j : core_->ListJobs(state, static_cast<size_t>(*limit))) {
+      arr.push_back(JobToJson(j));
+    }
+    return JsonResponse(200, Json{{"jobs", arr}});
+  }
+  const std::string& id = parts[3];
+  if (parts.size() == 4) {
+    if (m != "GET") return method_not_allowed();
+    auto d = core_->GetJob(id);
+    if (!d.ok()) return ErrorResponse(d.status());
+    Json attempts = Json::array(), events = Json::array();
+    for (const auto& a : d->attempts) attempts.push_back(AttemptToJson(a));
+    for (const auto& e : d->events) events.push_back(EventToJson(e));
+    return JsonResponse(200, Json{{"job", JobToJson(d->job)}, {"attempts", attempts},
+                                  {"events", events}});
+  }
+  if (parts.size() != 5) return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
+  const std::string& action = parts[4];
+  if (action == "cancel") {
+    if (m != "POST") return method_not_allowed();
+    auto j = core_->CancelJob(id);
+    if (!j.ok()) return ErrorResponse(j.status());
+    return JsonResponse(200, Json{{"job", JobToJson(*j)}});
+  }
+  if (action == "logs") {
+    if (m != "GET") return method_not_allowed();
+    auto after = QueryInt(req, "after", 0, 0, INT64_MAX);
+    if (!after.ok()) return ErrorResponse(after.status());
+    auto limit = QueryInt(req, "limit", 1000, 1, 10000);
+    if (!limit.ok()) return ErrorResponse(limit.status());
+    auto lines = core_->ReadLogs(id, *after, static_cast<int>(*limit));
+    if (!lines.ok()) return ErrorResponse(lines.status());
+    Json arr = Json::array();
+    int64_t next = *after;
+    for (const auto& l : *lines) {
+      arr.push_back(LogToJson(l));
+      next = l.id;
+    }
+    return JsonResponse(200, Json{{"lines", arr}, {"next", next}});
+  }
+  if (action == "stream") {
+    if (m != "GET") return method_not_allowed();
+    return Stream(req, id, w, streaming);
+  }
+  return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
+}
+
+HttpResponse Api::SubmitJob(const HttpRequest& req) {
+  auto body = ParseJson(req.body);
+  if (!body.ok()) return ErrorResponse(body.status());
+  if (!body->is_object() || !body->contains("spec")) {
+    return ErrorResponse(Status::InvalidArgument("spec: required field is missing"));
+  }
+  for (auto it = body->begin(); it != body->end(); ++it) {
+    if (it.key() != "spec" && it.key() != "workdir_blob") {
+      return ErrorResponse(Status::InvalidArgument("unknown field `" + it.key() + "`"));
+    }
+  }
+  auto spec = spec::JobSpecFromJson((*body)["spec"]);
+  if (!spec.ok()) {
+    return ErrorResponse(Status::InvalidArgument("spec." + spec.status().message()));
+  }
+  auto blob = GetStringOr(*body, "workdir_blob", "");
+  if (!blob.ok()) return ErrorResponse(blob.status());
+  if (!blob->empty()) {
+    if (!store::BlobStore::IsValidDigest(*blob) || !blobs_->Has(*blob)) {
+      return ErrorResponse(Status::InvalidArgument(
+          "workdir_blob: no uploaded blob " + *blob + " (PUT /v1/blobs/<sha256> first)"));
+    }
+  }
+  auto job = core_->SubmitJob(*spec, *blob);
+  if (!job.ok()) return ErrorResponse(job.status());
+  return JsonResponse(201, Json{{"job", JobToJson(*job)}});
+}
+
+HttpResponse Api::Stream(const HttpRequest& req, const std::string& id,
+                         const std::shared_ptr<ResponseWriter>& w, bool* streaming) {
+  // Fail fast with a normal error response for an unknown job.
+  if (!core_->GetJob(id).ok()) return ErrorResponse(Status::NotFound("no job " + id));
+  if (!w->StartStream(200, "application/x-ndjson")) return HttpResponse{};
+  *streaming = true;
+  auto closed = std::make_shared<std::atomic<bool>>(false);
+  // OnClose may run on an io thread while the core holds its lock; it only flips a flag and the
+  // core drops the subscription at its next delivery.
+  w->OnClose([closed] { closed->store(true); });
+  std::weak_ptr<ResponseWriter> weak = w;
+  auto sink = [weak, closed](const Json& item) -> bool {
+    auto writer = weak.lock();
+    if (!writer || closed->load()) return false;
+    if (!writer->WriteChunk(DumpJson(item) + "\n")) return false;
+    if (item.value("type", "") == "end") {
+      writer->EndStream();
+      return false;
+    }
+    return true;
+  };
+  auto sub = core_->Subscribe(id, QueryFlag(req, "events", true), QueryFlag(req, "logs", true),
+                              std::move(sink));
+  if (!sub.ok()) {
+    w->WriteChunk(DumpJson(Json{{"type", "error"}, {"message", sub.status().message()}}) + "\n");
+    w->EndStream();
+  }
+  return HttpResponse{};
+}
+
+Result<WsHandler> Api::Upgrade(const HttpRequest& req, const std::shared_ptr<WsConnection>& conn) {
+  if (req.path != "/v1/agent/connect") {
+    return Status::NotFound("no WebSocket endpoint at " + req.path);
+  }
+  if (auth_->Authenticate(req.Header("authorization")) != Role::kAgent) {
+    return Status::Unauthenticated("the agent channel needs the provider join token");
+  }
+  auto session = std::make_shared<AgentSession>();
+  session->link = std::make_shared<WsLink>(conn);
+  WsHandler h;
+  ServerCore* core = core_;
+  h.on_message = [core, session](const std::shared_ptr<WsConnection>& c, std::string_view text) {
+    auto fail = [&](const Status& s, bool fatal) {
+      c->Send(DumpJson(Json{{"type", "error"}, {"message", s.message()}}));
+      if (fatal || ++session->errors > 100) c->Close();
+    };
+    auto msg = ParseJson(text);
+    if (!msg.ok() || !msg->is_object()) {
+      fail(msg.ok() ? Status::InvalidArgument("expected a JSON object") : msg.status(), true);
+      return;
+    }
+    auto type = GetString(*msg, "type");
+    if (!type.ok()) return fail(type.status(), true);
+    if (session->node_id.empty()) {
+      if (*type != "hello") return fail(Status::FailedPrecondition("say hello first"), true);
+      auto hello = proto::HelloFromJson(*msg);
+      if (!hello.ok()) return fail(hello.status(), true);
+      auto node = core->AgentHello(session->link, *hello);
+      if (!node.ok()) return fail(node.status(), true);
+      session->node_id = *node;
+      return;
+    }
+    Status s = core->AgentMessage(session->node_id, session->link.get(), *msg);
+    if (!s.ok()) fail(s, s.code() == StatusCode::kFailedPrecondition);
+  };
+  h.on_close = [core, session](const std::shared_ptr<WsConnection>&) {
+    if (!session->node_id.empty()) core->AgentDisconnected(session->node_id, session->link.get());
+  };
+  return h;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,24 @@
+// `sluice server`: opens the store in the data dir, mints tokens on first start, serves the API
+// and the agent channel, and runs until SIGINT/SIGTERM.
+#pragma once
+
+#include <string>
+
+namespace sluice::server {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:7070";
+  std::string data_dir;                 // required
+  double heartbeat_interval_s = 3;
+  double heartbeat_grace_s = 15;
+  double cancel_grace_s = 10;
+  double keep_alive_interval_s = 15;    // WebSocket ping period
+  int threads = 2;
+};
+
+int RunServer(const ServerOptions& options);
+
+// "HOST:PORT" -> host, port. "[::1]:80" is accepted. Port 0 means any free port.
+bool SplitHostPort(const std::string& listen, std::string* host, uint16_t* port);
+
+}  // namespace sluice::server

@@ -1,0 +1,826 @@
+#include "server/server_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "common/crypto.h"
+#include "common/inventory.h"
+#include "market/gpu_labels.h"
+
+namespace sluice::server {
+namespace {
+
+using store::AttemptRecord;
+using store::AttemptState;
+using store::JobRecord;
+using store::WriteBatch;
+namespace st = store;
+
+std::string NewId(const char* prefix) { return std::string(prefix) + RandomHex(6); }
+
+std::string Money(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "$%.4g/h", v);
+  return buf;
+}
+
+std::string GpuList(const std::vector<int>& gpus) {
+  std::string s;
+  for (int g : gpus) s += (s.empty() ? "" : ",") + std::to_string(g);
+  return s;
+}
+
+double GiB(uint64_t mib) { return static_cast<double>(mib) / 1024.0; }
+
+}  // namespace
+
+ServerCore::ServerCore(store::Store* store, const Clock* clock, CoreOptions options)
+    : store_(store), clock_(clock), options_(options) {}
+
+Status ServerCore::Load() {
+  std::lock_guard<std::mutex> lock(mu_);
+  SLUICE_ASSIGN_OR_RETURN(auto nodes, store_->LoadNodes());
+  int64_t now_mono = clock_->MonotonicMillis();
+  for (auto& n : nodes) {
+    NodeState ns;
+    if (n.state == st::NodeState::kOnline) n.state = st::NodeState::kOffline;
+    ns.record = std::move(n);
+    ns.last_seen_mono = now_mono;
+    nodes_[ns.record.id] = std::move(ns);
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
+  for (auto& j : jobs) {
+    JobState js;
+    auto spec = spec::JobSpecFromJson(j.spec);
+    if (spec.ok()) js.spec = *spec;
+    if (!js.spec.resources.gpu.empty()) {
+      auto res = market::ResolveGpuLabel(js.spec.resources.gpu);
+      if (res.ok()) js.gpu_labels = res->labels;
+    }
+    js.order = next_order_++;
+    js.record = std::move(j);
+    jobs_[js.record.id] = std::move(js);
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto attempts, store_->LoadActiveAttempts());
+  for (auto& a : attempts) {
+    SLUICE_ASSIGN_OR_RETURN(int64_t seq, store_->MaxLogSeq(a.id));
+    max_log_seq_[a.id] = seq;
+    active_attempts_[a.id] = std::move(a);
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- helpers (mu_ held)
+
+st::JobEvent ServerCore::EventLocked(const std::string& job_id, std::string type,
+                                     std::string message) {
+  st::JobEvent ev;
+  ev.job_id = job_id;
+  ev.ts_ms = clock_->NowMillis();
+  ev.type = std::move(type);
+  ev.message = std::move(message);
+  return ev;
+}
+
+Status ServerCore::CommitLocked(WriteBatch& batch) {
+  if (batch.empty()) return Status::Ok();
+  SLUICE_RETURN_IF_ERROR(store_->Write(batch));
+  PublishLocked(batch);
+  return Status::Ok();
+}
+
+Json ServerCore::EndItemLocked(const JobRecord& job) const {
+  Json end{{"type", "end"}, {"job", JobToJson(job)}};
+  return end;
+}
+
+// Delivers what a committed batch changed to the streams that follow those jobs.
+void ServerCore::PublishLocked(const WriteBatch& batch) {
+  if (subscribers_.empty()) return;
+  std::vector<uint64_t> dead;
+  for (auto& [id, sub] : subscribers_) {
+    bool alive = true;
+    if (sub.events) {
+      for (const auto& ev : batch.events) {
+        if (ev.job_id == sub.job_id && alive) {
+          Json item = EventToJson(ev);
+          item["type"] = "event";
+          alive = sub.sink(item);
+        }
+      }
+    }
+    if (sub.logs) {
+      for (const auto& line : batch.logs) {
+        if (line.job_id == sub.job_id && alive) alive = sub.sink(LogToJson(line));
+      }
+    }
+    for (const auto& job : batch.jobs) {
+      if (job.id == sub.job_id && st::IsTerminal(job.state) && alive) {
+        sub.sink(EndItemLocked(job));
+        alive = false;
+      }
+    }
+    if (!alive) dead.push_back(id);
+  }
+  for (uint64_t id : dead) subscribers_.erase(id);
+}
+
+void ServerCore::SendLocked(const std::string& node_id, const Json& msg) {
+  auto it = nodes_.find(node_id);
+  if (it != nodes_.end() && it->second.link) it->second.link->Send(msg);
+}
+
+std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
+  std::vector<sched::NodeCapacity> out;
+  for (const auto& [id, ns] : nodes_) {
+    if (ns.record.state == st::NodeState::kLost) continue;
+    auto inv = InventoryFromJson(ns.record.inventory);
+    if (!inv.ok()) continue;
+    sched::NodeCapacity cap;
+    cap.node_id = id;
+    cap.name = ns.record.name;
+    cap.online = ns.record.state == st::NodeState::kOnline && ns.link != nullptr;
+    for (const auto& g : inv->gpus) {
+      cap.gpus.push_back({g.index, market::CanonicalGpuLabel(g.name, g.memory_mib),
+                          GiB(g.memory_mib), true});
+    }
+    cap.total_cpus = cap.free_cpus = inv->cpu_cores;
+    cap.total_memory_gb = cap.free_memory_gb = GiB(inv->memory_mib);
+    cap.price_per_gpu_hour = ns.record.price_per_gpu_hour;
+    cap.price_per_cpu_hour = ns.record.price_per_cpu_hour;
+    out.push_back(std::move(cap));
+  }
+  for (const auto& [aid, att] : active_attempts_) {
+    for (auto& cap : out) {
+      if (cap.node_id != att.node_id) continue;
+      for (auto& g : cap.gpus) {
+        if (std::find(att.gpus.begin(), att.gpus.end(), g.index) != att.gpus.end()) g.free = false;
+      }
+      cap.free_cpus -= att.cpus;
+      cap.free_memory_gb -= att.memory_gb;
+    }
+  }
+  return out;
+}
+
+Status ServerCore::ScheduleLocked() {
+  std::vector<sched::JobRequest> queue;
+  for (const auto& [id, js] : jobs_) {
+    if (js.record.state != st::JobState::kQueued) continue;
+    sched::JobRequest r;
+    r.job_id = id;
+    r.priority = js.record.priority;
+    r.order = js.order;
+    r.gpus = js.spec.resources.gpus;
+    r.cpus = js.spec.resources.cpus;
+    r.memory_gb = js.spec.resources.memory_gb;
+    r.gpu_labels = js.gpu_labels;
+    r.min_vram_gb = js.spec.resources.min_vram_gb;
+    r.max_price_per_hour = js.spec.max_price_per_hour;
+    queue.push_back(std::move(r));
+  }
+  if (queue.empty()) return Status::Ok();
+  sched::Plan plan = sched::Schedule(CapacityLocked(), queue);
+
+  WriteBatch batch;
+  std::vector<proto::Assign> assigns;
+  std::vector<std::string> assign_nodes;
+  int64_t now = clock_->NowMillis();
+  for (const auto& p : plan.placements) {
+    JobState& js = jobs_[p.job_id];
+    AttemptRecord att;
+    att.id = NewId("att-");
+    att.job_id = p.job_id;
+    att.node_id = p.node_id;
+    att.gpus = p.gpus;
+    att.cpus = js.spec.resources.cpus;
+    att.memory_gb = js.spec.resources.memory_gb;
+    att.price_per_hour = p.price_per_hour;
+    att.state = AttemptState::kStarting;
+    att.created_ms = now;
+    js.record.state = st::JobState::kStarting;
+    js.record.attempt_id = att.id;
+    js.record.reason.clear();
+    js.never_fits = false;
+    const std::string& node_name = nodes_[p.node_id].record.name;
+    std::string msg = "placed on " + node_name + " (" + p.node_id + ")";
+    if (!p.gpus.empty()) msg += ", GPUs " + GpuList(p.gpus);
+    msg += ", price locked at " + Money(p.price_per_hour);
+    batch.events.push_back(EventLocked(p.job_id, "placed", msg));
+    batch.jobs.push_back(js.record);
+    batch.attempts.push_back(att);
+
+    proto::Assign a;
+    a.attempt_id = att.id;
+    a.job_id = p.job_id;
+    a.run = js.spec.run;
+    a.env = js.spec.env;
+    a.gpus = p.gpus;
+    a.cpus = att.cpus;
+    a.memory_gb = att.memory_gb;
+    a.workdir_blob = js.record.workdir_blob;
+    assigns.push_back(std::move(a));
+    assign_nodes.push_back(p.node_id);
+    max_log_seq_[att.id] = 0;
+    active_attempts_[att.id] = std::move(att);
+  }
+  for (const auto& w : plan.waiting) {
+    JobState& js = jobs_[w.job_id];
+    if (js.record.reason != w.reason) {
+      js.record.reason = w.reason;
+      batch.jobs.push_back(js.record);
+      if (w.never_fits != js.never_fits || w.never_fits) {
+        batch.events.push_back(EventLocked(w.job_id, w.never_fits ? "unschedulable" : "waiting",
+                                           w.reason));
+      }
+    }
+    js.never_fits = w.never_fits;
+  }
+  Status s = CommitLocked(batch);
+  if (!s.ok()) {
+    // The allocation is not durable, so it must not exist in memory either.
+    for (const auto& att : batch.attempts) {
+      active_attempts_.erase(att.id);
+      max_log_seq_.erase(att.id);
+      jobs_[att.job_id].record.state = st::JobState::kQueued;
+    }
+    return s;
+  }
+  for (size_t i = 0; i < assigns.size(); ++i) SendLocked(assign_nodes[i], proto::ToJson(assigns[i]));
+  return Status::Ok();
+}
+
+void ServerCore::FinishAttemptLocked(AttemptRecord& att, AttemptState state,
+                                     std::optional<int> exit_code, const std::string& cause,
+                                     WriteBatch& batch) {
+  int64_t now = clock_->NowMillis();
+  att.state = state;
+  att.exit_code = exit_code;
+  att.ended_ms = now;
+  att.cause = cause;
+  batch.attempts.push_back(att);
+  auto jit = jobs_.find(att.job_id);
+  if (jit != jobs_.end() && jit->second.record.attempt_id == att.id &&
+      !st::IsTerminal(jit->second.record.state)) {
+    JobRecord& job = jit->second.record;
+    switch (state) {
+      case AttemptState::kSucceeded: job.state = st::JobState::kSucceeded; break;
+      case AttemptState::kCancelled: job.state = st::JobState::kCancelled; break;
+      case AttemptState::kLost: job.state = st::JobState::kLost; break;
+      default: job.state = st::JobState::kFailed; break;
+    }
+    job.exit_code = exit_code;
+    job.finished_ms = now;
+    if (state != AttemptState::kSucceeded) job.reason = cause;
+    batch.jobs.push_back(job);
+    std::string msg = std::string(st::Name(job.state));
+    if (exit_code) msg += " with exit code " + std::to_string(*exit_code);
+    if (!cause.empty()) msg += " (" + cause + ")";
+    batch.events.push_back(EventLocked(job.id, std::string(st::Name(job.state)), msg));
+  }
+}
+
+Status ServerCore::ApplyExitLocked(AttemptRecord& att, const proto::Exited& ex, WriteBatch& batch) {
+  const JobState& js = jobs_[att.job_id];
+  AttemptState state;
+  std::string cause;
+  std::optional<int> code = ex.exit_code;
+  if (!ex.error.empty()) {
+    state = AttemptState::kFailed;
+    cause = "could not start: " + ex.error;
+    code.reset();
+  } else if (js.record.cancel_requested) {
+    state = AttemptState::kCancelled;
+    cause = "cancelled by user";
+  } else if (ex.exit_code == 0) {
+    state = AttemptState::kSucceeded;
+    cause = "exited";
+  } else {
+    state = AttemptState::kFailed;
+    cause = ex.signal ? "killed by signal " + std::to_string(ex.signal)
+                      : "exited with code " + std::to_string(ex.exit_code);
+  }
+  FinishAttemptLocked(att, state, code, cause, batch);
+  return Status::Ok();
+}
+
+Status ServerCore::LoseNodeLocked(NodeState& node, const std::string& why) {
+  WriteBatch batch;
+  node.record.state = st::NodeState::kLost;
+  batch.nodes.push_back(node.record);
+  std::vector<std::string> lost;
+  for (auto& [aid, att] : active_attempts_) {
+    if (att.node_id != node.record.id) continue;
+    FinishAttemptLocked(att, AttemptState::kLost, std::nullopt,
+                        "node " + node.record.name + " lost: " + why, batch);
+    lost.push_back(aid);
+  }
+  SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+  for (const auto& aid : lost) {
+    active_attempts_.erase(aid);
+    max_log_seq_.erase(aid);
+  }
+  if (node.link) {
+    node.link->Close();
+    node.link.reset();
+  }
+  return ScheduleLocked();
+}
+
+// ---------------------------------------------------------------- user API
+
+Result<JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec, const std::string& workdir_blob) {
+  std::vector<std::string> labels;
+  if (!spec.resources.gpu.empty()) {
+    auto res = market::ResolveGpuLabel(spec.resources.gpu);
+    if (!res.ok()) {
+      return Status::InvalidArgument("resources.gpu: " + res.status().message());
+    }
+    labels = res->labels;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  JobState js;
+  js.spec = spec;
+  js.gpu_labels = labels;
+  js.order = next_order_++;
+  JobRecord& job = js.record;
+  job.id = NewId("job-");
+  job.name = spec.name;
+  job.spec = spec::ToJson(spec);
+  job.workdir_blob = workdir_blob;
+  job.state = st::JobState::kQueued;
+  job.priority = spec.priority;
+  job.submitted_ms = clock_->NowMillis();
+  WriteBatch batch;
+  batch.jobs.push_back(job);
+  batch.events.push_back(EventLocked(job.id, "submitted", "submitted"));
+  SLUICE_RETURN_IF_ERROR(store_->Write(batch));  // durable before acknowledged
+  std::string id = job.id;
+  jobs_[id] = std::move(js);
+  Status s = ScheduleLocked();
+  if (!s.ok()) return s;
+  return jobs_[id].record;
+}
+
+std::vector<JobRecord> ServerCore::ListJobs(std::optional<st::JobState> state, size_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const JobState*> all;
+  for (const auto& [id, js] : jobs_) {
+    if (!state || js.record.state == *state) all.push_back(&js);
+  }
+  // Newest first: what a person looking at `sluice jobs` wants.
+  std::sort(all.begin(), all.end(),
+            [](const JobState* a, const JobState* b) { return a->order > b->order; });
+  std::vector<JobRecord> out;
+  for (const auto* js : all) {
+    if (out.size() >= limit) break;
+    out.push_back(js->record);
+  }
+  return out;
+}
+
+Result<JobDetail> ServerCore::GetJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + id);
+  JobDetail d;
+  d.job = it->second.record;
+  SLUICE_ASSIGN_OR_RETURN(d.attempts, store_->AttemptsForJob(id));
+  SLUICE_ASSIGN_OR_RETURN(d.events, store_->ReadEvents(id, 0, 10000));
+  return d;
+}
+
+Result<JobRecord> ServerCore::CancelJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + id);
+  JobRecord& job = it->second.record;
+  if (st::IsTerminal(job.state)) {
+    return Status::FailedPrecondition("job " + id + " already " + std::string(st::Name(job.state)));
+  }
+  WriteBatch batch;
+  if (job.state == st::JobState::kQueued) {
+    job.state = st::JobState::kCancelled;
+    job.finished_ms = clock_->NowMillis();
+    job.reason = "cancelled by user";
+    batch.jobs.push_back(job);
+    batch.events.push_back(EventLocked(id, "cancelled", "cancelled while queued"));
+    SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+    return job;
+  }
+  if (job.cancel_requested) return job;  // idempotent
+  job.cancel_requested = true;
+  batch.jobs.push_back(job);
+  batch.events.push_back(EventLocked(
+      id, "cancel_requested",
+      "cancel requested: SIGTERM to the process group, SIGKILL after " +
+          std::to_string(options_.cancel_grace_ms / 1000) + "s"));
+  SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+  auto att = active_attempts_.find(job.attempt_id);
+  if (att != active_attempts_.end()) {
+    SendLocked(att->second.node_id, Json{{"type", "cancel"},
+                                         {"attempt_id", att->first},
+                                         {"grace_ms", options_.cancel_grace_ms}});
+  }
+  return job;
+}
+
+std::vector<NodeView> ServerCore::ListNodes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto caps = CapacityLocked();
+  std::vector<NodeView> out;
+  for (const auto& [id, ns] : nodes_) {
+    NodeView v;
+    v.node = ns.record;
+    for (const auto& c : caps) {
+      if (c.node_id != id) continue;
+      for (const auto& g : c.gpus) v.gpus_free += g.free ? 1 : 0;
+      v.cpus_free = c.free_cpus;
+      v.memory_free_gb = c.free_memory_gb;
+    }
+    for (const auto& [aid, att] : active_attempts_) v.running_attempts += att.node_id == id;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::vector<Offer> ServerCore::ListOffers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Offer> out;
+  for (const auto& cap : CapacityLocked()) {
+    if (!cap.online) continue;  // offers from disconnected or lost nodes are withdrawn
+    const NodeState& ns = nodes_[cap.node_id];
+    auto inv = InventoryFromJson(ns.record.inventory);
+    Offer base;
+    base.node_id = cap.node_id;
+    base.node_name = cap.name;
+    base.cpus = cap.free_cpus;
+    base.memory_gb = cap.free_memory_gb;
+    base.price_per_gpu_hour = cap.price_per_gpu_hour;
+    base.price_per_cpu_hour = cap.price_per_cpu_hour;
+    base.region = ns.record.region;
+    if (inv.ok()) {
+      base.driver_version = inv->driver_version;
+      base.cuda_version = inv->cuda_version;
+    }
+    if (cap.gpus.empty()) {
+      out.push_back(base);
+      continue;
+    }
+    // One offer per GPU label on the node.
+    std::map<std::string, Offer> by_label;
+    for (const auto& g : cap.gpus) {
+      auto [it, fresh] = by_label.try_emplace(g.label, base);
+      Offer& o = it->second;
+      if (fresh) {
+        o.gpu_label = g.label;
+        o.vram_gb = g.vram_gb;
+        if (inv.ok()) {
+          for (const auto& gi : inv->gpus) {
+            if (gi.index == g.index) o.gpu_name = gi.name;
+          }
+        }
+      }
+      o.gpus_total++;
+      o.gpus_free += g.free ? 1 : 0;
+    }
+    for (auto& [label, o] : by_label) out.push_back(std::move(o));
+  }
+  return out;
+}
+
+Result<std::vector<st::LogLine>> ServerCore::ReadLogs(const std::string& job_id, int64_t after_id,
+                                                      int limit) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!jobs_.count(job_id)) return Status::NotFound("no job " + job_id);
+  }
+  return store_->ReadLogs(job_id, after_id, limit);
+}
+
+Result<uint64_t> ServerCore::Subscribe(const std::string& job_id, bool events, bool logs,
+                                       StreamSink sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
+  // Replay under mu_: nothing new can be committed meanwhile, so replay + live has no gap and
+  // no duplicate.
+  if (events) {
+    int64_t after = 0;
+    while (true) {
+      SLUICE_ASSIGN_OR_RETURN(auto batch, store_->ReadEvents(job_id, after, 1000));
+      for (const auto& ev : batch) {
+        Json item = EventToJson(ev);
+        item["type"] = "event";
+        if (!sink(item)) return Status::Cancelled("reader went away");
+        after = ev.id;
+      }
+      if (batch.size() < 1000) break;
+    }
+  }
+  if (logs) {
+    int64_t after = 0;
+    while (true) {
+      SLUICE_ASSIGN_OR_RETURN(auto batch, store_->ReadLogs(job_id, after, 1000));
+      for (const auto& line : batch) {
+        if (!sink(LogToJson(line))) return Status::Cancelled("reader went away");
+        after = line.id;
+      }
+      if (batch.size() < 1000) break;
+    }
+  }
+  if (st::IsTerminal(it->second.record.state)) {
+    sink(EndItemLocked(it->second.record));
+    return uint64_t{0};
+  }
+  uint64_t id = next_subscriber_++;
+  subscribers_[id] = Subscriber{job_id, events, logs, std::move(sink)};
+  return id;
+}
+
+void ServerCore::Unsubscribe(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  subscribers_.erase(id);
+}
+
+// ---------------------------------------------------------------- agent channel
+
+Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& link,
+                                           const proto::Hello& hello) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t now = clock_->NowMillis();
+  std::string node_id = hello.node_id;
+  auto it = node_id.empty() ? nodes_.end() : nodes_.find(node_id);
+  if (it == nodes_.end()) {
+    // A node id we never issued (or none): register as new. An id from a wiped server is not
+    // trusted as-is, so a node cannot claim another node's history.
+    node_id = NewId("node-");
+    NodeState ns;
+    ns.record.id = node_id;
+    ns.record.registered_ms = now;
+    it = nodes_.emplace(node_id, std::move(ns)).first;
+  }
+  NodeState& ns = it->second;
+  if (ns.link && ns.link != link) ns.link->Close();  // a second agent for one node: newest wins
+  ns.link = link;
+  ns.last_seen_mono = clock_->MonotonicMillis();
+  ns.record.name = hello.name.empty() ? hello.inventory.hostname : hello.name;
+  ns.record.inventory = ToJson(hello.inventory);
+  ns.record.state = st::NodeState::kOnline;
+  ns.record.last_seen_ms = now;
+  ns.record.price_per_gpu_hour = hello.price_per_gpu_hour;
+  ns.record.price_per_cpu_hour = hello.price_per_cpu_hour;
+  ns.record.region = hello.region;
+
+  // Reconcile: the agent's account of its attempts against ours.
+  WriteBatch batch;
+  batch.nodes.push_back(ns.record);
+  std::map<std::string, const proto::AttemptReport*> reported;
+  for (const auto& r : hello.attempts) reported[r.attempt_id] = &r;
+  std::vector<std::string> finished, to_cancel, to_ack;  // attempt ids
+  for (auto& [aid, att] : active_attempts_) {
+    if (att.node_id != node_id) continue;
+    auto rep = reported.find(aid);
+    if (rep == reported.end() || rep->second->lost) {
+      FinishAttemptLocked(att, AttemptState::kLost, std::nullopt,
+                          "the agent on " + ns.record.name + " restarted and no longer runs it",
+                          batch);
+      finished.push_back(aid);
+    } else {
+      // Running, or finished while we were apart: either way the agent now resends the lines
+      // we lack (from the log_ack below) and then its `exited`, so keep the attempt active.
+      if (att.state == AttemptState::kStarting) {
+        att.state = AttemptState::kRunning;
+        att.started_ms = att.started_ms ? att.started_ms : now;
+        batch.attempts.push_back(att);
+        JobRecord& job = jobs_[att.job_id].record;
+        if (job.state == st::JobState::kStarting) {
+          job.state = st::JobState::kRunning;
+          job.started_ms = att.started_ms;
+          batch.jobs.push_back(job);
+          batch.events.push_back(EventLocked(job.id, "started", "started on " + ns.record.name));
+        }
+      }
+      if (rep->second->running && jobs_[att.job_id].record.cancel_requested) {
+        to_cancel.push_back(aid);
+      }
+    }
+  }
+  for (const auto& r : hello.attempts) {
+    auto a = active_attempts_.find(r.attempt_id);
+    bool ours = a != active_attempts_.end() && a->second.node_id == node_id;
+    if (ours) continue;
+    // Not active here: finished, lost, or unknown. A running one must die so a job never runs
+    // twice; a finished one is acknowledged so the agent forgets it.
+    if (r.running) to_cancel.push_back(r.attempt_id);
+    else to_ack.push_back(r.attempt_id);
+  }
+  SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+  for (const auto& aid : finished) {
+    active_attempts_.erase(aid);
+    max_log_seq_.erase(aid);
+  }
+  link->Send(Json{{"type", "welcome"},
+                  {"node_id", node_id},
+                  {"heartbeat_interval_ms", options_.heartbeat_interval_ms}});
+  for (const auto& aid : to_cancel) {
+    link->Send(Json{{"type", "cancel"}, {"attempt_id", aid}, {"grace_ms", options_.cancel_grace_ms}});
+  }
+  for (const auto& aid : to_ack) link->Send(Json{{"type", "exit_ack"}, {"attempt_id", aid}});
+  // Tell the agent where each surviving attempt's logs stand, so it resends only what we lack.
+  for (const auto& [aid, att] : active_attempts_) {
+    if (att.node_id == node_id) {
+      link->Send(Json{{"type", "log_ack"}, {"attempt_id", aid}, {"seq", max_log_seq_[aid]}});
+    }
+  }
+  SLUICE_RETURN_IF_ERROR(ScheduleLocked());
+  return node_id;
+}
+
+Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* link,
+                                const Json& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto nit = nodes_.find(node_id);
+  if (nit == nodes_.end() || nit->second.link.get() != link) {
+    return Status::FailedPrecondition("this connection is no longer the node's agent link");
+  }
+  NodeState& ns = nit->second;
+  ns.last_seen_mono = clock_->MonotonicMillis();
+  SLUICE_ASSIGN_OR_RETURN(std::string type, GetString(msg, "type"));
+  if (type == "heartbeat") return Status::Ok();
+
+  SLUICE_ASSIGN_OR_RETURN(std::string attempt_id, GetString(msg, "attempt_id"));
+  auto ait = active_attempts_.find(attempt_id);
+  bool ours = ait != active_attempts_.end() && ait->second.node_id == node_id;
+  if (type == "exited" && !ours) {
+    // Already applied (a resend after reconnect) or never ours: acknowledge so the agent forgets.
+    ns.link->Send(Json{{"type", "exit_ack"}, {"attempt_id", attempt_id}});
+    return Status::Ok();
+  }
+  if (!ours) {
+    if (type == "log") {
+      // Lines of an attempt we already closed; tell the agent to drop them.
+      ns.link->Send(Json{{"type", "log_ack"}, {"attempt_id", attempt_id}, {"seq", INT64_MAX}});
+      return Status::Ok();
+    }
+    return Status::NotFound("attempt " + attempt_id + " is not running on this node");
+  }
+  AttemptRecord& att = ait->second;
+  WriteBatch batch;
+  if (type == "started") {
+    if (att.state == AttemptState::kStarting) {
+      att.state = AttemptState::kRunning;
+      att.started_ms = clock_->NowMillis();
+      batch.attempts.push_back(att);
+      JobRecord& job = jobs_[att.job_id].record;
+      if (job.state == st::JobState::kStarting) {
+        job.state = st::JobState::kRunning;
+        job.started_ms = att.started_ms;
+        batch.jobs.push_back(job);
+        batch.events.push_back(EventLocked(job.id, "started", "started on " + ns.record.name));
+      }
+    }
+    return CommitLocked(batch);
+  }
+  if (type == "log") {
+    SLUICE_ASSIGN_OR_RETURN(auto lines, proto::LogEntriesFromJson(msg));
+    int64_t& max_seq = max_log_seq_[attempt_id];
+    for (auto& l : lines) {
+      if (l.seq <= max_seq) continue;  // a resend we already hold
+      st::LogLine line;
+      line.job_id = att.job_id;
+      line.attempt_id = attempt_id;
+      line.seq = l.seq;
+      line.stream = l.stream;
+      line.ts_ms = l.ts_ms ? l.ts_ms : clock_->NowMillis();
+      line.text = std::move(l.text);
+      batch.logs.push_back(std::move(line));
+    }
+    if (batch.logs.empty()) return Status::Ok();
+    int64_t new_max = batch.logs.back().seq;
+    SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+    max_seq = std::max(max_seq, new_max);
+    ns.link->Send(Json{{"type", "log_ack"}, {"attempt_id", attempt_id}, {"seq", max_seq}});
+    return Status::Ok();
+  }
+  if (type == "exited") {
+    SLUICE_ASSIGN_OR_RETURN(proto::Exited ex, proto::ExitedFromJson(msg));
+    SLUICE_RETURN_IF_ERROR(ApplyExitLocked(att, ex, batch));
+    SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+    active_attempts_.erase(attempt_id);
+    max_log_seq_.erase(attempt_id);
+    ns.link->Send(Json{{"type", "exit_ack"}, {"attempt_id", attempt_id}});
+    return ScheduleLocked();
+  }
+  return Status::InvalidArgument("type: unknown message type `" + type + "`");
+}
+
+void ServerCore::AgentDisconnected(const std::string& node_id, const AgentLink* link) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || it->second.link.get() != link) return;  // replaced already
+  it->second.link.reset();
+  if (it->second.record.state == st::NodeState::kOnline) {
+    it->second.record.state = st::NodeState::kOffline;
+    it->second.record.last_seen_ms = clock_->NowMillis();
+    WriteBatch batch;
+    batch.nodes.push_back(it->second.record);
+    (void)CommitLocked(batch);  // best effort: a restart treats every node as offline anyway
+  }
+}
+
+void ServerCore::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t now = clock_->MonotonicMillis();
+  for (auto& [id, ns] : nodes_) {
+    if (ns.record.state == st::NodeState::kLost) continue;
+    int64_t silent = now - ns.last_seen_mono;
+    if (silent > options_.heartbeat_grace_ms) {
+      (void)LoseNodeLocked(ns, "no heartbeat for " + std::to_string(silent / 1000) + "s");
+    }
+  }
+}
+
+// ---------------------------------------------------------------- views
+
+Json JobToJson(const JobRecord& j) {
+  Json out{{"id", j.id},
+           {"name", j.name},
+           {"state", st::Name(j.state)},
+           {"priority", j.priority},
+           {"submitted_ms", j.submitted_ms},
+           {"started_ms", j.started_ms},
+           {"finished_ms", j.finished_ms},
+           {"exit_code", j.exit_code ? Json(*j.exit_code) : Json(nullptr)},
+           {"reason", j.reason},
+           {"attempt_id", j.attempt_id},
+           {"cancel_requested", j.cancel_requested},
+           {"workdir_blob", j.workdir_blob},
+           {"spec", j.spec}};
+  return out;
+}
+
+Json AttemptToJson(const AttemptRecord& a) {
+  return Json{{"id", a.id},
+              {"job_id", a.job_id},
+              {"node_id", a.node_id},
+              {"gpus", a.gpus},
+              {"cpus", a.cpus},
+              {"memory_gb", a.memory_gb},
+              {"price_per_hour", a.price_per_hour},
+              {"state", st::Name(a.state)},
+              {"created_ms", a.created_ms},
+              {"started_ms", a.started_ms},
+              {"ended_ms", a.ended_ms},
+              {"exit_code", a.exit_code ? Json(*a.exit_code) : Json(nullptr)},
+              {"cause", a.cause}};
+}
+
+Json EventToJson(const st::JobEvent& e) {
+  return Json{{"id", e.id}, {"job_id", e.job_id}, {"ts_ms", e.ts_ms}, {"event", e.type},
+              {"message", e.message}};
+}
+
+Json LogToJson(const st::LogLine& l) {
+  return Json{{"type", "log"},           {"id", l.id},         {"attempt_id", l.attempt_id},
+              {"seq", l.seq},            {"stream", l.stream}, {"ts_ms", l.ts_ms},
+              {"text", l.text}};
+}
+
+Json NodeToJson(const NodeView& v) {
+  const auto& n = v.node;
+  return Json{{"id", n.id},
+              {"name", n.name},
+              {"state", st::Name(n.state)},
+              {"registered_ms", n.registered_ms},
+              {"last_seen_ms", n.last_seen_ms},
+              {"price_per_gpu_hour", n.price_per_gpu_hour},
+              {"price_per_cpu_hour", n.price_per_cpu_hour},
+              {"region", n.region},
+              {"gpus_free", v.gpus_free},
+              {"cpus_free", v.cpus_free},
+              {"memory_free_gb", v.memory_free_gb},
+              {"running_attempts", v.running_attempts},
+              {"inventory", n.inventory}};
+}
+
+Json OfferToJson(const Offer& o) {
+  return Json{{"node_id", o.node_id},
+              {"node_name", o.node_name},
+              {"gpu", o.gpu_label},
+              {"gpu_name", o.gpu_name},
+              {"gpus_total", o.gpus_total},
+              {"gpus_free", o.gpus_free},
+              {"vram_gb", o.vram_gb},
+              {"cpus_free", o.cpus},
+              {"memory_free_gb", o.memory_gb},
+              {"price_per_gpu_hour", o.price_per_gpu_hour},
+              {"price_per_cpu_hour", o.price_per_cpu_hour},
+              {"driver_version", o.driver_version},
+              {"cuda_version", o.cuda_version},
+              {"region", o.region},
+              {"source", o.source}};
+}
+
+}  // namespace sluice::server

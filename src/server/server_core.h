@@ -1,0 +1,175 @@
+// ServerCore: the marketplace's live state and the rules that change it. The HTTP handlers and
+// the agent channel call into it; it writes every change to the Store before acknowledging
+// (DESIGN.md §7), asks the pure scheduler for a plan after every event that can change
+// placement (submit, capacity change) and pushes work to agents through AgentLink.
+//
+// Thread safety: every public method takes mu_; callbacks (AgentLink::Send, stream sinks) are
+// invoked with mu_ held and must not block or call back into the core.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/agent_protocol.h"
+#include "common/clock.h"
+#include "common/json.h"
+#include "common/status.h"
+#include "sched/scheduler.h"
+#include "spec/job_spec.h"
+#include "store/blob_store.h"
+#include "store/store.h"
+
+namespace sluice::server {
+
+// The server's end of one agent's WebSocket. A seam: tests record what would be sent.
+class AgentLink {
+ public:
+  virtual ~AgentLink() = default;
+  virtual void Send(const Json& message) = 0;  // must not block
+  virtual void Close() = 0;
+};
+
+struct CoreOptions {
+  int64_t heartbeat_interval_ms = 3000;  // told to agents in `welcome`
+  int64_t heartbeat_grace_ms = 15000;    // silence after which a node is lost
+  int64_t cancel_grace_ms = 10000;       // SIGTERM -> SIGKILL on the agent
+};
+
+struct JobDetail {
+  store::JobRecord job;
+  std::vector<store::AttemptRecord> attempts;
+  std::vector<store::JobEvent> events;
+};
+
+struct NodeView {
+  store::NodeRecord node;
+  int gpus_free = 0;
+  int cpus_free = 0;
+  double memory_free_gb = 0;
+  int running_attempts = 0;
+};
+
+struct Offer {
+  std::string node_id;
+  std::string node_name;
+  std::string gpu_label;  // empty for a CPU-only offer
+  std::string gpu_name;
+  int gpus_total = 0;
+  int gpus_free = 0;
+  double vram_gb = 0;
+  int cpus = 0;
+  double memory_gb = 0;
+  double price_per_gpu_hour = 0;
+  double price_per_cpu_hour = 0;
+  std::string driver_version;
+  std::string cuda_version;
+  std::string region;
+  std::string source = "agent";
+};
+
+// One item of a job's stream: {"type":"event"|"log"|"end", ...}. Returns false when the reader
+// is gone, and the core drops the subscription.
+using StreamSink = std::function<bool(const Json& item)>;
+
+class ServerCore {
+ public:
+  ServerCore(store::Store* store, const Clock* clock, CoreOptions options);
+
+  // Rebuilds the live state from the store. Nodes start offline with their grace counted from
+  // now, so agents have a full grace period to reconnect after a server restart.
+  Status Load();
+
+  // --- user API ---
+  // Validates (including the GPU label), persists, schedules. Returns the job as stored.
+  Result<store::JobRecord> SubmitJob(const spec::JobSpec& spec, const std::string& workdir_blob);
+  std::vector<store::JobRecord> ListJobs(std::optional<store::JobState> state, size_t limit);
+  Result<JobDetail> GetJob(const std::string& id);
+  Result<store::JobRecord> CancelJob(const std::string& id);
+  std::vector<NodeView> ListNodes();
+  std::vector<Offer> ListOffers();
+  Result<std::vector<store::LogLine>> ReadLogs(const std::string& job_id, int64_t after_id,
+                                               int limit);
+
+  // Replays the job's stored events and/or logs, then delivers new ones live until the job
+  // ends, when an {"type":"end"} item is sent and the subscription closes.
+  Result<uint64_t> Subscribe(const std::string& job_id, bool events, bool logs, StreamSink sink);
+  void Unsubscribe(uint64_t id);
+
+  // --- agent channel ---
+  // Registers or re-registers a node and reconciles what the agent says it runs with what the
+  // store says. Returns the node id to put in `welcome`.
+  Result<std::string> AgentHello(const std::shared_ptr<AgentLink>& link, const proto::Hello& hello);
+  // heartbeat | started | log | exited, from a node that said hello on `link`.
+  Status AgentMessage(const std::string& node_id, const AgentLink* link, const Json& msg);
+  void AgentDisconnected(const std::string& node_id, const AgentLink* link);
+
+  // Marks nodes lost whose heartbeats stopped past the grace. Called periodically.
+  void Tick();
+
+  const CoreOptions& options() const { return options_; }
+
+ private:
+  struct NodeState {
+    store::NodeRecord record;
+    std::shared_ptr<AgentLink> link;     // null while disconnected
+    int64_t last_seen_mono = 0;          // Clock::MonotonicMillis of the last sign of life
+  };
+  struct JobState {
+    store::JobRecord record;
+    std::vector<std::string> gpu_labels;  // resolved from spec.resources.gpu
+    spec::JobSpec spec;
+    int64_t order = 0;
+    bool never_fits = false;
+  };
+  struct Subscriber {
+    std::string job_id;
+    bool events = false;
+    bool logs = false;
+    StreamSink sink;
+  };
+
+  Status ScheduleLocked();
+  std::vector<sched::NodeCapacity> CapacityLocked() const;
+  Status ApplyExitLocked(store::AttemptRecord& att, const proto::Exited& exited,
+                         store::WriteBatch& batch);
+  void FinishAttemptLocked(store::AttemptRecord& att, store::AttemptState state,
+                           std::optional<int> exit_code, const std::string& cause,
+                           store::WriteBatch& batch);
+  store::JobEvent EventLocked(const std::string& job_id, std::string type, std::string message);
+  Status CommitLocked(store::WriteBatch& batch);
+  void PublishLocked(const store::WriteBatch& batch);
+  void SendLocked(const std::string& node_id, const Json& msg);
+  Status LoseNodeLocked(NodeState& node, const std::string& why);
+  Json EndItemLocked(const store::JobRecord& job) const;
+
+  // Constant after construction.
+  store::Store* const store_;
+  const Clock* const clock_;
+  const CoreOptions options_;
+
+  std::mutex mu_;
+  // Guarded by mu_.
+  std::map<std::string, NodeState> nodes_;
+  std::map<std::string, JobState> jobs_;
+  std::map<std::string, store::AttemptRecord> active_attempts_;  // starting/running only
+  std::map<std::string, int64_t> max_log_seq_;                   // per active attempt
+  std::map<uint64_t, Subscriber> subscribers_;
+  uint64_t next_subscriber_ = 1;
+  int64_t next_order_ = 1;
+};
+
+// JSON views shared by the API handlers.
+Json JobToJson(const store::JobRecord& job);
+Json AttemptToJson(const store::AttemptRecord& att);
+Json EventToJson(const store::JobEvent& ev);
+Json LogToJson(const store::LogLine& line);
+Json NodeToJson(const NodeView& node);
+Json OfferToJson(const Offer& offer);
+
+}  // namespace sluice::server

@@ -1,0 +1,279 @@
+#include "server/server_core.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/crypto.h"
+
+namespace sluice::server {
+namespace {
+
+class RecordingLink : public AgentLink {
+ public:
+  void Send(const Json& m) override { sent.push_back(m); }
+  void Close() override { closed = true; }
+  std::vector<Json> OfType(const std::string& type) const {
+    std::vector<Json> out;
+    for (const auto& m : sent) {
+      if (m.value("type", "") == type) out.push_back(m);
+    }
+    return out;
+  }
+  std::vector<Json> sent;
+  bool closed = false;
+};
+
+class ServerCoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("sluice-core-" + RandomHex(6));
+    std::filesystem::create_directories(dir_);
+    Open();
+  }
+  void TearDown() override {
+    core_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  // (Re)opens store and core on the same database: a server restart.
+  void Open() {
+    core_.reset();
+    store_.reset();
+    auto s = store::OpenSqliteStore((dir_ / "sluice.db").string());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(*s);
+    CoreOptions opt;
+    opt.heartbeat_grace_ms = 10'000;
+    core_ = std::make_unique<ServerCore>(store_.get(), &clock_, opt);
+    ASSERT_TRUE(core_->Load().ok());
+  }
+  proto::Hello CpuHello(std::string node_id = "") {
+    proto::Hello h;
+    h.node_id = node_id;
+    h.name = "box";
+    h.inventory.hostname = "box";
+    h.inventory.cpu_cores = 4;
+    h.inventory.memory_mib = 8192;
+    h.inventory.gpu_source = "none";
+    return h;
+  }
+  spec::JobSpec Spec(int cpus = 1, int gpus = 0) {
+    spec::JobSpec s;
+    s.name = "t";
+    s.run = "echo hi";
+    s.resources.cpus = cpus;
+    s.resources.gpus = gpus;
+    s.resources.memory_gb = 1;
+    return s;
+  }
+  Json Msg(std::string type, std::string attempt) {
+    return Json{{"type", type}, {"attempt_id", attempt}};
+  }
+
+  FakeClock clock_;
+  std::filesystem::path dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<ServerCore> core_;
+};
+
+TEST_F(ServerCoreTest, JobRunsToCompletionWithLogs) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  ASSERT_TRUE(node.ok());
+  ASSERT_EQ(link->OfType("welcome").size(), 1u);
+
+  auto job = core_->SubmitJob(Spec(), "");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto assigns = link->OfType("assign");
+  ASSERT_EQ(assigns.size(), 1u);
+  std::string att = assigns[0]["attempt_id"];
+  EXPECT_EQ(assigns[0]["run"], "echo hi");
+
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), Msg("started", att)).ok());
+  Json log = proto::LogMessage(att, {{1, "stdout", 0, "hello"}, {2, "stderr", 0, "warn"}});
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), log).ok());
+  // A resend of the same lines is not stored twice.
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), log).ok());
+  Json exited = proto::ToJson(proto::Exited{att, 0, 0, ""});
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), exited).ok());
+
+  auto d = core_->GetJob(job->id);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->job.state, store::JobState::kSucceeded);
+  EXPECT_EQ(d->job.exit_code, 0);
+  auto logs = core_->ReadLogs(job->id, 0, 100);
+  ASSERT_TRUE(logs.ok());
+  ASSERT_EQ(logs->size(), 2u);
+  EXPECT_EQ((*logs)[0].text, "hello");
+  EXPECT_EQ((*logs)[1].stream, "stderr");
+  EXPECT_EQ(link->OfType("exit_ack").size(), 1u);
+}
+
+TEST_F(ServerCoreTest, NonZeroExitFailsJob) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto job = core_->SubmitJob(Spec(), "");
+  std::string att = link->OfType("assign")[0]["attempt_id"];
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 3, 0, ""})).ok());
+  auto d = core_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, store::JobState::kFailed);
+  EXPECT_EQ(d->job.exit_code, 3);
+}
+
+TEST_F(ServerCoreTest, JobThatCanNeverFitSaysWhyAndWaits) {
+  auto link = std::make_shared<RecordingLink>();
+  ASSERT_TRUE(core_->AgentHello(link, CpuHello()).ok());
+  auto job = core_->SubmitJob(Spec(1, 2), "");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, store::JobState::kQueued);
+  EXPECT_NE(job->reason.find("can ever run"), std::string::npos) << job->reason;
+  EXPECT_TRUE(link->OfType("assign").empty());
+}
+
+TEST_F(ServerCoreTest, QueuedJobStartsWhenCapacityFrees) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto a = core_->SubmitJob(Spec(4), "");
+  auto b = core_->SubmitJob(Spec(4), "");
+  ASSERT_EQ(link->OfType("assign").size(), 1u);
+  EXPECT_EQ(core_->GetJob(b->id)->job.state, store::JobState::kQueued);
+  std::string att = link->OfType("assign")[0]["attempt_id"];
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
+  ASSERT_EQ(link->OfType("assign").size(), 2u);
+  EXPECT_EQ(link->OfType("assign")[1]["job_id"], b->id);
+}
+
+TEST_F(ServerCoreTest, CancelQueuedAndRunning) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto running = core_->SubmitJob(Spec(4), "");
+  auto queued = core_->SubmitJob(Spec(4), "");
+  auto c = core_->CancelJob(queued->id);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->state, store::JobState::kCancelled);
+  c = core_->CancelJob(running->id);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->cancel_requested);
+  ASSERT_EQ(link->OfType("cancel").size(), 1u);
+  std::string att = link->OfType("assign")[0]["attempt_id"];
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 143, 15, ""})).ok());
+  EXPECT_EQ(core_->GetJob(running->id)->job.state, store::JobState::kCancelled);
+  EXPECT_FALSE(core_->CancelJob(running->id).ok());  // already terminal
+}
+
+TEST_F(ServerCoreTest, SilentNodeIsLostAfterGrace) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto job = core_->SubmitJob(Spec(), "");
+  clock_.Advance(9'000);
+  core_->Tick();
+  EXPECT_EQ(core_->ListNodes()[0].node.state, store::NodeState::kOnline);
+  clock_.Advance(2'000);
+  core_->Tick();
+  EXPECT_EQ(core_->ListNodes()[0].node.state, store::NodeState::kLost);
+  EXPECT_TRUE(link->closed);
+  auto d = core_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, store::JobState::kLost);
+  EXPECT_NE(d->job.reason.find("no heartbeat"), std::string::npos);
+  EXPECT_TRUE(core_->ListOffers().empty());
+}
+
+TEST_F(ServerCoreTest, RestartKeepsStateAndReconcilesExitOnce) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto job = core_->SubmitJob(Spec(), "");
+  std::string att = link->OfType("assign")[0]["attempt_id"];
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), Msg("started", att)).ok());
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(),
+                                  proto::LogMessage(att, {{1, "stdout", 0, "before"}})).ok());
+  Open();  // the server restarts
+  EXPECT_EQ(core_->GetJob(job->id)->job.state, store::JobState::kRunning);
+  EXPECT_EQ(core_->ListNodes()[0].node.state, store::NodeState::kOffline);
+
+  // The agent reconnects: it finished meanwhile and resends everything unacknowledged.
+  auto link2 = std::make_shared<RecordingLink>();
+  proto::Hello h = CpuHello(*node);
+  proto::AttemptReport rep;
+  rep.attempt_id = att;
+  rep.running = true;
+  h.attempts.push_back(rep);
+  ASSERT_EQ(*core_->AgentHello(link2, h), *node);
+  ASSERT_EQ(link2->OfType("log_ack").size(), 1u);
+  EXPECT_EQ(link2->OfType("log_ack")[0]["seq"], 1);
+  ASSERT_TRUE(core_->AgentMessage(*node, link2.get(),
+                                  proto::LogMessage(att, {{1, "stdout", 0, "before"},
+                                                          {2, "stdout", 0, "after"}})).ok());
+  Json exited = proto::ToJson(proto::Exited{att, 0, 0, ""});
+  ASSERT_TRUE(core_->AgentMessage(*node, link2.get(), exited).ok());
+  ASSERT_TRUE(core_->AgentMessage(*node, link2.get(), exited).ok());  // duplicate: acked only
+  EXPECT_EQ(link2->OfType("exit_ack").size(), 2u);
+  auto d = core_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, store::JobState::kSucceeded);
+  EXPECT_EQ(core_->ReadLogs(job->id, 0, 10)->size(), 2u);
+  int finished_events = 0;
+  for (const auto& e : d->events) finished_events += e.type == "succeeded";
+  EXPECT_EQ(finished_events, 1);
+}
+
+TEST_F(ServerCoreTest, AgentThatForgotItsAttemptGetsItLostAndStaleOnesKilled) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto job = core_->SubmitJob(Spec(), "");
+  auto link2 = std::make_shared<RecordingLink>();
+  proto::Hello h = CpuHello(*node);
+  proto::AttemptReport stale;
+  stale.attempt_id = "att-unknown";
+  stale.running = true;
+  h.attempts.push_back(stale);
+  ASSERT_TRUE(core_->AgentHello(link2, h).ok());
+  EXPECT_TRUE(link->closed);  // the older link for the node is replaced
+  EXPECT_EQ(core_->GetJob(job->id)->job.state, store::JobState::kLost);
+  auto cancels = link2->OfType("cancel");
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0]["attempt_id"], "att-unknown");
+}
+
+TEST_F(ServerCoreTest, StreamReplaysThenFollowsThenEnds) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto job = core_->SubmitJob(Spec(), "");
+  std::string att = link->OfType("assign")[0]["attempt_id"];
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::LogMessage(att, {{1, "stdout", 0, "one"}})).ok());
+  std::vector<Json> items;
+  auto sub = core_->Subscribe(job->id, true, true, [&](const Json& j) {
+    items.push_back(j);
+    return true;
+  });
+  ASSERT_TRUE(sub.ok());
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::LogMessage(att, {{2, "stdout", 0, "two"}})).ok());
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
+  std::vector<std::string> logs;
+  for (const auto& i : items) {
+    if (i["type"] == "log") logs.push_back(i["text"]);
+  }
+  EXPECT_EQ(logs, (std::vector<std::string>{"one", "two"}));
+  ASSERT_FALSE(items.empty());
+  EXPECT_EQ(items.back()["type"], "end");
+  EXPECT_EQ(items.back()["job"]["state"], "succeeded");
+}
+
+TEST_F(ServerCoreTest, MessagesFromAReplacedLinkAreRefused) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto link2 = std::make_shared<RecordingLink>();
+  ASSERT_TRUE(core_->AgentHello(link2, CpuHello(*node)).ok());
+  Status s = core_->AgentMessage(*node, link.get(), Json{{"type", "heartbeat"}});
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ServerCoreTest, UnknownGpuLabelIsRejectedWithSuggestion) {
+  spec::JobSpec s = Spec(1, 1);
+  s.resources.gpu = "a1000";
+  auto r = core_->SubmitJob(s, "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("a100"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace sluice::server
