@@ -16,12 +16,15 @@ class BlobStore {
  public:
   explicit BlobStore(std::string root_dir);
 
-  // Stores `data`; returns its lowercase hex SHA-256.
+  // Stores `data`; returns its lowercase hex SHA-256. Storing bytes already present is a no-op.
   Result<std::string> Put(std::string_view data);
   // Stores `data` only if its SHA-256 equals `digest` (InvalidArgument otherwise).
   Status PutVerified(std::string_view digest, std::string_view data);
+  // NotFound when absent; Internal "blob <digest> is corrupt" when the file's bytes no longer
+  // hash to `digest`. Invalid digests are InvalidArgument for every method (Has: false).
   Result<std::string> Get(std::string_view digest) const;
   bool Has(std::string_view digest) const;
+  // NotFound when absent.
   Status Delete(std::string_view digest);
   // True for 64 lowercase hex characters; anything else is never used as a path.
   static bool IsValidDigest(std::string_view digest);
