@@ -88,6 +88,12 @@ CREATE TABLE events (
 CREATE INDEX events_by_job ON events (job_id, id);
 )sql";
 
+// v3: a cancel the server accepted but the agent has not yet confirmed must survive a restart.
+constexpr std::string_view kV3 = R"sql(
+ALTER TABLE jobs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0
+    CHECK (cancel_requested IN (0, 1));
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -131,6 +137,7 @@ const std::vector<Migration>& Migrations() {
   static const std::vector<Migration> kSteps = {
       {1, "tokens, nodes, jobs, attempts", kV1},
       {2, "logs and events", kV2},
+      {3, "jobs.cancel_requested", kV3},
   };
   return kSteps;
 }

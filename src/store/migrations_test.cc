@@ -81,6 +81,7 @@ TEST(MigrationsTest, VersionOneDatabaseIsUpgradedKeepingItsRows) {
   EXPECT_EQ((*job)->spec, Json({{"name", "old"}}));
   EXPECT_EQ((*job)->reason, "waiting");
   EXPECT_EQ((*job)->state, JobState::kQueued);
+  EXPECT_FALSE((*job)->cancel_requested);  // the column added later defaults for old rows
   // v2's tables now exist and work.
   WriteBatch b;
   b.logs = {LogLine{.job_id = "job-old", .attempt_id = "att-1", .seq = 1, .text = "hi"}};

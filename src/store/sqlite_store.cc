@@ -119,12 +119,14 @@ constexpr const char* kUpsertNode =
     "price_per_cpu_hour = excluded.price_per_cpu_hour, region = excluded.region";
 constexpr const char* kUpsertJob =
     "INSERT INTO jobs (id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "
-    "finished_ms, exit_code, reason, attempt_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "finished_ms, exit_code, reason, attempt_id, cancel_requested) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, spec = excluded.spec, "
     "workdir_blob = excluded.workdir_blob, state = excluded.state, priority = excluded.priority, "
     "submitted_ms = excluded.submitted_ms, started_ms = excluded.started_ms, "
     "finished_ms = excluded.finished_ms, exit_code = excluded.exit_code, "
-    "reason = excluded.reason, attempt_id = excluded.attempt_id";
+    "reason = excluded.reason, attempt_id = excluded.attempt_id, "
+    "cancel_requested = excluded.cancel_requested";
 constexpr const char* kUpsertAttempt =
     "INSERT INTO attempts (id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, "
     "created_ms, started_ms, ended_ms, exit_code, cause) "
@@ -149,7 +151,7 @@ constexpr const char* kSelectNodes =
     "price_per_cpu_hour, region FROM nodes ORDER BY registered_ms, rowid";
 #define SLUICE_JOB_COLUMNS                                                           \
   "SELECT id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, " \
-  "finished_ms, exit_code, reason, attempt_id FROM jobs "
+  "finished_ms, exit_code, reason, attempt_id, cancel_requested FROM jobs "
 constexpr const char* kSelectJobs = SLUICE_JOB_COLUMNS "ORDER BY submitted_ms, rowid";
 constexpr const char* kSelectJob = SLUICE_JOB_COLUMNS "WHERE id = ?";
 #undef SLUICE_JOB_COLUMNS
@@ -238,6 +240,7 @@ Result<JobRecord> ReadJob(const Query& q) {
   j.exit_code = q.ColOptInt(9);
   j.reason = q.ColText(10);
   j.attempt_id = q.ColText(11);
+  j.cancel_requested = q.ColInt(12) != 0;
   return j;
 }
 
@@ -417,7 +420,7 @@ class SqliteStore final : public Store {
       Query q(db_, s);
       q.Text(j.id).Text(j.name).Text(DumpJson(j.spec)).Text(j.workdir_blob).Text(Name(j.state));
       q.Int(j.priority).Int(j.submitted_ms).Int(j.started_ms).Int(j.finished_ms);
-      q.OptInt(j.exit_code).Text(j.reason).Text(j.attempt_id);
+      q.OptInt(j.exit_code).Text(j.reason).Text(j.attempt_id).Int(j.cancel_requested ? 1 : 0);
       SLUICE_RETURN_IF_ERROR(q.Run("write job " + j.id));
     }
     for (const AttemptRecord& a : b.attempts) {

@@ -68,6 +68,7 @@ TEST_F(SqliteStoreTest, EveryRecordTypeRoundTrips) {
   done.state = JobState::kFailed;
   done.exit_code = 137;  // a set exit code must come back distinct from "none"
   done.finished_ms = 300;
+  running.cancel_requested = true;  // a pending cancel must survive a restart
   done.reason = "exit code 137 \xE2\x80\x94 killed";
   AttemptRecord attempt = SampleAttempt("att-1", "job-1", AttemptState::kSucceeded, 150);
   attempt.exit_code = 0;
