@@ -1,0 +1,348 @@
+#include "spec/job_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+namespace sluice::spec {
+namespace {
+
+constexpr char kFull[] = R"(name: train-resnet
+resources:
+  gpu: a100-80gb
+  gpus: 2
+  cpus: 8
+  memory_gb: 32.5
+run: |
+  python3 train.py --epochs 3
+env:
+  LR: 0.1
+  DEBUG: true
+  MODE: fast
+workdir: ./src
+max_price_per_hour: 3.5
+priority: -7
+)";
+
+TEST(JobSpecYaml, FullSpecParsesToExpectedStruct) {
+  auto r = ParseJobSpecYaml(kFull, "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  JobSpec want;
+  want.name = "train-resnet";
+  want.resources.gpu = "a100-80gb";
+  want.resources.gpus = 2;
+  want.resources.cpus = 8;
+  want.resources.memory_gb = 32.5;
+  want.run = "python3 train.py --epochs 3\n";
+  want.env = {{"LR", "0.1"}, {"DEBUG", "true"}, {"MODE", "fast"}};
+  want.workdir = "./src";
+  want.max_price_per_hour = 3.5;
+  want.priority = -7;
+  EXPECT_EQ(*r, want);
+}
+
+TEST(JobSpecYaml, MinimalSpecGetsDefaults) {
+  auto r = ParseJobSpecYaml("run: echo hi\n", "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->name, "job");
+  EXPECT_EQ(r->resources.gpus, 0);
+  EXPECT_EQ(r->resources.cpus, 1);
+  EXPECT_EQ(r->resources.memory_gb, 1.0);
+  EXPECT_FALSE(r->max_price_per_hour.has_value());
+}
+
+TEST(JobSpecYaml, GpuLabelOrVramImpliesOneGpu) {
+  auto a = ParseJobSpecYaml("resources: {gpu: h100-80gb}\nrun: x\n", "j.yaml");
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->resources.gpus, 1);
+  auto b = ParseJobSpecYaml("resources: {min_vram_gb: 40}\nrun: x\n", "j.yaml");
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->resources.gpus, 1);
+  EXPECT_EQ(b->resources.min_vram_gb, 40.0);
+}
+
+struct ErrorCase {
+  const char* what;
+  std::string yaml;
+  std::string want;  // substring of the error, including file:line:col and field
+};
+
+class JobSpecYamlErrors : public testing::TestWithParam<ErrorCase> {};
+
+TEST_P(JobSpecYamlErrors, ReportsPositionAndField) {
+  const ErrorCase& c = GetParam();
+  auto r = ParseJobSpecYaml(c.yaml, "job.yaml");
+  ASSERT_FALSE(r.ok()) << c.what;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+      << c.what << "\n got: " << r.status().message() << "\nwant: " << c.want;
+  EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << "errors are one line";
+}
+
+const ErrorCase kErrorCases[] = {
+    {"malformed yaml", "run: [a, b\n", "job.yaml:2:1: invalid YAML"},
+    {"malformed mapping", "run: x\n  bad: : :\n", "job.yaml:2:"},
+    {"top level not a mapping", "- run: x\n", "job.yaml:1:1: expected a mapping"},
+    {"top level scalar", "hello\n", "job.yaml:1:1: expected a mapping"},
+    {"empty text", "", "job.yaml: the spec is empty"},
+    {"unknown top field with suggestion", "run: x\nnmae: a\n",
+     "job.yaml:2:1: nmae: unknown field; did you mean `name`?"},
+    {"unknown nested field with suggestion", "run: x\nresources:\n  gpuz: 2\n",
+     "job.yaml:3:3: resources.gpuz: unknown field; did you mean `gpu`?"},
+    {"unknown field far from any", "run: x\nzzzzzzzz: 1\n",
+     "job.yaml:2:1: zzzzzzzz: unknown field"},
+    {"resource field at top level", "run: x\nmemory_gb: 3\n",
+     "job.yaml:2:1: memory_gb: unknown field; `memory_gb` belongs under `resources`"},
+    {"gpus is a word", "run: x\nresources:\n  gpus: two\n",
+     "job.yaml:3:9: resources.gpus: expected a non-negative integer, got string \"two\""},
+    {"gpus negative", "run: x\nresources: {gpus: -1}\n",
+     "job.yaml:2:19: resources.gpus: expected a non-negative integer, got -1"},
+    {"gpus not integer", "run: x\nresources:\n  gpus: 1.5\n",
+     "job.yaml:3:9: resources.gpus: expected a non-negative integer, got 1.5"},
+    {"gpus quoted", "run: x\nresources:\n  gpus: \"2\"\n",
+     "job.yaml:3:9: resources.gpus: expected a non-negative integer, got string \"2\""},
+    {"gpus too many", "run: x\nresources:\n  gpus: 65\n",
+     "job.yaml:3:9: resources.gpus: 65 is over the limit of 64"},
+    {"gpus overflow", "run: x\nresources:\n  gpus: 99999999999999999999999\n",
+     "job.yaml:3:9: resources.gpus: the number 99999999999999999999999 is out of range"},
+    {"cpus negative", "run: x\nresources:\n  cpus: -4\n",
+     "job.yaml:3:9: resources.cpus: expected a positive integer, got -4"},
+    {"cpus not integer", "run: x\nresources:\n  cpus: 2.5\n",
+     "job.yaml:3:9: resources.cpus: expected a positive integer, got 2.5"},
+    {"cpus too many", "run: x\nresources:\n  cpus: 5000\n",
+     "job.yaml:3:9: resources.cpus: 5000 is over the limit of 4096"},
+    {"memory zero", "run: x\nresources:\n  memory_gb: 0\n",
+     "job.yaml:3:14: resources.memory_gb: must be more than 0"},
+    {"memory negative", "run: x\nresources:\n  memory_gb: -2\n",
+     "job.yaml:3:14: resources.memory_gb: must be more than 0"},
+    {"memory absurd", "run: x\nresources:\n  memory_gb: 1e9\n",
+     "job.yaml:3:14: resources.memory_gb: must be more than 0 and at most 65536, got 1e9"},
+    {"memory infinite", "run: x\nresources:\n  memory_gb: .inf\n",
+     "job.yaml:3:14: resources.memory_gb: expected a positive number, got .inf"},
+    {"min vram zero", "run: x\nresources:\n  min_vram_gb: 0\n",
+     "job.yaml:3:16: resources.min_vram_gb: must be more than 0"},
+    {"gpus zero with label", "run: x\nresources:\n  gpu: a100-80gb\n  gpus: 0\n",
+     "job.yaml:4:9: resources.gpus: is 0 but `gpu`/`min_vram_gb` ask for a GPU"},
+    {"gpu label is a mapping", "run: x\nresources:\n  gpu: {a: 1}\n",
+     "job.yaml:3:8: resources.gpu: expected a string, got a mapping"},
+    {"resources not a mapping", "run: x\nresources: 4\n",
+     "job.yaml:2:12: resources: expected a mapping, got 4"},
+    {"price negative", "run: x\nmax_price_per_hour: -1\n",
+     "job.yaml:2:21: max_price_per_hour: must be between 0 and"},
+    {"price is text", "run: x\nmax_price_per_hour: cheap\n",
+     "job.yaml:2:21: max_price_per_hour: expected a non-negative number, got string \"cheap\""},
+    {"priority too high", "run: x\npriority: 1001\n",
+     "job.yaml:2:11: priority: must be between -1000 and 1000, got 1001"},
+    {"priority too low", "run: x\npriority: -5000\n",
+     "job.yaml:2:11: priority: must be between -1000 and 1000, got -5000"},
+    {"run missing", "name: a\n", "job.yaml:1:1: run: is required"},
+    {"run empty", "run: \"\"\n", "job.yaml:1:6: run: must not be empty"},
+    {"run blank", "run: \"   \"\n", "job.yaml:1:6: run: must not be empty"},
+    {"run null", "run:\nname: a\n", "run: must not be empty"},
+    {"run too long", "run: " + std::string(kMaxRunBytes + 1, 'x') + "\n",
+     "job.yaml:1:6: run: is 65537 bytes, over the limit of 65536 bytes"},
+    {"run is a list", "run: [a, b]\n", "job.yaml:1:6: run: expected a string, got a sequence"},
+    {"spec too big", "run: x\n#" + std::string(kMaxSpecBytes, 'x') + "\n",
+     "job.yaml: the spec is 1048585 bytes, over the limit of 1048576 bytes"},
+    {"invalid utf8 in a comment", "run: x\n# caf\xc3\n", "job.yaml:2:6: invalid UTF-8 byte 0xc3"},
+    {"invalid utf8 in a value", "name: a\xff\nrun: x\n", "job.yaml:1:8: invalid UTF-8 byte 0xff"},
+    {"overlong utf8", "run: \xc0\xaf\n", "job.yaml:1:6: invalid UTF-8 byte 0xc0"},
+    {"env bad name", "run: x\nenv:\n  1ABC: v\n",
+     "job.yaml:3:3: env: invalid variable name \"1ABC\""},
+    {"env name with dash", "run: x\nenv: {MY-VAR: v}\n",
+     "job.yaml:2:7: env: invalid variable name \"MY-VAR\""},
+    {"env reserved sluice", "run: x\nenv:\n  SLUICE_TOKEN: v\n",
+     "job.yaml:3:3: env.SLUICE_TOKEN: is reserved"},
+    {"env reserved cuda", "run: x\nenv:\n  CUDA_VISIBLE_DEVICES: \"0\"\n",
+     "job.yaml:3:3: env.CUDA_VISIBLE_DEVICES: is reserved"},
+    {"env value is a map", "run: x\nenv:\n  FOO: {a: 1}\n",
+     "job.yaml:3:8: env.FOO: expected a scalar value, got a mapping"},
+    {"env value is a list", "run: x\nenv:\n  FOO: [1]\n",
+     "job.yaml:3:8: env.FOO: expected a scalar value, got a sequence"},
+    {"env value missing", "run: x\nenv:\n  FOO:\n", "env.FOO: has no value"},
+    {"env not a mapping", "run: x\nenv: [A]\n", "job.yaml:2:6: env: expected a mapping"},
+    {"env duplicate", "run: x\nenv:\n  A: 1\n  A: 2\n", "job.yaml:4:3: env.A: is set twice"},
+    {"name too long", "run: x\nname: " + std::string(kMaxNameBytes + 1, 'n') + "\n",
+     "job.yaml:2:7: name: is 129 bytes, over the limit of 128"},
+    {"name control char", "run: x\nname: \"a\\tb\"\n",
+     "job.yaml:2:7: name: must not contain control characters, got \"a\\x09b\""},
+    {"name empty", "run: x\nname: \"\"\n", "job.yaml:2:7: name: must not be empty"},
+    {"duplicate top key", "run: x\nrun: y\n", "job.yaml:2:1: run: is given twice"},
+    {"duplicate nested key", "run: x\nresources:\n  gpus: 1\n  gpus: 2\n",
+     "job.yaml:4:3: resources.gpus: is given twice"},
+    {"alias rejected", "run: &r x\nname: *r\n", "job.yaml:2:7: YAML aliases"},
+    {"two documents", "run: x\n---\nrun: y\n",
+     "job.yaml:2:1: a job spec is a single YAML document"},
+    {"complex key", "? [a]\n: b\nrun: x\n", "mapping keys must be plain scalars"},
+    {"deep flow nesting", "run: x\nenv: " + std::string(100, '[') + std::string(100, ']') + "\n",
+     "job.yaml:2:"},
+    {"too many values",
+     "run: x\nenv: [" +
+         [] {
+           std::string s;
+           for (int i = 0; i < 5000; ++i) s += "1,";
+           return s;
+         }() +
+         "]\n",
+     "job.yaml:2:"},
+    {"deep flow nesting message", "a: " + std::string(200, '{'), "nesting deeper than 64 levels"},
+};
+
+INSTANTIATE_TEST_SUITE_P(Rules, JobSpecYamlErrors, testing::ValuesIn(kErrorCases));
+
+TEST(JobSpecYaml, DeepBlockNestingIsRejectedWithoutCrashing) {
+  std::string text = "run: x\nenv:\n";
+  for (int i = 0; i < 300; ++i) text += std::string(i + 2, ' ') + "k" + std::to_string(i) + ":\n";
+  auto r = ParseJobSpecYaml(text, "deep.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("deep.yaml:"), std::string::npos);
+  EXPECT_NE(r.status().message().find("nesting deeper than 64"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(JobSpecYaml, DeepDashNestingIsRejectedWithoutCrashing) {
+  std::string text = "run: x\nenv:\n  A: ";
+  for (int i = 0; i < 100000; ++i) text += "- ";
+  text += "x\n";
+  auto r = ParseJobSpecYaml(text, "deep.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nesting deeper than 64"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(JobSpecYaml, BracketsInsideScriptsDoNotCountAsNesting) {
+  std::string run = "run: |\n";
+  for (int i = 0; i < 200; ++i) run += "  echo \"[[{{\" '{{[[' ${a[0]}\n";
+  run += "name: \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"\n";
+  auto r = ParseJobSpecYaml(run, "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->run.substr(0, 10), "echo \"[[{{");
+}
+
+TEST(JobSpecYaml, BillionLaughsIsRejectedQuickly) {
+  std::string text = "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (int i = 1; i < 10; ++i) {
+    text += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 9; ++k) text += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    text += "]\n";
+  }
+  text += "run: x\n";
+  auto r = ParseJobSpecYaml(text, "lol.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("lol.yaml:2:"), std::string::npos) << r.status().message();
+}
+
+TEST(JobSpecYaml, TenMegabyteRunNamesTheLimit) {
+  const std::string text = "run: " + std::string(10 * 1024 * 1024, 'x') + "\n";
+  auto start = std::chrono::steady_clock::now();
+  auto r = ParseJobSpecYaml(text, "big.yaml");
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("over the limit of 1048576 bytes"), std::string::npos)
+      << r.status().message();
+  EXPECT_LT(elapsed, std::chrono::milliseconds(500));
+  // The same script through the API form reaches the run limit itself.
+  Json j = {{"run", std::string(10 * 1024 * 1024, 'x')}};
+  auto api = JobSpecFromJson(j);
+  ASSERT_FALSE(api.ok());
+  EXPECT_EQ(api.status().message(),
+            "run: is 10485760 bytes, over the limit of 65536 bytes; put long scripts in a file "
+            "under workdir");
+}
+
+TEST(JobSpecYaml, OneMebibyteInputIsFast) {
+  std::string text = "run: x\nenv:\n";
+  for (int i = 0; text.size() < kMaxSpecBytes - 64; ++i) {
+    text += "  # padding comment line number " + std::to_string(i) + "\n";
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto r = ParseJobSpecYaml(text, "big.yaml");
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  EXPECT_LT(elapsed, std::chrono::milliseconds(1000));
+
+  std::string flow = "run: x\nenv: {";
+  for (int i = 0; flow.size() < kMaxSpecBytes - 64; ++i) flow += "K" + std::to_string(i) + ": v, ";
+  flow += "}\n";
+  start = std::chrono::steady_clock::now();
+  auto f = ParseJobSpecYaml(flow, "flow.yaml");
+  elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("flow.yaml:2:"), std::string::npos) << f.status().message();
+  EXPECT_LT(elapsed, std::chrono::milliseconds(1000));
+}
+
+TEST(JobSpecJson, FullSpecRoundTrips) {
+  auto parsed = ParseJobSpecYaml(kFull, "job.yaml");
+  ASSERT_TRUE(parsed.ok());
+  Json j = ToJson(*parsed);
+  EXPECT_EQ(j["resources"]["gpus"], 2);
+  EXPECT_EQ(j["env"]["LR"], "0.1");
+  auto back = JobSpecFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, *parsed);
+
+  JobSpec odd;
+  odd.name = "x";
+  odd.run = "echo \"quotes\" \\ and ünïcode";
+  odd.resources.min_vram_gb = 0.1 + 0.2;  // not exactly representable in short decimal
+  odd.resources.gpus = 3;
+  odd.resources.memory_gb = 1.0 / 3.0;
+  odd.max_price_per_hour = 0;
+  auto odd_back = JobSpecFromJson(ToJson(odd));
+  ASSERT_TRUE(odd_back.ok()) << odd_back.status().message();
+  EXPECT_EQ(*odd_back, odd);
+}
+
+struct JsonErrorCase {
+  Json j;
+  std::string want;  // the whole message: no file, no position
+};
+
+TEST(JobSpecJson, SameRulesNameThePath) {
+  const JsonErrorCase cases[] = {
+      {{{"run", "x"}, {"resources", {{"gpus", "two"}}}},
+       "resources.gpus: expected a non-negative integer, got string \"two\""},
+      {{{"run", "x"}, {"resources", {{"gpus", -1}}}},
+       "resources.gpus: expected a non-negative integer, got -1"},
+      {{{"run", "x"}, {"resources", {{"gpus", 2.5}}}},
+       "resources.gpus: expected a non-negative integer, got 2.5"},
+      {{{"run", "x"}, {"resources", {{"gpuz", 1}}}},
+       "resources.gpuz: unknown field; did you mean `gpu`?"},
+      {{{"run", "x"}, {"env", {{"SLUICE_X", "1"}}}},
+       "env.SLUICE_X: is reserved: Sluice sets it for the job"},
+      {{{"run", "x"}, {"env", {{"A", {1, 2}}}}}, "env.A: expected a scalar value, got a sequence"},
+      {{{"run", ""}}, "run: must not be empty"},
+      {{{"name", "a"}}, "run: is required: the bash script the job runs"},
+      {Json::array({1, 2}),
+       "expected a mapping of job fields (run, resources, ...), got a sequence"},
+      {{{"run", "x"}, {"priority", 1e9}}, "priority: expected an integer, got 1000000000.0"},
+  };
+  for (const auto& c : cases) {
+    auto r = JobSpecFromJson(c.j);
+    ASSERT_FALSE(r.ok()) << c.j.dump();
+    EXPECT_EQ(r.status().message(), c.want) << c.j.dump();
+  }
+}
+
+TEST(JobSpecJson, ValuesOfEveryScalarTypeBecomeText) {
+  Json j = {{"run", "x"}, {"env", {{"N", 3}, {"B", false}, {"S", "s"}}}};
+  auto r = JobSpecFromJson(j);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->env.at("N"), "3");
+  EXPECT_EQ(r->env.at("B"), "false");
+  EXPECT_EQ(r->env.at("S"), "s");
+}
+
+TEST(JobSpecJson, DeepCallerBuiltJsonIsHandled) {
+  Json deep = "leaf";
+  for (int i = 0; i < 10000; ++i) deep = Json::array({deep});
+  Json j = {{"run", "x"}, {"env", {{"A", deep}}}};
+  auto r = JobSpecFromJson(j);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "env.A: expected a scalar value, got a sequence");
+}
+
+}  // namespace
+}  // namespace sluice::spec
