@@ -1,0 +1,228 @@
+#include "net/http_client.h"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <limits>
+#include <optional>
+
+#include "net/net_internal.h"
+
+namespace sluice {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr uint64_t kMaxResponseBody = uint64_t{1} << 30;
+constexpr size_t kStreamReadSize = 16 * 1024;
+
+std::string_view Sv(beast::string_view s) { return {s.data(), s.size()}; }
+
+}  // namespace
+
+class HttpClient::Impl {
+ public:
+  Impl(Url base, std::string token, std::chrono::milliseconds timeout)
+      : base_(std::move(base)), token_(std::move(token)), timeout_(timeout) {
+    where_ = net_internal::FormatEndpoint(base_.host, base_.port);
+  }
+
+  Result<HttpResponse> Request(std::string_view method, std::string_view target, std::string body,
+                               std::string content_type) {
+    auto req = BuildRequest(method, target, std::move(body), content_type);
+    for (int attempt = 0;; ++attempt) {
+      bool reused = stream_.has_value();
+      SLUICE_RETURN_IF_ERROR(Connect());
+      http::response_parser<http::string_body> parser;
+      parser.body_limit(kMaxResponseBody);
+      if (method == "HEAD") parser.skip(true);
+      stream_->expires_after(timeout_);
+      beast::error_code ec = Run([&](auto done) { http::async_write(*stream_, req, done); });
+      if (!ec) {
+        ec = Run([&](auto done) { http::async_read(*stream_, buf_, parser, done); });
+      }
+      if (ec) {
+        Disconnect();
+        if (reused && attempt == 0 && ec != beast::error::timeout) continue;  // stale keep-alive
+        return ErrorFor(ec);
+      }
+      auto& msg = parser.get();
+      HttpResponse out;
+      out.status = static_cast<int>(msg.result_int());
+      out.content_type = std::string(Sv(msg[http::field::content_type]));
+      for (const auto& f : msg) {
+        out.headers.emplace_back(std::string(Sv(f.name_string())), std::string(Sv(f.value())));
+      }
+      out.body = std::move(msg.body());
+      if (!msg.keep_alive()) Disconnect();
+      return out;
+    }
+  }
+
+  Status StreamLines(std::string_view method, std::string_view target,
+                     const std::function<bool(std::string_view)>& on_line, int* http_status) {
+    auto req = BuildRequest(method, target, "", "");
+    std::optional<http::response_parser<http::buffer_body>> parser;
+    for (int attempt = 0;; ++attempt) {
+      bool reused = stream_.has_value();
+      SLUICE_RETURN_IF_ERROR(Connect());
+      parser.emplace();
+      parser->body_limit(std::numeric_limits<uint64_t>::max());
+      stream_->expires_after(timeout_);
+      beast::error_code ec = Run([&](auto done) { http::async_write(*stream_, req, done); });
+      // The stream's head may legitimately come late (the server answers when there is data).
+      stream_->expires_never();
+      if (!ec) {
+        ec = Run([&](auto done) { http::async_read_header(*stream_, buf_, *parser, done); });
+      }
+      if (ec) {
+        Disconnect();
+        if (reused && attempt == 0 && ec != beast::error::timeout) continue;
+        return ErrorFor(ec);
+      }
+      break;
+    }
+    int status = static_cast<int>(parser->get().result_int());
+    if (http_status) *http_status = status;
+    bool ok_status = status >= 200 && status < 300;
+    std::string pending;  // body bytes not yet forming a complete line
+    char chunk[kStreamReadSize];
+    while (!parser->is_done()) {
+      parser->get().body().data = chunk;
+      parser->get().body().size = sizeof(chunk);
+      beast::error_code ec =
+          Run([&](auto done) { http::async_read_some(*stream_, buf_, *parser, done); });
+      if (ec == http::error::need_buffer) ec = {};
+      size_t n = sizeof(chunk) - parser->get().body().size;
+      pending.append(chunk, n);
+      if (ok_status) {
+        size_t start = 0;
+        for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+          std::string_view line(pending.data() + start, nl - start);
+          if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+          bool more = false;
+          try {
+            more = on_line(line);
+          } catch (...) {
+            more = false;
+          }
+          if (!more) {
+            Disconnect();  // mid-stream: the connection cannot be reused
+            return Status::Ok();
+          }
+        }
+        pending.erase(0, start);
+      }
+      if (ec) {
+        Disconnect();
+        if (parser->is_done()) break;
+        return Status::Unavailable("stream from " + where_ + " broke: " + ec.message());
+      }
+    }
+    if (!parser->get().keep_alive()) Disconnect();
+    if (!ok_status) {
+      return Status(StatusCodeForHttp(status),
+                    "HTTP " + std::to_string(status) + ": " + ErrorMessageFromBody(pending));
+    }
+    if (!pending.empty()) on_line(pending);  // a last line without '\n'
+    return Status::Ok();
+  }
+
+ private:
+  http::request<http::string_body> BuildRequest(std::string_view method, std::string_view target,
+                                                std::string body, const std::string& content_type) {
+    http::request<http::string_body> req;
+    req.method_string(beast::string_view(method.data(), method.size()));
+    req.target(base_.base_path + std::string(target));
+    req.version(11);
+    req.set(http::field::host, where_);
+    req.set(http::field::user_agent, "sluice");
+    if (!token_.empty()) req.set(http::field::authorization, "Bearer " + token_);
+    if (!body.empty() && !content_type.empty()) req.set(http::field::content_type, content_type);
+    req.keep_alive(true);
+    req.body() = std::move(body);
+    req.prepare_payload();
+    return req;
+  }
+
+  // Runs one asynchronous operation to completion on this thread; the tcp_stream's expiry
+  // turns a hang into beast::error::timeout.
+  template <typename Start>
+  beast::error_code Run(Start&& start) {
+    beast::error_code result;
+    ioc_.restart();
+    start([&result](beast::error_code ec, auto&&...) { result = ec; });
+    ioc_.run();
+    return result;
+  }
+
+  Status Connect() {
+    if (stream_) return Status::Ok();
+    beast::error_code ec;
+    tcp::resolver resolver(ioc_);
+    auto results = resolver.resolve(base_.host, std::to_string(base_.port), ec);
+    if (ec) return Status::Unavailable("cannot resolve " + where_ + ": " + ec.message());
+    stream_.emplace(ioc_);
+    stream_->expires_after(timeout_);
+    ec = Run([&](auto done) { stream_->async_connect(results, done); });
+    if (ec) {
+      Disconnect();
+      return Status::Unavailable("cannot connect to " + where_ + ": " + ec.message());
+    }
+    stream_->socket().set_option(tcp::no_delay(true), ec);
+    return Status::Ok();
+  }
+
+  void Disconnect() {
+    if (!stream_) return;
+    beast::error_code ec;
+    stream_->socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_->close();
+    stream_.reset();
+    buf_.consume(buf_.size());
+  }
+
+  Status ErrorFor(beast::error_code ec) {
+    if (ec == beast::error::timeout) {
+      return Status::DeadlineExceeded("request to " + where_ + " timed out");
+    }
+    return Status::Unavailable("request to " + where_ + " failed: " + ec.message());
+  }
+
+  const Url base_;
+  const std::string token_;
+  const std::chrono::milliseconds timeout_;
+  std::string where_;
+  asio::io_context ioc_;
+  std::optional<beast::tcp_stream> stream_;
+  beast::flat_buffer buf_;
+};
+
+HttpClient::HttpClient(Url base, std::string bearer_token, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>(std::move(base), std::move(bearer_token), timeout)) {}
+HttpClient::~HttpClient() = default;
+
+Result<HttpResponse> HttpClient::Request(std::string_view method, std::string_view path_and_query,
+                                         std::string body, std::string content_type) {
+  try {
+    return impl_->Request(method, path_and_query, std::move(body), std::move(content_type));
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("HTTP client failed: ") + e.what());
+  }
+}
+
+Status HttpClient::StreamLines(std::string_view method, std::string_view path_and_query,
+                               const std::function<bool(std::string_view)>& on_line,
+                               int* http_status) {
+  try {
+    return impl_->StreamLines(method, path_and_query, on_line, http_status);
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("HTTP client failed: ") + e.what());
+  }
+}
+
+}  // namespace sluice

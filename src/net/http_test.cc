@@ -1,0 +1,325 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "net/http_client.h"
+#include "net/http_server.h"
+#include "net/net_test_util.h"
+
+namespace sluice {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Latch;
+using testing::RawSocket;
+
+Url LocalUrl(uint16_t port) {
+  auto url = ParseUrl("http://127.0.0.1:" + std::to_string(port));
+  EXPECT_TRUE(url.ok());
+  return *url;
+}
+
+std::unique_ptr<HttpServer> StartServer(HttpServer::HttpHandler handler,
+                                        HttpServerOptions options = {}) {
+  auto server = std::make_unique<HttpServer>(std::move(options), std::move(handler), nullptr);
+  Status st = server->Start();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return server;
+}
+
+TEST(ParseUrlTest, AcceptsHttpWsIpv6AndNames) {
+  auto a = ParseUrl("http://example.com");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->host, "example.com");
+  EXPECT_EQ(a->port, 80);
+  auto b = ParseUrl("ws://[::1]:8080/base/");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->scheme, "ws");
+  EXPECT_EQ(b->host, "::1");
+  EXPECT_EQ(b->port, 8080);
+  EXPECT_EQ(b->base_path, "/base");
+  EXPECT_EQ(b->ToString(), "ws://[::1]:8080/base");
+  auto c = ParseUrl("http://10.0.0.1:9");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->host, "10.0.0.1");
+  EXPECT_EQ(ParseUrl("https://x").status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(ParseUrl("wss://x").status().message(), "TLS is not supported yet");
+  EXPECT_EQ(ParseUrl("ftp://x").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseUrl("http://x:70000").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseUrl("http://").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseUrl("http://[::1").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(HttpTest, RoundTripCarriesMethodPathQueryHeadersBody) {
+  std::promise<HttpRequest> seen;
+  auto server = StartServer([&](HttpRequest req, std::shared_ptr<ResponseWriter> w) {
+    HttpResponse r;
+    r.status = 201;
+    r.body = "{\"echo\":\"" + req.body + "\"}";
+    r.headers.emplace_back("X-Reply", "yes");
+    w->Send(r);
+    seen.set_value(std::move(req));
+  });
+  HttpClient client(LocalUrl(server->port()), "tok123");
+  auto resp =
+      client.Request("PUT", "/v1/a%20b?x=1&name=hello%20world&plus=a+b", "payload", "text/plain");
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  EXPECT_EQ(resp->status, 201);
+  EXPECT_EQ(resp->body, "{\"echo\":\"payload\"}");
+  EXPECT_EQ(resp->content_type, "application/json");
+  bool found = false;
+  for (auto& [k, v] : resp->headers) found |= (k == "X-Reply" && v == "yes");
+  EXPECT_TRUE(found);
+
+  auto fut = seen.get_future();
+  ASSERT_EQ(fut.wait_for(2s), std::future_status::ready);
+  HttpRequest req = fut.get();
+  EXPECT_EQ(req.method, "PUT");
+  EXPECT_EQ(req.path, "/v1/a b");
+  EXPECT_EQ(req.target, "/v1/a%20b?x=1&name=hello%20world&plus=a+b");
+  EXPECT_EQ(req.query["x"], "1");
+  EXPECT_EQ(req.query["name"], "hello world");
+  EXPECT_EQ(req.query["plus"], "a b");
+  EXPECT_EQ(req.Header("Authorization"), "Bearer tok123");
+  EXPECT_EQ(req.Header("content-type"), "text/plain");
+  EXPECT_EQ(req.Header("absent"), "");
+  EXPECT_EQ(req.body, "payload");
+  EXPECT_EQ(req.remote_addr.rfind("127.0.0.1:", 0), 0u) << req.remote_addr;
+
+  // The same client reuses its connection for a second request.
+  auto again = client.Request("GET", "/two");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->status, 201);
+}
+
+TEST(HttpTest, HandlerNotFoundAndThrowingHandler) {
+  auto server = StartServer([](HttpRequest req, std::shared_ptr<ResponseWriter> w) {
+    if (req.path == "/boom") throw std::runtime_error("kaboom");
+    w->Send({404, "application/json", ErrorBody(Status::NotFound("no route " + req.path)), {}});
+  });
+  HttpClient client(LocalUrl(server->port()), "");
+  auto r = client.Request("GET", "/nope");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(ErrorMessageFromBody(r->body), "no route /nope");
+  auto boom = client.Request("GET", "/boom");
+  ASSERT_TRUE(boom.ok());
+  EXPECT_EQ(boom->status, 500);
+  EXPECT_NE(boom->body.find("kaboom"), std::string::npos);
+}
+
+TEST(HttpTest, LongPollAnsweredFromAnotherThread) {
+  std::vector<std::thread> answerers;
+  std::mutex mu;
+  auto server = StartServer([&](HttpRequest, std::shared_ptr<ResponseWriter> w) {
+    std::lock_guard<std::mutex> lock(mu);
+    answerers.emplace_back([w] {
+      std::this_thread::sleep_for(100ms);  // simulates the event arriving later
+      w->Send({200, "application/json", "{\"event\":1}", {}});
+    });
+  });
+  HttpClient client(LocalUrl(server->port()), "");
+  auto start = std::chrono::steady_clock::now();
+  auto r = client.Request("GET", "/v1/wait");
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "{\"event\":1}");
+  EXPECT_GE(elapsed, 90ms);
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& t : answerers) t.join();
+}
+
+TEST(HttpTest, DroppedWriterAnswers500) {
+  auto server = StartServer([](HttpRequest, std::shared_ptr<ResponseWriter>) {});
+  HttpClient client(LocalUrl(server->port()), "");
+  auto r = client.Request("GET", "/");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 500);
+}
+
+TEST(HttpTest, ChunkedStreamReadLineByLineAndStoppedEarly) {
+  Latch stream_closed;
+  std::vector<std::thread> producers;
+  std::mutex mu;
+  auto server = StartServer([&](HttpRequest req, std::shared_ptr<ResponseWriter> w) {
+    if (req.path == "/fail") {
+      w->Send({403, "application/json", ErrorBody(Status::PermissionDenied("not yours")), {}});
+      return;
+    }
+    bool endless = req.path == "/endless";
+    ASSERT_TRUE(w->StartStream(200, "application/x-ndjson"));
+    w->OnClose([&] { stream_closed.Set(); });
+    std::lock_guard<std::mutex> lock(mu);
+    producers.emplace_back([w, endless] {
+      for (int i = 0; endless ? !w->closed() : i < 100; ++i) {
+        if (!w->WriteChunk("{\"n\":" + std::to_string(i) + "}\n")) return;
+        if (endless) std::this_thread::sleep_for(1ms);
+      }
+      w->EndStream();
+    });
+  });
+  HttpClient client(LocalUrl(server->port()), "");
+  std::vector<std::string> lines;
+  int status = 0;
+  Status st = client.StreamLines(
+      "GET", "/logs",
+      [&](std::string_view line) {
+        lines.emplace_back(line);
+        return true;
+      },
+      &status);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(status, 200);
+  ASSERT_EQ(lines.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(lines[i], "{\"n\":" + std::to_string(i) + "}");
+
+  int seen = 0;
+  st = client.StreamLines(
+      "GET", "/endless", [&](std::string_view) { return ++seen < 5; }, &status);
+  EXPECT_TRUE(st.ok());
+  EXPECT_EQ(seen, 5);
+  // The server notices the client left and tells the producer via OnClose / closed().
+  EXPECT_TRUE(stream_closed.Wait(5s));
+
+  st = client.StreamLines(
+      "GET", "/fail", [](std::string_view) { return true; }, &status);
+  EXPECT_EQ(status, 403);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("not yours"), std::string::npos);
+
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& t : producers) t.join();
+}
+
+TEST(HttpTest, OversizedBodyIs413ForContentLengthAndChunked) {
+  std::atomic<int> handled{0};
+  HttpServerOptions opt;
+  opt.default_body_limit = 1024;
+  opt.body_limit = [](const HttpRequest& head) -> size_t {
+    return head.path == "/upload" ? 1 << 20 : 1024;
+  };
+  auto server = StartServer(
+      [&](HttpRequest req, std::shared_ptr<ResponseWriter> w) {
+        ++handled;
+        w->Send({200, "text/plain", std::to_string(req.body.size()), {}});
+      },
+      opt);
+  HttpClient client(LocalUrl(server->port()), "");
+  auto big = client.Request("POST", "/small", std::string(4096, 'x'));
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  EXPECT_EQ(big->status, 413);
+  EXPECT_NE(big->body.find("RESOURCE_EXHAUSTED"), std::string::npos);
+  auto upload = client.Request("POST", "/upload", std::string(4096, 'x'));
+  ASSERT_TRUE(upload.ok());
+  EXPECT_EQ(upload->status, 200);
+  EXPECT_EQ(upload->body, "4096");
+
+  RawSocket raw(server->port());
+  ASSERT_TRUE(raw.connected());
+  std::string chunk(1000, 'y');
+  std::string request = "POST /small HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 3; ++i) request += "3e8\r\n" + chunk + "\r\n";
+  request += "0\r\n\r\n";
+  raw.Write(request);
+  std::string reply = raw.Read(3s, "}}");
+  EXPECT_EQ(reply.rfind("HTTP/1.1 413", 0), 0u) << reply;
+  EXPECT_EQ(handled.load(), 1);
+}
+
+TEST(HttpTest, MalformedRequestIs400AndServerKeepsServing) {
+  auto server = StartServer([](HttpRequest, std::shared_ptr<ResponseWriter> w) {
+    w->Send({200, "text/plain", "ok", {}});
+  });
+  {
+    RawSocket raw(server->port());
+    ASSERT_TRUE(raw.connected());
+    raw.Write(std::string("\x16\x03\x01garbage \x01\x02 not http\r\n\r\n", 30));
+    std::string reply = raw.Read(3s);
+    EXPECT_TRUE(reply.rfind("HTTP/1.1 400", 0) == 0 || reply.empty()) << reply;
+    EXPECT_TRUE(raw.peer_closed());
+  }
+  {
+    RawSocket raw(server->port());
+    raw.Write("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: banana\r\n\r\n");
+    EXPECT_EQ(raw.Read(3s).rfind("HTTP/1.1 400", 0), 0u);
+  }
+  HttpClient client(LocalUrl(server->port()), "");
+  auto r = client.Request("GET", "/");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->body, "ok");
+}
+
+TEST(HttpTest, HugeHeadersAre431) {
+  auto server = StartServer([](HttpRequest, std::shared_ptr<ResponseWriter> w) {
+    w->Send({200, "text/plain", "ok", {}});
+  });
+  RawSocket raw(server->port());
+  raw.Write("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n");
+  std::string reply = raw.Read(3s, "}}");
+  EXPECT_EQ(reply.rfind("HTTP/1.1 431", 0), 0u) << reply.substr(0, 100);
+}
+
+TEST(HttpTest, SlowClientIsClosedByIdleTimeout) {
+  HttpServerOptions opt;
+  opt.http_idle_timeout = 200ms;
+  auto server = StartServer(
+      [](HttpRequest, std::shared_ptr<ResponseWriter> w) {
+        w->Send({200, "text/plain", "ok", {}});
+      },
+      opt);
+  RawSocket raw(server->port());
+  raw.Write("GET / HTTP/1.1\r\nHost: x\r\n");  // never finishes the headers
+  EXPECT_TRUE(raw.WaitClosed(5s));
+}
+
+TEST(HttpTest, StopWithOpenConnectionsIsPrompt) {
+  std::shared_ptr<ResponseWriter> parked;
+  Latch parked_set;
+  Latch writer_closed;
+  auto server = StartServer([&](HttpRequest, std::shared_ptr<ResponseWriter> w) {
+    w->OnClose([&] { writer_closed.Set(); });
+    parked = w;  // a long-poll nobody answers
+    parked_set.Set();
+  });
+  RawSocket idle(server->port());
+  RawSocket polling(server->port());
+  polling.Write("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(parked_set.Wait(3s));
+  auto start = std::chrono::steady_clock::now();
+  server->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  EXPECT_TRUE(writer_closed.Wait(1s));
+  EXPECT_TRUE(parked->closed());
+  EXPECT_TRUE(idle.WaitClosed(2s));
+  EXPECT_TRUE(polling.WaitClosed(2s));
+  parked->Send({200, "text/plain", "late", {}});  // ignored, must not crash
+  server->Stop();                                 // idempotent
+}
+
+TEST(HttpTest, ClientFailsWithUnavailableWhileServerDownThenRecovers) {
+  auto handler = [](HttpRequest, std::shared_ptr<ResponseWriter> w) {
+    w->Send({200, "text/plain", "up", {}});
+  };
+  auto server = StartServer(handler);
+  uint16_t port = server->port();
+  HttpClient client(LocalUrl(port), "", 2s);
+  ASSERT_TRUE(client.Request("GET", "/").ok());
+  server.reset();
+  auto down = client.Request("GET", "/");
+  ASSERT_FALSE(down.ok());
+  EXPECT_EQ(down.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(down.status().message().find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << down.status().message();
+
+  HttpServerOptions opt;
+  opt.port = port;
+  server = StartServer(handler, opt);
+  auto up = client.Request("GET", "/");
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  EXPECT_EQ(up->body, "up");
+}
+
+}  // namespace
+}  // namespace sluice
