@@ -590,9 +590,11 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
     websocket::stream_base::timeout t;
     t.handshake_timeout = shared_->options.http_idle_timeout;
     t.idle_timeout = shared_->options.ws_idle_timeout;
-    // Our own ping timer (ws_keepalive_interval) keeps the link busy; Beast only enforces the
-    // idle limit, counting pongs as traffic.
-    t.keep_alive_pings = false;
+    // Beast's idle check only counts traffic when keep-alive pings are on (otherwise the
+    // connection times out after idle_timeout no matter what): it pings at idle/2 and drops a
+    // peer silent for that long after the ping. Our timer adds pings at ws_keepalive_interval
+    // so middleboxes that cut idle TCP see traffic.
+    t.keep_alive_pings = true;
     ws_.set_option(t);
     ws_.read_message_max(shared_->options.ws_max_message);
     ws_.text(true);
