@@ -235,7 +235,7 @@ TEST(HttpTest, MalformedRequestIs400AndServerKeepsServing) {
   {
     RawSocket raw(server->port());
     ASSERT_TRUE(raw.connected());
-    raw.Write(std::string("\x16\x03\x01garbage \x01\x02 not http\r\n\r\n", 30));
+    raw.Write("\x16\x03\x01garbage \x01\x02 not http\r\n\r\n");
     std::string reply = raw.Read(3s);
     EXPECT_TRUE(reply.rfind("HTTP/1.1 400", 0) == 0 || reply.empty()) << reply;
     EXPECT_TRUE(raw.peer_closed());
