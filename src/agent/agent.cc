@@ -162,8 +162,11 @@ void Agent::RecoverAttempts() {
       a->exit = ExitInfo{(*j)["exit_code"].get<int>(), j->value("signal", 0)};
     } else if (a->error.empty()) {
       // It was running when the previous agent died. PR_SET_PDEATHSIG took the shell; kill
-      // whatever is left of its group, but only if the group leader is the same process.
-      if (a->pgid > 0 && !a->start_time.empty() && ProcessStartTime(a->pgid) == a->start_time) {
+      // whatever is left of its group. Safe against pid reuse: Linux never hands out a pid that
+      // is still some group's id, so if a process with that pid exists it must be our leader
+      // (same start time), and if none exists any remaining members of the group are ours.
+      std::string leader_start = a->pgid > 0 ? ProcessStartTime(a->pgid) : "";
+      if (a->pgid > 1 && (leader_start.empty() || leader_start == a->start_time)) {
         (void)KillProcessGroup(a->pgid, SIGKILL);
       }
       a->lost = true;

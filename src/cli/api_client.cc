@@ -14,22 +14,7 @@ Result<Json> ApiClient::Decode(const HttpResponse& resp) {
     if (!body.ok()) return Status::Internal("server sent malformed JSON: " + body.status().message());
     return *body;
   }
-  std::string message = "HTTP " + std::to_string(resp.status);
-  if (body.ok() && body->is_object() && body->contains("error") &&
-      (*body)["error"].is_object()) {
-    message = (*body)["error"].value("message", message);
-  }
-  StatusCode code = StatusCode::kInternal;
-  switch (resp.status) {
-    case 400: code = StatusCode::kInvalidArgument; break;
-    case 401: code = StatusCode::kUnauthenticated; break;
-    case 403: code = StatusCode::kPermissionDenied; break;
-    case 404: code = StatusCode::kNotFound; break;
-    case 409: code = StatusCode::kFailedPrecondition; break;
-    case 413: code = StatusCode::kResourceExhausted; break;
-    case 503: code = StatusCode::kUnavailable; break;
-  }
-  return Status(code, message);
+  return Status(StatusCodeForHttp(resp.status), ErrorMessageFromBody(resp.body));
 }
 
 Result<Json> ApiClient::Get(const std::string& path) {

@@ -8,23 +8,6 @@
 namespace sluice::server {
 namespace {
 
-int HttpStatusFor(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk: return 200;
-    case StatusCode::kInvalidArgument: return 400;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kAlreadyExists: return 409;
-    case StatusCode::kFailedPrecondition: return 409;
-    case StatusCode::kUnauthenticated: return 401;
-    case StatusCode::kPermissionDenied: return 403;
-    case StatusCode::kResourceExhausted: return 413;
-    case StatusCode::kUnimplemented: return 501;
-    case StatusCode::kUnavailable: return 503;
-    case StatusCode::kDeadlineExceeded: return 504;
-    default: return 500;
-  }
-}
-
 Result<int64_t> QueryInt(const HttpRequest& req, const char* key, int64_t fallback, int64_t lo,
                          int64_t hi) {
   auto it = req.query.find(key);
@@ -266,10 +249,11 @@ HttpResponse Api::Stream(const HttpRequest& req, const std::string& id,
   // OnClose may run on an io thread while the core holds its lock; it only flips a flag and the
   // core drops the subscription at its next delivery.
   w->OnClose([closed] { closed->store(true); });
-  std::weak_ptr<ResponseWriter> weak = w;
-  auto sink = [weak, closed](const Json& item) -> bool {
-    auto writer = weak.lock();
-    if (!writer || closed->load()) return false;
+  // The sink owns the writer: the HTTP layer ends a response whose last owner lets go.
+  std::shared_ptr<ResponseWriter> writer = w;
+  auto sink = [writer, closed](const Json& item) -> bool {
+    if (closed->load() || writer->closed()) return false;
+    if (item.is_null()) return true;  // liveness probe from the core
     if (!writer->WriteChunk(DumpJson(item) + "\n")) return false;
     if (item.value("type", "") == "end") {
       writer->EndStream();

@@ -732,6 +732,9 @@ void ServerCore::AgentDisconnected(const std::string& node_id, const AgentLink* 
 
 void ServerCore::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = subscribers_.begin(); it != subscribers_.end();) {
+    it = it->second.sink(Json()) ? std::next(it) : subscribers_.erase(it);
+  }
   int64_t now = clock_->MonotonicMillis();
   for (auto& [id, ns] : nodes_) {
     if (ns.record.state == st::NodeState::kLost) continue;

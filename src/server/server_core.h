@@ -74,7 +74,8 @@ struct Offer {
 };
 
 // One item of a job's stream: {"type":"event"|"log"|"end", ...}. Returns false when the reader
-// is gone, and the core drops the subscription.
+// is gone, and the core drops the subscription. A null item is a liveness probe (Tick sends it so
+// readers that left a job that never ends are dropped too); it must not be written.
 using StreamSink = std::function<bool(const Json& item)>;
 
 class ServerCore {
