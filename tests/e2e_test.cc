@@ -1,0 +1,266 @@
+// End-to-end tests: the real `sluice server`, `sluice agent` and CLI processes on loopback.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/text.h"
+#include "harness.h"
+
+namespace sluice::testing {
+namespace {
+
+bool Contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+std::string JobId(const CommandResult& r) { return Trim(r.out); }
+
+Json GetJob(Cluster& c, const std::string& id) { return c.CliJson({"job", id}); }
+
+std::string JobState(Cluster& c, const std::string& id) {
+  Json j = GetJob(c, id);
+  return j.is_object() ? j["job"].value("state", "") : "";
+}
+
+bool ProcessGone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+std::vector<pid_t> PidsIn(const std::string& text, const std::string& prefix) {
+  std::vector<pid_t> out;
+  for (const auto& line : Split(text, '\n')) {
+    if (line.rfind(prefix, 0) == 0) out.push_back(std::stoi(line.substr(prefix.size())));
+  }
+  return out;
+}
+
+class E2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_.StartServer({"--heartbeat-interval", "0.3", "--heartbeat-grace", "2",
+                          "--cancel-grace", "1"});
+  }
+  void TearDown() override {
+    if (HasFailure()) {
+      std::cerr << "---- server log ----\n" << cluster_.ServerLog() << "\n";
+    }
+  }
+  std::string Spec(const std::string& name, const std::string& body) {
+    return cluster_.WriteFile(name + ".yaml", body);
+  }
+  Cluster cluster_;
+};
+
+TEST_F(E2ETest, JobOutputAndExitCodeComeBack) {
+  cluster_.StartAgent("a1");
+  std::string spec = Spec("hello", R"(name: hello
+resources: {cpus: 1, memory_gb: 0.5}
+env: {GREETING: bonjour}
+run: |
+  echo "$GREETING from $SLUICE_JOB_ID"
+  echo "visible=[$CUDA_VISIBLE_DEVICES]"
+  echo to-stderr >&2
+)");
+  CommandResult r = cluster_.Cli({"run", spec, "--follow"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "bonjour from job-")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "visible=[]")) << r.out;  // a CPU job sees no GPU
+  EXPECT_TRUE(Contains(r.err, "to-stderr")) << r.err;
+  EXPECT_FALSE(Contains(r.out, "to-stderr"));
+  EXPECT_TRUE(Contains(r.err, "succeeded")) << r.err;
+}
+
+TEST_F(E2ETest, NonZeroExitPropagatesToRun) {
+  cluster_.StartAgent("a1");
+  std::string spec = Spec("fail", "name: fail\nrun: echo about to fail; exit 7\n");
+  CommandResult r = cluster_.Cli({"run", spec, "--follow"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_TRUE(Contains(r.out, "about to fail"));
+  CommandResult jobs = cluster_.Cli({"jobs"});
+  EXPECT_TRUE(Contains(jobs.out, "failed")) << jobs.out;
+}
+
+TEST_F(E2ETest, DetachThenLogsAndJobShowTheRun) {
+  cluster_.StartAgent("a1");
+  std::string spec = Spec("d", "name: detached\nrun: for i in 1 2 3; do echo line$i; done\n");
+  CommandResult r = cluster_.Cli({"run", spec, "--detach"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string id = JobId(r);
+  ASSERT_TRUE(Contains(id, "job-")) << id;
+  ASSERT_TRUE(WaitUntil([&] { return JobState(cluster_, id) == "succeeded"; }));
+  CommandResult logs = cluster_.Cli({"logs", id});
+  EXPECT_EQ(logs.out, "line1\nline2\nline3\n");
+  CommandResult follow = cluster_.Cli({"logs", "-f", id});  // a finished job: replay and end
+  EXPECT_EQ(follow.exit_code, 0);
+  EXPECT_EQ(follow.out, "line1\nline2\nline3\n");
+  CommandResult job = cluster_.Cli({"job", id});
+  EXPECT_TRUE(Contains(job.out, "succeeded"));
+  EXPECT_TRUE(Contains(job.out, "placed on a1"));
+}
+
+TEST_F(E2ETest, WorkdirIsUploadedAndUnpacked) {
+  cluster_.StartAgent("a1");
+  cluster_.WriteFile("proj/compute.sh", "#!/bin/bash\necho \"sum=$((40 + 2))\"\n");
+  std::filesystem::permissions(cluster_.dir() + "/proj/compute.sh",
+                               std::filesystem::perms::owner_all);
+  std::string spec = Spec("wd", "name: wd\nworkdir: proj\nrun: ./compute.sh\n");
+  CommandResult r = cluster_.Cli({"run", spec, "--follow"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "sum=42")) << r.out << r.err;
+}
+
+TEST_F(E2ETest, CancelKillsTheWholeProcessTree) {
+  cluster_.StartAgent("a1");
+  std::string spec = Spec("tree", R"(name: tree
+run: |
+  sleep 300 & echo "child=$!"
+  (sleep 300 & echo "grandchild=$!"; wait) &
+  trap 'echo got-term; exit 143' TERM
+  echo ready
+  wait
+)");
+  CommandResult r = cluster_.Cli({"run", spec, "--detach"});
+  std::string id = JobId(r);
+  std::string out;
+  ASSERT_TRUE(WaitUntil([&] {
+    out = cluster_.Cli({"logs", id}).out;
+    return Contains(out, "ready") && Contains(out, "grandchild=");
+  })) << out;
+  std::vector<pid_t> pids = PidsIn(out, "child=");
+  auto more = PidsIn(out, "grandchild=");
+  pids.insert(pids.end(), more.begin(), more.end());
+  ASSERT_EQ(pids.size(), 2u) << out;
+  for (pid_t p : pids) EXPECT_FALSE(ProcessGone(p));
+  CommandResult c = cluster_.Cli({"cancel", id});
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  ASSERT_TRUE(WaitUntil([&] { return JobState(cluster_, id) == "cancelled"; }));
+  for (pid_t p : pids) {
+    EXPECT_TRUE(WaitUntil([&] { return ProcessGone(p); }, std::chrono::seconds(5))) << p;
+  }
+  EXPECT_TRUE(Contains(cluster_.Cli({"logs", id}).out, "got-term"));
+}
+
+TEST_F(E2ETest, ServerKilledMidJobKeepsStateAndJobCompletesOnce) {
+  cluster_.StartAgent("a1");
+  std::string marker = cluster_.dir() + "/go";
+  std::string spec = Spec("long", "name: long\nenv: {MARKER: " + marker + R"(}
+run: |
+  echo started
+  while [ ! -f "$MARKER" ]; do sleep 0.05; done
+  echo finished
+  exit 3
+)");
+  std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
+  ASSERT_TRUE(WaitUntil([&] { return Contains(cluster_.Cli({"logs", id}).out, "started"); }));
+  cluster_.KillServer(SIGKILL);
+  // The job keeps running and finishes while the server is down.
+  std::ofstream(marker) << "go";
+  cluster_.StartServer();
+  EXPECT_TRUE(WaitUntil([&] { return JobState(cluster_, id) == "failed"; }))
+      << JobState(cluster_, id);
+  Json j = GetJob(cluster_, id);
+  EXPECT_EQ(j["job"]["exit_code"], 3);
+  ASSERT_EQ(j["attempts"].size(), 1u);  // it ran once
+  EXPECT_EQ(cluster_.Cli({"logs", id}).out, "started\nfinished\n");
+}
+
+TEST_F(E2ETest, KilledAgentIsMarkedLostAndItsJobToo) {
+  Daemon* agent = cluster_.StartAgent("a1");
+  std::string spec = Spec("sleepy", "name: sleepy\nrun: echo up; sleep 300 & echo \"child=$!\"; wait\n");
+  std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
+  std::string out;
+  ASSERT_TRUE(WaitUntil([&] {
+    out = cluster_.Cli({"logs", id}).out;
+    return Contains(out, "child=");
+  }));
+  agent->Signal(SIGKILL);
+  agent->Wait(std::chrono::seconds(5));
+  ASSERT_TRUE(WaitUntil([&] {
+    Json nodes = cluster_.CliJson({"nodes"});
+    return nodes.is_array() && !nodes.empty() && nodes[0].value("state", "") == "lost";
+  }, std::chrono::seconds(15)));
+  EXPECT_TRUE(WaitUntil([&] { return JobState(cluster_, id) == "lost"; }));
+  Json j = GetJob(cluster_, id);
+  EXPECT_TRUE(Contains(j["job"].value("reason", ""), "lost")) << j.dump();
+  // The agent comes back: it kills what the dead instance left behind, so nothing runs twice.
+  cluster_.StartAgent("a1");
+  for (pid_t p : PidsIn(out, "child=")) {
+    EXPECT_TRUE(WaitUntil([&] { return ProcessGone(p); }, std::chrono::seconds(10))) << p;
+  }
+  EXPECT_EQ(JobState(cluster_, id), "lost");
+}
+
+TEST_F(E2ETest, JobThatCanNeverFitSaysWhy) {
+  cluster_.StartAgent("a1");
+  std::string spec = Spec("big", "name: big\nresources: {gpus: 4}\nrun: nvidia-smi\n");
+  std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
+  ASSERT_TRUE(WaitUntil([&] {
+    Json j = GetJob(cluster_, id);
+    return j.is_object() && Contains(j["job"].value("reason", ""), "4 GPUs");
+  }));
+  EXPECT_EQ(JobState(cluster_, id), "queued");
+  EXPECT_TRUE(Contains(cluster_.Cli({"job", id}).out, "can ever run"));
+}
+
+TEST_F(E2ETest, GpuInventoryFromRecordedNvidiaSmiShowsInOffers) {
+  std::string fixture = std::string(SLUICE_SOURCE_DIR_DEFAULT) +
+                        "/tests/fixtures/nvidia-smi/h100-sxm5-80gb-1.txt";
+  cluster_.StartAgent("gpu", {"--from-nvidia-smi", fixture, "--price-per-gpu-hour", "2.5"});
+  Json offers = cluster_.CliJson({"offers"});
+  ASSERT_TRUE(offers.is_array()) << cluster_.Cli({"offers"}).err;
+  ASSERT_EQ(offers.size(), 1u);
+  EXPECT_EQ(offers[0]["gpu"], "h100-80gb");
+  EXPECT_EQ(offers[0]["gpus_total"], 8);
+  EXPECT_DOUBLE_EQ(offers[0]["price_per_gpu_hour"].get<double>(), 2.5);
+  // A 2-GPU job gets exactly two GPUs, named by UUID.
+  std::string spec = Spec("g", "name: g\nresources: {gpu: h100, gpus: 2}\n"
+                               "run: echo \"devs=$CUDA_VISIBLE_DEVICES idx=$SLUICE_GPUS\"\n");
+  CommandResult r = cluster_.Cli({"run", spec, "--follow"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "devs=GPU-")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "idx=0,1")) << r.out;
+}
+
+TEST_F(E2ETest, BadSpecsGetPointedErrors) {
+  std::string bad = Spec("bad", "name: x\nresources:\n  gpus: -1\nrun: echo\n");
+  CommandResult r = cluster_.Cli({"run", bad});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "bad.yaml:3:")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "resources.gpus")) << r.err;
+
+  std::string typo = Spec("typo", "name: x\nresources: {gpu: a1000}\nrun: echo\n");
+  r = cluster_.Cli({"run", typo});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "a100")) << r.err;
+
+  std::string unknown = Spec("unknown", "name: x\nrn: echo\n");
+  r = cluster_.Cli({"run", unknown});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "unknown.yaml:2:1")) << r.err;
+}
+
+TEST_F(E2ETest, RequestsWithoutAValidTokenAreRefused) {
+  auto no_token = RunCommand({SluiceBinary(), "jobs"},
+                             {{"SLUICE_SERVER", cluster_.url()}, {"SLUICE_TOKEN", "nope"}});
+  EXPECT_EQ(no_token.exit_code, 1);
+  EXPECT_TRUE(Contains(no_token.err, "token")) << no_token.err;
+  auto join = RunCommand({SluiceBinary(), "jobs"},
+                         {{"SLUICE_SERVER", cluster_.url()}, {"SLUICE_TOKEN", cluster_.join_token()}});
+  EXPECT_EQ(join.exit_code, 1);
+  EXPECT_TRUE(Contains(join.err, "admin")) << join.err;
+  // An agent with a wrong join token is refused and exits.
+  std::string bad_token = cluster_.WriteFile("bad.token", "sluice_join_wrong\n");
+  Daemon agent({SluiceBinary(), "agent", "--server", cluster_.url(), "--join-token-file",
+                bad_token, "--data-dir", cluster_.dir() + "/agent-bad"},
+               {}, cluster_.dir() + "/agent-bad.log");
+  EXPECT_EQ(agent.Wait(std::chrono::seconds(15)), 1) << agent.Log();
+  EXPECT_TRUE(Contains(agent.Log(), "refused")) << agent.Log();
+  // Token files are private.
+  auto perms = std::filesystem::status(cluster_.server_data_dir() + "/admin.token").permissions();
+  EXPECT_EQ(perms & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+}
+
+}  // namespace
+}  // namespace sluice::testing

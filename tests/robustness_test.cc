@@ -1,0 +1,253 @@
+// Hostile input against a real server: malformed JSON, oversized bodies and garbage bytes to
+// every endpoint, and garbage frames on the agent channel. Each must get a 4xx or a closed
+// connection, and the server must keep serving.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "common/text.h"
+#include "harness.h"
+
+namespace sluice::testing {
+namespace {
+
+int PortOf(const std::string& url) { return std::stoi(url.substr(url.rfind(':') + 1)); }
+
+int ConnectTo(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void SendAll(int fd, const std::string& bytes) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Reads until the peer closes, `stop` appears in what was read, or `timeout_ms` passes.
+std::string ReadSome(int fd, int timeout_ms, const std::string& stop = "") {
+  std::string out;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    char buf[8192];
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (!stop.empty() && out.find(stop) != std::string::npos) break;
+  }
+  return out;
+}
+
+// Sends raw bytes (requests carry `Connection: close`), returns everything read until the server
+// closes or `timeout_ms` passes.
+std::string Raw(int port, const std::string& bytes, int timeout_ms = 3000) {
+  int fd = ConnectTo(port);
+  if (fd < 0) return "<connect failed>";
+  SendAll(fd, bytes);
+  std::string out = ReadSome(fd, timeout_ms);
+  close(fd);
+  return out;
+}
+
+// Opens the agent channel (waiting for the 101 as a client must), sends `frames`, and returns
+// the handshake response plus whatever came back until the server closed or the timeout.
+std::string WsExchange(int port, const std::string& upgrade, const std::string& frames,
+                       int timeout_ms = 3000) {
+  int fd = ConnectTo(port);
+  if (fd < 0) return "<connect failed>";
+  SendAll(fd, upgrade);
+  std::string out = ReadSome(fd, timeout_ms, "\r\n\r\n");
+  if (out.rfind("HTTP/1.1 101", 0) == 0) {
+    SendAll(fd, frames);
+    out += ReadSome(fd, timeout_ms, std::string(1, '\x88'));  // stop at the server's close frame
+  }
+  close(fd);
+  return out;
+}
+
+int StatusOf(const std::string& response) {
+  if (response.rfind("HTTP/1.1 ", 0) != 0) return 0;
+  return std::stoi(response.substr(9, 3));
+}
+
+std::string Request(const std::string& method, const std::string& path, const std::string& token,
+                    const std::string& body, const std::string& extra_headers = "") {
+  std::string r = method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  if (!token.empty()) r += "Authorization: Bearer " + token + "\r\n";
+  r += extra_headers;
+  r += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  return r;
+}
+
+// One masked client WebSocket text frame.
+std::string WsFrame(const std::string& payload, uint8_t opcode = 0x1) {
+  std::string f;
+  f += static_cast<char>(0x80 | opcode);
+  if (payload.size() < 126) {
+    f += static_cast<char>(0x80 | payload.size());
+  } else {
+    f += static_cast<char>(0x80 | 126);
+    f += static_cast<char>((payload.size() >> 8) & 0xff);
+    f += static_cast<char>(payload.size() & 0xff);
+  }
+  const char mask[4] = {0x12, 0x34, 0x56, 0x78};
+  f.append(mask, 4);
+  for (size_t i = 0; i < payload.size(); ++i) f += static_cast<char>(payload[i] ^ mask[i % 4]);
+  return f;
+}
+
+std::string WsUpgrade(const std::string& token) {
+  return "GET /v1/agent/connect HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+         "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+         "Sec-WebSocket-Version: 13\r\nAuthorization: Bearer " + token + "\r\n\r\n";
+}
+
+class RobustnessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_.StartServer();
+    port_ = PortOf(cluster_.url());
+  }
+  void ExpectAlive() {
+    std::string r = Raw(port_, Request("GET", "/v1/health", cluster_.admin_token(), ""));
+    ASSERT_EQ(StatusOf(r), 200) << r;
+    ASSERT_TRUE(cluster_.server()->running());
+  }
+  Cluster cluster_;
+  int port_ = 0;
+};
+
+const std::vector<std::pair<std::string, std::string>> kEndpoints = {
+    {"GET", "/v1/health"},          {"POST", "/v1/jobs"},
+    {"GET", "/v1/jobs"},            {"GET", "/v1/jobs/job-nope"},
+    {"POST", "/v1/jobs/job-nope/cancel"}, {"GET", "/v1/jobs/job-nope/logs"},
+    {"GET", "/v1/jobs/job-nope/stream"},  {"GET", "/v1/offers"},
+    {"GET", "/v1/nodes"},           {"PUT", "/v1/blobs/" + std::string(64, 'a')},
+    {"GET", "/v1/blobs/../../etc/passwd"}, {"GET", "/v1/agent/connect"},
+    {"DELETE", "/v1/jobs"},         {"GET", "/nope"},
+};
+
+TEST_F(RobustnessTest, NoTokenOrWrongTokenIsRefusedEverywhere) {
+  for (const auto& [m, p] : kEndpoints) {
+    EXPECT_EQ(StatusOf(Raw(port_, Request(m, p, "", ""))), 401) << m << " " << p;
+    EXPECT_EQ(StatusOf(Raw(port_, Request(m, p, "sluice_admin_forged", ""))), 401) << m << " " << p;
+  }
+  // The join token opens only the agent channel and blob downloads.
+  EXPECT_EQ(StatusOf(Raw(port_, Request("GET", "/v1/jobs", cluster_.join_token(), ""))), 403);
+  EXPECT_EQ(StatusOf(Raw(port_, WsUpgrade("wrong"))), 401);
+  ExpectAlive();
+}
+
+TEST_F(RobustnessTest, MalformedJsonAndBadFieldsAre400) {
+  const std::string t = cluster_.admin_token();
+  const std::vector<std::string> bodies = {"{", "[]", "null", "{\"spec\": 5}", "{\"spec\": {\"run\": [\"x\"]}}",
+        "{\"spec\": {\"run\": \"x\", \"resources\": {\"gpus\": -2}}}",
+        "{\"spec\": {\"run\": \"x\", \"bogus\": 1}}", "{\"spec\": {\"run\": \"x\"}, \"extra\": 1}",
+        "{\"spec\": {\"run\": \"x\"}, \"workdir_blob\": \"../../x\"}",
+        std::string(100000, '['), std::string("\xff\xfe\x00garbage", 10)};
+  for (const std::string& body : bodies) {
+    std::string r = Raw(port_, Request("POST", "/v1/jobs", t, body));
+    EXPECT_EQ(StatusOf(r), 400) << body.substr(0, 60) << " -> " << r;
+  }
+  EXPECT_EQ(StatusOf(Raw(port_, Request("GET", "/v1/jobs?limit=abc", t, ""))), 400);
+  EXPECT_EQ(StatusOf(Raw(port_, Request("GET", "/v1/jobs?state=bogus", t, ""))), 400);
+  EXPECT_EQ(StatusOf(Raw(port_, Request("PUT", "/v1/blobs/" + std::string(64, 'a'), t, "x"))), 400);
+  EXPECT_EQ(StatusOf(Raw(port_, Request("DELETE", "/v1/jobs", t, ""))), 405);
+  EXPECT_EQ(StatusOf(Raw(port_, Request("GET", "/v1/jobs/job-nope", t, ""))), 404);
+  ExpectAlive();
+}
+
+TEST_F(RobustnessTest, OversizedBodiesAre413) {
+  const std::string t = cluster_.admin_token();
+  std::string big(2 << 20, 'x');
+  std::string r = Raw(port_, Request("POST", "/v1/jobs", t, big));
+  EXPECT_EQ(StatusOf(r), 413) << r.substr(0, 200);
+  // A 10 MB `run` line inside otherwise valid JSON: refused by size before parsing.
+  std::string spec = "{\"spec\": {\"run\": \"" + std::string(10 << 20, 'a') + "\"}}";
+  EXPECT_EQ(StatusOf(Raw(port_, Request("POST", "/v1/jobs", t, spec))), 413);
+  // A run line under the body limit but over the spec's own limit: a field error.
+  std::string mid = "{\"spec\": {\"run\": \"" + std::string(200 << 10, 'a') + "\"}}";
+  r = Raw(port_, Request("POST", "/v1/jobs", t, mid));
+  EXPECT_EQ(StatusOf(r), 400);
+  EXPECT_NE(r.find("run"), std::string::npos);
+  ExpectAlive();
+}
+
+TEST_F(RobustnessTest, RandomGarbageToEveryEndpoint) {
+  std::mt19937 rng(1234);
+  const std::string t = cluster_.admin_token();
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& [m, p] : kEndpoints) {
+      std::string body(1 + rng() % 2000, '\0');
+      for (auto& c : body) c = static_cast<char>(rng());
+      std::string r = Raw(port_, Request(m, p, t, body), 2000);
+      int s = StatusOf(r);
+      EXPECT_TRUE(s == 0 || (s >= 200 && s < 500)) << m << " " << p << " -> " << s;
+    }
+    // Not even HTTP.
+    std::string junk(500, '\0');
+    for (auto& c : junk) c = static_cast<char>(rng());
+    int s = StatusOf(Raw(port_, junk, 2000));
+    EXPECT_TRUE(s == 0 || s == 400) << s;
+  }
+  ExpectAlive();
+}
+
+TEST_F(RobustnessTest, GarbageOnTheAgentChannelClosesIt) {
+  const std::string j = cluster_.join_token();
+  std::vector<std::string> attacks = {
+      WsFrame("not json"),
+      WsFrame("{\"type\": \"exited\", \"attempt_id\": \"x\", \"exit_code\": 0}"),  // before hello
+      WsFrame("{\"type\": \"hello\", \"inventory\": {\"cpu_cores\": \"many\"}}"),
+      WsFrame("{\"type\": \"hello\", \"inventory\": 5}"),
+      WsFrame("[1,2,3]"),
+      WsFrame("binary?", 0x2),
+      std::string("\x81\xff\x7f\xff\xff\xff\xff\xff\xff\xff\x01\x02\x03\x04", 14),  // absurd length
+      std::string(64, '\xff'),
+  };
+  for (const auto& attack : attacks) {
+    auto start = std::chrono::steady_clock::now();
+    std::string r = WsExchange(port_, WsUpgrade(j), attack);
+    EXPECT_EQ(StatusOf(r), 101) << r.substr(0, 100);
+    // The server closes: it sends a close frame (opcode 8) or drops the TCP connection, rather
+    // than our side giving up after its timeout.
+    size_t body = r.find("\r\n\r\n");
+    bool close_frame = body != std::string::npos &&
+                       r.find('\x88', body + 4) != std::string::npos;
+    bool dropped = std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2500);
+    EXPECT_TRUE(close_frame || dropped) << attack.substr(0, 40);
+  }
+  // A valid hello followed by garbage messages: errors, then the link is closed or answered.
+  std::string hello =
+      "{\"type\":\"hello\",\"name\":\"evil\",\"inventory\":{\"cpu_cores\":1,\"memory_mib\":100}}";
+  std::string r = WsExchange(
+      port_, WsUpgrade(j),
+      WsFrame(hello) + WsFrame("{\"type\":\"log\"}") +
+          WsFrame("{\"type\":\"exited\",\"attempt_id\":\"a\",\"exit_code\":\"x\"}") +
+          WsFrame("{}"));
+  EXPECT_NE(r.find("welcome"), std::string::npos);
+  EXPECT_NE(r.find("error"), std::string::npos);
+  ExpectAlive();
+}
+
+}  // namespace
+}  // namespace sluice::testing
