@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The end-to-end demo behind `make demo`: a server on SQLite, one local agent, and
+# examples/hello.yaml submitted, followed to the end, and everything shut down cleanly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${SLUICE_BIN:-build/sluice}
+work=$(mktemp -d /tmp/sluice-demo.XXXXXX)
+server_pid=""
+agent_pid=""
+cleanup() {
+  local rc=$?
+  [[ -n $agent_pid ]] && kill -TERM "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null || true
+  [[ -n $server_pid ]] && kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null || true
+  if [[ $rc -ne 0 ]]; then
+    echo "demo: failed (exit $rc); logs:" >&2
+    tail -n 30 "$work"/server.log "$work"/agent.log >&2 || true
+  fi
+  rm -rf "$work"
+  exit $rc
+}
+trap cleanup EXIT INT TERM
+
+echo "==> starting sluice server (SQLite in $work/server)"
+"$bin" server --listen 127.0.0.1:0 --data-dir "$work/server" >"$work/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 1 100); do [[ -s $work/server/server.url ]] && break; sleep 0.1; done
+[[ -s $work/server/server.url ]] || { echo "demo: the server did not start" >&2; exit 1; }
+export SLUICE_SERVER=$(cat "$work/server/server.url")
+export SLUICE_TOKEN=$(cat "$work/server/admin.token")
+echo "    listening on $SLUICE_SERVER"
+
+echo "==> starting a local agent (it probes this machine and publishes its offer)"
+"$bin" agent --server "$SLUICE_SERVER" --join-token-file "$work/server/join.token" \
+  --data-dir "$work/agent" --name local >"$work/agent.log" 2>&1 &
+agent_pid=$!
+for _ in $(seq 1 100); do
+  "$bin" nodes --json 2>/dev/null | grep -q '"state": "online"' && break
+  sleep 0.1
+done
+"$bin" nodes
+echo
+"$bin" offers
+echo
+echo "==> sluice run examples/hello.yaml --follow"
+set +e
+"$bin" run examples/hello.yaml --follow
+rc=$?
+set -e
+echo
+"$bin" jobs
+echo
+echo "==> shutting down (exit code of the job: $rc)"
+exit $rc
