@@ -1,7 +1,6 @@
 // End-to-end tests: the real `sluice server`, `sluice agent` and CLI processes on loopback.
-#include <signal.h>
-
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <fstream>
@@ -38,8 +37,8 @@ std::vector<pid_t> PidsIn(const std::string& text, const std::string& prefix) {
 class E2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster_.StartServer({"--heartbeat-interval", "0.3", "--heartbeat-grace", "2",
-                          "--cancel-grace", "1"});
+    cluster_.StartServer(
+        {"--heartbeat-interval", "0.3", "--heartbeat-grace", "2", "--cancel-grace", "1"});
   }
   void TearDown() override {
     if (HasFailure()) {
@@ -167,7 +166,8 @@ run: |
 
 TEST_F(E2ETest, KilledAgentIsMarkedLostAndItsJobToo) {
   Daemon* agent = cluster_.StartAgent("a1");
-  std::string spec = Spec("sleepy", "name: sleepy\nrun: echo up; sleep 300 & echo \"child=$!\"; wait\n");
+  std::string spec =
+      Spec("sleepy", "name: sleepy\nrun: echo up; sleep 300 & echo \"child=$!\"; wait\n");
   std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
   std::string out;
   ASSERT_TRUE(WaitUntil([&] {
@@ -176,10 +176,12 @@ TEST_F(E2ETest, KilledAgentIsMarkedLostAndItsJobToo) {
   }));
   agent->Signal(SIGKILL);
   agent->Wait(std::chrono::seconds(5));
-  ASSERT_TRUE(WaitUntil([&] {
-    Json nodes = cluster_.CliJson({"nodes"});
-    return nodes.is_array() && !nodes.empty() && nodes[0].value("state", "") == "lost";
-  }, std::chrono::seconds(15)));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        Json nodes = cluster_.CliJson({"nodes"});
+        return nodes.is_array() && !nodes.empty() && nodes[0].value("state", "") == "lost";
+      },
+      std::chrono::seconds(15)));
   EXPECT_TRUE(WaitUntil([&] { return JobState(cluster_, id) == "lost"; }));
   Json j = GetJob(cluster_, id);
   EXPECT_TRUE(Contains(j["job"].value("reason", ""), "lost")) << j.dump();
@@ -204,8 +206,8 @@ TEST_F(E2ETest, JobThatCanNeverFitSaysWhy) {
 }
 
 TEST_F(E2ETest, GpuInventoryFromRecordedNvidiaSmiShowsInOffers) {
-  std::string fixture = std::string(SLUICE_SOURCE_DIR_DEFAULT) +
-                        "/tests/fixtures/nvidia-smi/h100-sxm5-80gb-1.txt";
+  std::string fixture =
+      std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/tests/fixtures/nvidia-smi/h100-sxm5-80gb-1.txt";
   cluster_.StartAgent("gpu", {"--from-nvidia-smi", fixture, "--price-per-gpu-hour", "2.5"});
   Json offers = cluster_.CliJson({"offers"});
   ASSERT_TRUE(offers.is_array()) << cluster_.Cli({"offers"}).err;
@@ -214,8 +216,9 @@ TEST_F(E2ETest, GpuInventoryFromRecordedNvidiaSmiShowsInOffers) {
   EXPECT_EQ(offers[0]["gpus_total"], 8);
   EXPECT_DOUBLE_EQ(offers[0]["price_per_gpu_hour"].get<double>(), 2.5);
   // A 2-GPU job gets exactly two GPUs, named by UUID.
-  std::string spec = Spec("g", "name: g\nresources: {gpu: h100, gpus: 2}\n"
-                               "run: echo \"devs=$CUDA_VISIBLE_DEVICES idx=$SLUICE_GPUS\"\n");
+  std::string spec = Spec("g",
+                          "name: g\nresources: {gpu: h100, gpus: 2}\n"
+                          "run: echo \"devs=$CUDA_VISIBLE_DEVICES idx=$SLUICE_GPUS\"\n");
   CommandResult r = cluster_.Cli({"run", spec, "--follow"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(r.out, "devs=GPU-")) << r.out;
@@ -245,14 +248,14 @@ TEST_F(E2ETest, RequestsWithoutAValidTokenAreRefused) {
                              {{"SLUICE_SERVER", cluster_.url()}, {"SLUICE_TOKEN", "nope"}});
   EXPECT_EQ(no_token.exit_code, 1);
   EXPECT_TRUE(Contains(no_token.err, "token")) << no_token.err;
-  auto join = RunCommand({SluiceBinary(), "jobs"},
-                         {{"SLUICE_SERVER", cluster_.url()}, {"SLUICE_TOKEN", cluster_.join_token()}});
+  auto join = RunCommand({SluiceBinary(), "jobs"}, {{"SLUICE_SERVER", cluster_.url()},
+                                                    {"SLUICE_TOKEN", cluster_.join_token()}});
   EXPECT_EQ(join.exit_code, 1);
   EXPECT_TRUE(Contains(join.err, "admin")) << join.err;
   // An agent with a wrong join token is refused and exits.
   std::string bad_token = cluster_.WriteFile("bad.token", "sluice_join_wrong\n");
-  Daemon agent({SluiceBinary(), "agent", "--server", cluster_.url(), "--join-token-file",
-                bad_token, "--data-dir", cluster_.dir() + "/agent-bad"},
+  Daemon agent({SluiceBinary(), "agent", "--server", cluster_.url(), "--join-token-file", bad_token,
+                "--data-dir", cluster_.dir() + "/agent-bad"},
                {}, cluster_.dir() + "/agent-bad.log");
   EXPECT_EQ(agent.Wait(std::chrono::seconds(15)), 1) << agent.Log();
   EXPECT_TRUE(Contains(agent.Log(), "refused")) << agent.Log();

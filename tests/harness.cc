@@ -207,11 +207,11 @@ void Cluster::StartServer(std::vector<std::string> extra) {
   std::string data = server_data_dir();
   std::error_code ec;
   fs::remove(data + "/server.url", ec);
-  std::vector<std::string> argv = {SluiceBinary(), "server", "--listen", listen_, "--data-dir",
-                                   data};
+  std::vector<std::string> argv = {SluiceBinary(), "server",     "--listen",
+                                   listen_,        "--data-dir", data};
   for (const auto& e : server_extra_) argv.push_back(e);
-  server_ = std::make_unique<Daemon>(argv, std::map<std::string, std::string>{},
-                                     dir_ + "/server.log");
+  server_ =
+      std::make_unique<Daemon>(argv, std::map<std::string, std::string>{}, dir_ + "/server.log");
   ++server_starts_;
   bool up = WaitUntil([&] { return fs::exists(data + "/server.url") || !server_->running(); },
                       std::chrono::seconds(20));

@@ -2,12 +2,11 @@
 // every endpoint, and garbage frames on the agent channel. Each must get a 4xx or a closed
 // connection, and the server must keep serving.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <random>
 
@@ -118,7 +117,8 @@ std::string WsFrame(const std::string& payload, uint8_t opcode = 0x1) {
 std::string WsUpgrade(const std::string& token) {
   return "GET /v1/agent/connect HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
          "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-         "Sec-WebSocket-Version: 13\r\nAuthorization: Bearer " + token + "\r\n\r\n";
+         "Sec-WebSocket-Version: 13\r\nAuthorization: Bearer " +
+         token + "\r\n\r\n";
 }
 
 class RobustnessTest : public ::testing::Test {
@@ -137,13 +137,20 @@ class RobustnessTest : public ::testing::Test {
 };
 
 const std::vector<std::pair<std::string, std::string>> kEndpoints = {
-    {"GET", "/v1/health"},          {"POST", "/v1/jobs"},
-    {"GET", "/v1/jobs"},            {"GET", "/v1/jobs/job-nope"},
-    {"POST", "/v1/jobs/job-nope/cancel"}, {"GET", "/v1/jobs/job-nope/logs"},
-    {"GET", "/v1/jobs/job-nope/stream"},  {"GET", "/v1/offers"},
-    {"GET", "/v1/nodes"},           {"PUT", "/v1/blobs/" + std::string(64, 'a')},
-    {"GET", "/v1/blobs/../../etc/passwd"}, {"GET", "/v1/agent/connect"},
-    {"DELETE", "/v1/jobs"},         {"GET", "/nope"},
+    {"GET", "/v1/health"},
+    {"POST", "/v1/jobs"},
+    {"GET", "/v1/jobs"},
+    {"GET", "/v1/jobs/job-nope"},
+    {"POST", "/v1/jobs/job-nope/cancel"},
+    {"GET", "/v1/jobs/job-nope/logs"},
+    {"GET", "/v1/jobs/job-nope/stream"},
+    {"GET", "/v1/offers"},
+    {"GET", "/v1/nodes"},
+    {"PUT", "/v1/blobs/" + std::string(64, 'a')},
+    {"GET", "/v1/blobs/../../etc/passwd"},
+    {"GET", "/v1/agent/connect"},
+    {"DELETE", "/v1/jobs"},
+    {"GET", "/nope"},
 };
 
 TEST_F(RobustnessTest, NoTokenOrWrongTokenIsRefusedEverywhere) {
@@ -159,11 +166,18 @@ TEST_F(RobustnessTest, NoTokenOrWrongTokenIsRefusedEverywhere) {
 
 TEST_F(RobustnessTest, MalformedJsonAndBadFieldsAre400) {
   const std::string t = cluster_.admin_token();
-  const std::vector<std::string> bodies = {"{", "[]", "null", "{\"spec\": 5}", "{\"spec\": {\"run\": [\"x\"]}}",
-        "{\"spec\": {\"run\": \"x\", \"resources\": {\"gpus\": -2}}}",
-        "{\"spec\": {\"run\": \"x\", \"bogus\": 1}}", "{\"spec\": {\"run\": \"x\"}, \"extra\": 1}",
-        "{\"spec\": {\"run\": \"x\"}, \"workdir_blob\": \"../../x\"}",
-        std::string(100000, '['), std::string("\xff\xfe\x00garbage", 10)};
+  const std::vector<std::string> bodies = {
+      "{",
+      "[]",
+      "null",
+      "{\"spec\": 5}",
+      "{\"spec\": {\"run\": [\"x\"]}}",
+      "{\"spec\": {\"run\": \"x\", \"resources\": {\"gpus\": -2}}}",
+      "{\"spec\": {\"run\": \"x\", \"bogus\": 1}}",
+      "{\"spec\": {\"run\": \"x\"}, \"extra\": 1}",
+      "{\"spec\": {\"run\": \"x\"}, \"workdir_blob\": \"../../x\"}",
+      std::string(100000, '['),
+      std::string("\xff\xfe\x00garbage", 10)};
   for (const std::string& body : bodies) {
     std::string r = Raw(port_, Request("POST", "/v1/jobs", t, body));
     EXPECT_EQ(StatusOf(r), 400) << body.substr(0, 60) << " -> " << r;
@@ -231,19 +245,18 @@ TEST_F(RobustnessTest, GarbageOnTheAgentChannelClosesIt) {
     // The server closes: it sends a close frame (opcode 8) or drops the TCP connection, rather
     // than our side giving up after its timeout.
     size_t body = r.find("\r\n\r\n");
-    bool close_frame = body != std::string::npos &&
-                       r.find('\x88', body + 4) != std::string::npos;
+    bool close_frame = body != std::string::npos && r.find('\x88', body + 4) != std::string::npos;
     bool dropped = std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2500);
     EXPECT_TRUE(close_frame || dropped) << attack.substr(0, 40);
   }
   // A valid hello followed by garbage messages: errors, then the link is closed or answered.
   std::string hello =
       "{\"type\":\"hello\",\"name\":\"evil\",\"inventory\":{\"cpu_cores\":1,\"memory_mib\":100}}";
-  std::string r = WsExchange(
-      port_, WsUpgrade(j),
-      WsFrame(hello) + WsFrame("{\"type\":\"log\"}") +
-          WsFrame("{\"type\":\"exited\",\"attempt_id\":\"a\",\"exit_code\":\"x\"}") +
-          WsFrame("{}"));
+  std::string r =
+      WsExchange(port_, WsUpgrade(j),
+                 WsFrame(hello) + WsFrame("{\"type\":\"log\"}") +
+                     WsFrame("{\"type\":\"exited\",\"attempt_id\":\"a\",\"exit_code\":\"x\"}") +
+                     WsFrame("{}"));
   EXPECT_NE(r.find("welcome"), std::string::npos);
   EXPECT_NE(r.find("error"), std::string::npos);
   ExpectAlive();

@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -92,10 +92,10 @@ struct Attempt {
   std::deque<proto::LogEntry> lines;  // not yet acknowledged by the server
   int64_t sent_seq = 0;               // highest seq sent on the current connection
   std::optional<ExitInfo> exit;
-  std::string error;                  // could not start
+  std::string error;  // could not start
   bool exit_sent = false;
-  bool lost = false;                  // orphaned by a previous agent instance and killed
-  bool cancel_pending = false;        // cancelled before the process existed
+  bool lost = false;            // orphaned by a previous agent instance and killed
+  bool cancel_pending = false;  // cancelled before the process existed
   bool started_sent = false;
 };
 
@@ -177,8 +177,11 @@ void Agent::RecoverAttempts() {
 }
 
 void Agent::PersistLocked(const Attempt& a) {
-  Json j{{"attempt_id", a.id}, {"job_id", a.job_id}, {"pgid", a.pgid},
-         {"start_time", a.start_time}, {"error", a.error}};
+  Json j{{"attempt_id", a.id},
+         {"job_id", a.job_id},
+         {"pgid", a.pgid},
+         {"start_time", a.start_time},
+         {"error", a.error}};
   if (a.exit) {
     j["exit_code"] = a.exit->exit_code;
     j["signal"] = a.exit->signal;
@@ -220,8 +223,10 @@ std::map<std::string, std::string> Agent::JobEnv(const proto::Assign& a) const {
   std::map<std::string, std::string> env;
   auto inherit = [&](const char* key, const char* fallback) {
     const char* v = std::getenv(key);
-    if (v) env[key] = v;
-    else if (fallback) env[key] = fallback;
+    if (v)
+      env[key] = v;
+    else if (fallback)
+      env[key] = fallback;
   };
   inherit("PATH", "/usr/local/bin:/usr/bin:/bin");
   inherit("HOME", "/");
@@ -270,8 +275,8 @@ void Agent::StartAttempt(proto::Assign assign) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   fs::create_directories(dir, ec);
-  Status prepared = ec ? Status::Internal("cannot create " + dir + ": " + ec.message())
-                       : Status::Ok();
+  Status prepared =
+      ec ? Status::Internal("cannot create " + dir + ": " + ec.message()) : Status::Ok();
   if (prepared.ok() && !assign.workdir_blob.empty()) {
     HttpClient http(url_, token_, std::chrono::seconds(60));
     auto resp = http.Request("GET", "/v1/blobs/" + assign.workdir_blob);
@@ -371,8 +376,10 @@ void Agent::OnMessage(std::string_view text) {
     if (it == attempts_.end()) return;
     auto& a = *it->second;
     int64_t grace = msg->value("grace_ms", int64_t{10000});
-    if (a.proc) a.proc->Terminate(std::chrono::milliseconds(grace));
-    else a.cancel_pending = true;
+    if (a.proc)
+      a.proc->Terminate(std::chrono::milliseconds(grace));
+    else
+      a.cancel_pending = true;
   } else if (type == "log_ack") {
     if (it == attempts_.end()) return;
     int64_t seq = msg->value("seq", int64_t{0});
@@ -573,11 +580,13 @@ int Agent::Run() {
     // Running jobs get SIGTERM and the grace period; their exits are reported if connected.
     for (auto& [id, a] : attempts_) {
       if (a->proc && a->proc->running()) {
-        a->proc->Terminate(std::chrono::milliseconds(static_cast<int64_t>(opt_.stop_grace_s * 1000)));
+        a->proc->Terminate(
+            std::chrono::milliseconds(static_cast<int64_t>(opt_.stop_grace_s * 1000)));
       }
     }
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(static_cast<int64_t>(opt_.stop_grace_s * 1000) + 3000);
+    auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(static_cast<int64_t>(opt_.stop_grace_s * 1000) + 3000);
     cv_.wait_until(lock, deadline, [&] {
       for (auto& [id, a] : attempts_) {
         if (a->proc && !a->exit) return false;

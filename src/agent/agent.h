@@ -12,17 +12,17 @@
 namespace sluice::agent {
 
 struct AgentOptions {
-  std::string server_url;               // http://host:port
+  std::string server_url;  // http://host:port
   std::string join_token_file;
   std::string data_dir;
-  std::string name;                     // defaults to the hostname
+  std::string name;  // defaults to the hostname
   double price_per_gpu_hour = 0;
   double price_per_cpu_hour = 0;
   std::string region;
-  std::string nvidia_smi_file;          // probe GPUs from a recorded file (tests, dry runs)
-  double keep_alive_interval_s = 15;    // WebSocket ping period
-  double max_backoff_s = 5;             // reconnect backoff ceiling
-  double stop_grace_s = 5;              // on SIGTERM: jobs get this long after their SIGTERM
+  std::string nvidia_smi_file;        // probe GPUs from a recorded file (tests, dry runs)
+  double keep_alive_interval_s = 15;  // WebSocket ping period
+  double max_backoff_s = 5;           // reconnect backoff ceiling
+  double stop_grace_s = 5;            // on SIGTERM: jobs get this long after their SIGTERM
 };
 
 // Runs until SIGINT/SIGTERM (exit 0) or a fatal error such as a rejected join token (exit 1).

@@ -11,7 +11,8 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(const ClientConfig& config)
 Result<Json> ApiClient::Decode(const HttpResponse& resp) {
   auto body = ParseJson(resp.body);
   if (resp.status >= 200 && resp.status < 300) {
-    if (!body.ok()) return Status::Internal("server sent malformed JSON: " + body.status().message());
+    if (!body.ok())
+      return Status::Internal("server sent malformed JSON: " + body.status().message());
     return *body;
   }
   return Status(StatusCodeForHttp(resp.status), ErrorMessageFromBody(resp.body));
@@ -28,14 +29,13 @@ Result<Json> ApiClient::Post(const std::string& path, const Json& body) {
 }
 
 Status ApiClient::PutBlob(const std::string& digest, std::string data) {
-  SLUICE_ASSIGN_OR_RETURN(HttpResponse resp, http_->Request("PUT", "/v1/blobs/" + digest,
-                                                            std::move(data),
-                                                            "application/octet-stream"));
+  SLUICE_ASSIGN_OR_RETURN(
+      HttpResponse resp,
+      http_->Request("PUT", "/v1/blobs/" + digest, std::move(data), "application/octet-stream"));
   return Decode(resp).status();
 }
 
-Status ApiClient::Stream(const std::string& path,
-                         const std::function<bool(const Json&)>& on_item) {
+Status ApiClient::Stream(const std::string& path, const std::function<bool(const Json&)>& on_item) {
   int http_status = 0;
   Status parse_error;
   Status s = http_->StreamLines(

@@ -72,8 +72,7 @@ int Follow(ApiClient& api, const std::string& job_id, bool logs_only, bool json)
   while (end.is_null()) {
     size_t index = 0;
     Status s = api.Stream(
-        "/v1/jobs/" + job_id + "/stream" + (logs_only ? "?events=0" : ""),
-        [&](const Json& item) {
+        "/v1/jobs/" + job_id + "/stream" + (logs_only ? "?events=0" : ""), [&](const Json& item) {
           std::string type = item.value("type", "");
           if (type == "end") {
             end = item["job"];
@@ -94,8 +93,12 @@ int Follow(ApiClient& api, const std::string& job_id, bool logs_only, bool json)
               std::fflush(stdout);
             }
           } else if (type == "event") {
-            std::fprintf(stderr, "sluice: %s: %s\n", item.value("event", "").c_str(),
-                         item.value("message", "").c_str());
+            // `run` already said "submitted"; terminal events are summed up after the stream.
+            std::string ev = item.value("event", "");
+            if (ev != "submitted" && ev != "succeeded" && ev != "failed" && ev != "cancelled" &&
+                ev != "lost") {
+              std::fprintf(stderr, "sluice: %s\n", item.value("message", "").c_str());
+            }
           } else if (type == "error") {
             std::fprintf(stderr, "sluice: %s\n", item.value("message", "").c_str());
           }
@@ -196,8 +199,10 @@ int RunCommand(const GlobalFlags& g, const RunFlags& f) {
 
   bool follow = f.follow || (!f.detach && isatty(STDOUT_FILENO));
   if (!follow) {
-    if (g.json) std::cout << DumpJson(job, 2) << "\n";
-    else std::cout << id << "\n";
+    if (g.json)
+      std::cout << DumpJson(job, 2) << "\n";
+    else
+      std::cout << id << "\n";
     return 0;
   }
   if (!g.json) {
@@ -257,13 +262,16 @@ int JobCommand(const GlobalFlags& g, const std::string& id) {
   Table at({"ATTEMPT", "NODE", "GPUS", "PRICE/H", "STATE", "EXIT", "CAUSE"});
   for (const auto& a : (*resp)["attempts"]) {
     std::string gpus;
-    for (const auto& g2 : a["gpus"]) gpus += (gpus.empty() ? "" : ",") + std::to_string(g2.get<int>());
+    for (const auto& g2 : a["gpus"])
+      gpus += (gpus.empty() ? "" : ",") + std::to_string(g2.get<int>());
     at.Add({a.value("id", ""), a.value("node_id", ""), gpus.empty() ? "-" : gpus,
             Dollars(a.value("price_per_hour", 0.0)), a.value("state", ""), ExitText(a),
             a.value("cause", "")});
   }
-  if (at.empty()) std::cout << "  none yet\n";
-  else at.Print(std::cout);
+  if (at.empty())
+    std::cout << "  none yet\n";
+  else
+    at.Print(std::cout);
   std::cout << "\nevents:\n";
   for (const auto& e : (*resp)["events"]) {
     std::cout << "  " << Age(e.value("ts_ms", int64_t{0})) << " ago  " << e.value("event", "")
@@ -281,8 +289,8 @@ int LogsCommand(const GlobalFlags& g, const std::string& id, bool follow) {
   }
   int64_t after = 0;
   while (true) {
-    auto resp = (*api)->Get("/v1/jobs/" + id + "/logs?after=" + std::to_string(after) +
-                            "&limit=1000");
+    auto resp =
+        (*api)->Get("/v1/jobs/" + id + "/logs?after=" + std::to_string(after) + "&limit=1000");
     if (!resp.ok()) return Fail(resp.status());
     const Json& lines = (*resp)["lines"];
     for (const auto& l : lines) {
@@ -311,8 +319,9 @@ int CancelCommand(const GlobalFlags& g, const std::string& id) {
   } else if (j.value("state", "") == "cancelled") {
     std::cout << id << " cancelled\n";
   } else {
-    std::cout << id << ": cancel requested; the job gets SIGTERM, then SIGKILL after the grace "
-                       "period\n";
+    std::cout << id
+              << ": cancel requested; the job gets SIGTERM, then SIGKILL after the grace "
+                 "period\n";
   }
   return 0;
 }

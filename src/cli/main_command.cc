@@ -1,7 +1,6 @@
 #include "cli/main_command.h"
 
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <iostream>
 
@@ -27,8 +26,9 @@ void AddClientFlags(CLI::App* cmd, GlobalFlags* g, bool json = true) {
 }  // namespace
 
 int Main(int argc, char** argv) {
-  CLI::App app{"Sluice: one job contract for GPUs everywhere.\n"
-               "Run a marketplace server, join machines with agents, run jobs on them."};
+  CLI::App app{
+      "Sluice: one job contract for GPUs everywhere.\n"
+      "Run a marketplace server, join machines with agents, run jobs on them."};
   app.set_version_flag("--version", kVersion);
   app.require_subcommand(1);
   app.fallthrough(false);
@@ -38,21 +38,30 @@ int Main(int argc, char** argv) {
   // --- server
   server::ServerOptions sopt;
   sopt.data_dir = DefaultServerDataDir();
-  auto* server = app.add_subcommand("server", "Run the marketplace server (REST API + agent channel)");
+  auto* server =
+      app.add_subcommand("server", "Run the marketplace server (REST API + agent channel)");
   server->add_option("--listen", sopt.listen, "HOST:PORT to listen on; port 0 picks a free one")
       ->capture_default_str();
-  server->add_option("--data-dir", sopt.data_dir,
-                     "State directory: SQLite database, blobs, admin.token, join.token, server.url")
+  server
+      ->add_option("--data-dir", sopt.data_dir,
+                   "State directory: SQLite database, blobs, admin.token, join.token, server.url")
       ->capture_default_str();
-  server->add_option("--heartbeat-interval", sopt.heartbeat_interval_s,
-                     "Seconds between agent heartbeats")->capture_default_str();
-  server->add_option("--heartbeat-grace", sopt.heartbeat_grace_s,
-                     "Seconds without a heartbeat before a node is lost")->capture_default_str();
-  server->add_option("--cancel-grace", sopt.cancel_grace_s,
-                     "Seconds between SIGTERM and SIGKILL when a job is cancelled")
+  server
+      ->add_option("--heartbeat-interval", sopt.heartbeat_interval_s,
+                   "Seconds between agent heartbeats")
       ->capture_default_str();
-  server->add_option("--keep-alive-interval", sopt.keep_alive_interval_s,
-                     "Seconds between WebSocket pings on agent links")->capture_default_str();
+  server
+      ->add_option("--heartbeat-grace", sopt.heartbeat_grace_s,
+                   "Seconds without a heartbeat before a node is lost")
+      ->capture_default_str();
+  server
+      ->add_option("--cancel-grace", sopt.cancel_grace_s,
+                   "Seconds between SIGTERM and SIGKILL when a job is cancelled")
+      ->capture_default_str();
+  server
+      ->add_option("--keep-alive-interval", sopt.keep_alive_interval_s,
+                   "Seconds between WebSocket pings on agent links")
+      ->capture_default_str();
   server->callback([&] { rc = server::RunServer(sopt); });
 
   // --- agent
@@ -68,17 +77,23 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   agent_cmd->add_option("--name", aopt.name, "Node name (default: the hostname)");
   agent_cmd->add_option("--price-per-gpu-hour", aopt.price_per_gpu_hour, "USD per GPU-hour")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  agent_cmd->add_option("--price-per-cpu-hour", aopt.price_per_cpu_hour,
-                        "USD per CPU-hour, for CPU-only jobs")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  agent_cmd
+      ->add_option("--price-per-cpu-hour", aopt.price_per_cpu_hour,
+                   "USD per CPU-hour, for CPU-only jobs")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   agent_cmd->add_option("--region", aopt.region, "Region label shown in offers");
   agent_cmd->add_option("--from-nvidia-smi", aopt.nvidia_smi_file,
                         "Take GPUs from recorded `nvidia-smi -q -x` or `-q` output (testing)");
-  agent_cmd->add_option("--keep-alive-interval", aopt.keep_alive_interval_s,
-                        "Seconds between WebSocket pings")->capture_default_str();
-  agent_cmd->add_option("--stop-grace", aopt.stop_grace_s,
-                        "On shutdown, seconds between SIGTERM and SIGKILL for running jobs")
+  agent_cmd
+      ->add_option("--keep-alive-interval", aopt.keep_alive_interval_s,
+                   "Seconds between WebSocket pings")
+      ->capture_default_str();
+  agent_cmd
+      ->add_option("--stop-grace", aopt.stop_grace_s,
+                   "On shutdown, seconds between SIGTERM and SIGKILL for running jobs")
       ->capture_default_str();
   agent_cmd->callback([&] {
     if (aopt.server_url.empty()) {
@@ -122,7 +137,8 @@ int Main(int argc, char** argv) {
   jobs->add_option("--state", state,
                    "Only jobs in this state (queued, starting, running, succeeded, failed, "
                    "cancelled, lost)");
-  jobs->add_option("--limit", limit, "At most this many")->check(CLI::Range(1, 10000))
+  jobs->add_option("--limit", limit, "At most this many")
+      ->check(CLI::Range(1, 10000))
       ->capture_default_str();
   AddClientFlags(jobs, &g);
   jobs->callback([&] { rc = JobsCommand(g, state, limit); });

@@ -32,10 +32,16 @@ std::string HumanDuration(int64_t ms) {
   if (ms < 0) ms = 0;
   int64_t s = ms / 1000;
   char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
-  else if (s < 3600) std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-  else if (s < 86400) std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
-  else std::snprintf(buf, sizeof buf, "%lldd%lldh", (long long)(s / 86400), (long long)(s % 86400 / 3600));
+  if (s < 60)
+    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
+  else if (s < 3600)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  else if (s < 86400)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(s / 3600),
+                  (long long)(s % 3600 / 60));
+  else
+    std::snprintf(buf, sizeof buf, "%lldd%lldh", (long long)(s / 86400),
+                  (long long)(s % 86400 / 3600));
   return buf;
 }
 

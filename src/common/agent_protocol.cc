@@ -6,7 +6,8 @@ namespace {
 Result<std::map<std::string, std::string>> StringMap(const Json& j, const char* field) {
   std::map<std::string, std::string> out;
   if (!j.contains(field) || j[field].is_null()) return out;
-  if (!j[field].is_object()) return Status::InvalidArgument(std::string(field) + ": expected an object");
+  if (!j[field].is_object())
+    return Status::InvalidArgument(std::string(field) + ": expected an object");
   for (auto it = j[field].begin(); it != j[field].end(); ++it) {
     if (!it.value().is_string()) {
       return Status::InvalidArgument(std::string(field) + "." + it.key() + ": expected a string");
@@ -19,7 +20,8 @@ Result<std::map<std::string, std::string>> StringMap(const Json& j, const char* 
 Result<std::vector<int>> IntList(const Json& j, const char* field) {
   std::vector<int> out;
   if (!j.contains(field) || j[field].is_null()) return out;
-  if (!j[field].is_array()) return Status::InvalidArgument(std::string(field) + ": expected an array");
+  if (!j[field].is_array())
+    return Status::InvalidArgument(std::string(field) + ": expected an array");
   for (const auto& v : j[field]) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1024) {
       return Status::InvalidArgument(std::string(field) + ": expected GPU indices");
@@ -34,8 +36,11 @@ Result<std::vector<int>> IntList(const Json& j, const char* field) {
 Json ToJson(const Hello& m) {
   Json attempts = Json::array();
   for (const auto& a : m.attempts) {
-    Json r{{"attempt_id", a.attempt_id}, {"running", a.running}, {"signal", a.signal},
-           {"error", a.error}, {"lost", a.lost}};
+    Json r{{"attempt_id", a.attempt_id},
+           {"running", a.running},
+           {"signal", a.signal},
+           {"error", a.error},
+           {"lost", a.lost}};
     if (a.exit_code) r["exit_code"] = *a.exit_code;
     attempts.push_back(r);
   }
@@ -54,7 +59,8 @@ Result<Hello> HelloFromJson(const Json& j) {
   Hello m;
   SLUICE_ASSIGN_OR_RETURN(m.node_id, GetStringOr(j, "node_id", ""));
   SLUICE_ASSIGN_OR_RETURN(m.name, GetStringOr(j, "name", ""));
-  if (!j.contains("inventory")) return Status::InvalidArgument("inventory: required field is missing");
+  if (!j.contains("inventory"))
+    return Status::InvalidArgument("inventory: required field is missing");
   SLUICE_ASSIGN_OR_RETURN(m.inventory, InventoryFromJson(j["inventory"]));
   SLUICE_ASSIGN_OR_RETURN(m.price_per_gpu_hour, GetNumberOr(j, "price_per_gpu_hour", 0));
   SLUICE_ASSIGN_OR_RETURN(m.price_per_cpu_hour, GetNumberOr(j, "price_per_cpu_hour", 0));
@@ -84,9 +90,14 @@ Result<Hello> HelloFromJson(const Json& j) {
 }
 
 Json ToJson(const Assign& m) {
-  return Json{{"type", "assign"},      {"attempt_id", m.attempt_id}, {"job_id", m.job_id},
-              {"run", m.run},          {"env", m.env},               {"gpus", m.gpus},
-              {"cpus", m.cpus},        {"memory_gb", m.memory_gb},
+  return Json{{"type", "assign"},
+              {"attempt_id", m.attempt_id},
+              {"job_id", m.job_id},
+              {"run", m.run},
+              {"env", m.env},
+              {"gpus", m.gpus},
+              {"cpus", m.cpus},
+              {"memory_gb", m.memory_gb},
               {"workdir_blob", m.workdir_blob}};
 }
 

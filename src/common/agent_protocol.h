@@ -24,15 +24,15 @@ inline constexpr size_t kMaxLinesPerLogMessage = 1000;
 // What an agent knows about one attempt when it says hello (after a restart or reconnect).
 struct AttemptReport {
   std::string attempt_id;
-  bool running = false;              // still running here
-  std::optional<int> exit_code;      // set when it finished and the exit is not yet acknowledged
+  bool running = false;          // still running here
+  std::optional<int> exit_code;  // set when it finished and the exit is not yet acknowledged
   int signal = 0;
-  std::string error;                 // the attempt could not start (bad workdir, exec failure)
-  bool lost = false;                 // this agent restarted and could not keep the process
+  std::string error;  // the attempt could not start (bad workdir, exec failure)
+  bool lost = false;  // this agent restarted and could not keep the process
 };
 
 struct Hello {
-  std::string node_id;               // empty on first registration
+  std::string node_id;  // empty on first registration
   std::string name;
   Inventory inventory;
   double price_per_gpu_hour = 0;
@@ -50,12 +50,12 @@ struct Assign {
   std::vector<int> gpus;
   int cpus = 0;
   double memory_gb = 0;
-  std::string workdir_blob;          // sha256 of the workdir archive, empty for none
+  std::string workdir_blob;  // sha256 of the workdir archive, empty for none
 };
 
 struct LogEntry {
-  int64_t seq = 0;                   // 1, 2, 3... per attempt
-  std::string stream;                // "stdout" | "stderr"
+  int64_t seq = 0;     // 1, 2, 3... per attempt
+  std::string stream;  // "stdout" | "stderr"
   int64_t ts_ms = 0;
   std::string text;
 };
@@ -64,7 +64,7 @@ struct Exited {
   std::string attempt_id;
   int exit_code = 0;
   int signal = 0;
-  std::string error;                 // non-empty when the job could not be started
+  std::string error;  // non-empty when the job could not be started
 };
 
 Json ToJson(const Hello& m);

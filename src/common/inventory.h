@@ -13,32 +13,32 @@
 namespace sluice {
 
 struct GpuInfo {
-  int index = 0;                // NVML / nvidia-smi minor order; what CUDA_VISIBLE_DEVICES uses
-  std::string uuid;             // "GPU-8f3c..."
-  std::string name;             // product name as reported: "NVIDIA H100 80GB HBM3"
-  uint64_t memory_mib = 0;      // total framebuffer memory
-  std::string pci_bus_id;       // "00000000:17:00.0"
-  std::string serial;           // may be empty (consumer cards report N/A)
-  std::string mig_mode;         // "Enabled", "Disabled" or "N/A"
+  int index = 0;                   // NVML / nvidia-smi minor order; what CUDA_VISIBLE_DEVICES uses
+  std::string uuid;                // "GPU-8f3c..."
+  std::string name;                // product name as reported: "NVIDIA H100 80GB HBM3"
+  uint64_t memory_mib = 0;         // total framebuffer memory
+  std::string pci_bus_id;          // "00000000:17:00.0"
+  std::string serial;              // may be empty (consumer cards report N/A)
+  std::string mig_mode;            // "Enabled", "Disabled" or "N/A"
   std::string compute_capability;  // "9.0" when known, else empty
   std::string vbios_version;
-  int power_limit_w = 0;        // 0 when unknown
+  int power_limit_w = 0;  // 0 when unknown
 
   bool operator==(const GpuInfo&) const = default;
 };
 
 struct Inventory {
   std::string hostname;
-  std::string os;               // PRETTY_NAME from /etc/os-release
-  std::string kernel;           // uname -r
-  std::string arch;             // uname -m
+  std::string os;      // PRETTY_NAME from /etc/os-release
+  std::string kernel;  // uname -r
+  std::string arch;    // uname -m
   std::string cpu_model;
-  int cpu_cores = 0;            // logical CPUs available to this process
-  uint64_t memory_mib = 0;      // MemTotal
-  uint64_t disk_free_mib = 0;   // free space where jobs run (the agent's data dir)
-  std::string driver_version;   // "550.54.15"; empty with no GPU
-  std::string cuda_version;     // highest CUDA the driver supports: "12.4"; empty with no GPU
-  std::string gpu_source;       // "nvml", "nvidia-smi", "nvidia-smi-file" or "none"
+  int cpu_cores = 0;           // logical CPUs available to this process
+  uint64_t memory_mib = 0;     // MemTotal
+  uint64_t disk_free_mib = 0;  // free space where jobs run (the agent's data dir)
+  std::string driver_version;  // "550.54.15"; empty with no GPU
+  std::string cuda_version;    // highest CUDA the driver supports: "12.4"; empty with no GPU
+  std::string gpu_source;      // "nvml", "nvidia-smi", "nvidia-smi-file" or "none"
   std::vector<GpuInfo> gpus;
 
   bool operator==(const Inventory&) const = default;

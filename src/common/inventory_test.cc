@@ -22,7 +22,10 @@ TEST(InventoryTest, RoundTrip) {
 }
 
 TEST(InventoryTest, WrongTypeNamesField) {
-  auto j = ParseJson(R"({"cpu_cores": 4, "memory_mib": 10, "gpus": [{"index": 0, "name": "x", "memory_mib": "big"}]})").value();
+  auto j =
+      ParseJson(
+          R"({"cpu_cores": 4, "memory_mib": 10, "gpus": [{"index": 0, "name": "x", "memory_mib": "big"}]})")
+          .value();
   auto r = InventoryFromJson(j);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("inventory.gpus[0].memory_mib"), std::string::npos);

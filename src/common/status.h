@@ -11,7 +11,7 @@ namespace sluice {
 
 enum class StatusCode {
   kOk,
-  kInvalidArgument,   // bad input from a user or a provider
+  kInvalidArgument,  // bad input from a user or a provider
   kNotFound,
   kAlreadyExists,
   kFailedPrecondition,
@@ -22,7 +22,7 @@ enum class StatusCode {
   kDeadlineExceeded,
   kCancelled,
   kUnimplemented,
-  kInternal,           // a broken invariant or an environment failure
+  kInternal,  // a broken invariant or an environment failure
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -33,13 +33,17 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return {}; }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
   static Status FailedPrecondition(std::string m) {
     return {StatusCode::kFailedPrecondition, std::move(m)};
   }
-  static Status Unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
+  static Status Unauthenticated(std::string m) {
+    return {StatusCode::kUnauthenticated, std::move(m)};
+  }
   static Status PermissionDenied(std::string m) {
     return {StatusCode::kPermissionDenied, std::move(m)};
   }
@@ -69,7 +73,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT: implicit by design
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -93,10 +97,10 @@ class [[nodiscard]] Result {
 #define SLUICE_CONCAT_INNER(a, b) a##b
 #define SLUICE_CONCAT(a, b) SLUICE_CONCAT_INNER(a, b)
 
-#define SLUICE_RETURN_IF_ERROR(expr)           \
-  do {                                         \
-    ::sluice::Status _st = (expr);             \
-    if (!_st.ok()) return _st;                 \
+#define SLUICE_RETURN_IF_ERROR(expr) \
+  do {                               \
+    ::sluice::Status _st = (expr);   \
+    if (!_st.ok()) return _st;       \
   } while (0)
 
 #define SLUICE_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

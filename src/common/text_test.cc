@@ -6,11 +6,13 @@ namespace sluice {
 
 TEST(TextTest, Utf8Validation) {
   EXPECT_TRUE(IsValidUtf8("plain ascii"));
-  EXPECT_TRUE(IsValidUtf8("gr\xC3\xBC\xC3\x9F" "e \xE2\x82\xAC \xF0\x9F\x9A\x80"));
+  EXPECT_TRUE(
+      IsValidUtf8("gr\xC3\xBC\xC3\x9F"
+                  "e \xE2\x82\xAC \xF0\x9F\x9A\x80"));
   EXPECT_FALSE(IsValidUtf8("\xFF"));
-  EXPECT_FALSE(IsValidUtf8("ab\xC3"));              // truncated
-  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));            // overlong '/'
-  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));        // surrogate
+  EXPECT_FALSE(IsValidUtf8("ab\xC3"));        // truncated
+  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));      // overlong '/'
+  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));  // surrogate
   EXPECT_EQ(FirstInvalidUtf8("abc\xFE"), 3u);
 }
 

@@ -45,9 +45,8 @@ std::string NeverFitsReason(const std::vector<NodeCapacity>& nodes, const JobReq
     if (n.total_memory_gb + 1e-9 < job.memory_gb) ++little_mem;
     if (!PriceOk(n, job)) ++too_pricey;
   }
-  std::string what = "no registered node can ever run this job (" +
-                     std::to_string(nodes.size()) + " node" + (nodes.size() == 1 ? "" : "s") +
-                     "):";
+  std::string what = "no registered node can ever run this job (" + std::to_string(nodes.size()) +
+                     " node" + (nodes.size() == 1 ? "" : "s") + "):";
   auto add = [&](int count, const std::string& text) {
     if (count > 0) what += " " + std::to_string(count) + " lack " + text + ";";
   };

@@ -11,7 +11,7 @@ namespace sluice::sched {
 
 struct GpuSlot {
   int index = 0;
-  std::string label;      // canonical label, e.g. "h100-80gb"
+  std::string label;  // canonical label, e.g. "h100-80gb"
   double vram_gb = 0;
   bool free = true;
 };
@@ -19,8 +19,8 @@ struct GpuSlot {
 struct NodeCapacity {
   std::string node_id;
   std::string name;
-  bool online = true;          // only online nodes take new work; offline ones still count for
-                               // "could this job ever fit" (they may come back)
+  bool online = true;  // only online nodes take new work; offline ones still count for
+                       // "could this job ever fit" (they may come back)
   std::vector<GpuSlot> gpus;
   int total_cpus = 0;
   int free_cpus = 0;
@@ -33,11 +33,11 @@ struct NodeCapacity {
 struct JobRequest {
   std::string job_id;
   int priority = 0;
-  int64_t order = 0;                      // submission order; earlier first among equals
+  int64_t order = 0;  // submission order; earlier first among equals
   int gpus = 0;
   int cpus = 1;
   double memory_gb = 0;
-  std::vector<std::string> gpu_labels;    // acceptable labels; empty = any
+  std::vector<std::string> gpu_labels;  // acceptable labels; empty = any
   std::optional<double> min_vram_gb;
   std::optional<double> max_price_per_hour;
 };
@@ -45,14 +45,14 @@ struct JobRequest {
 struct Placement {
   std::string job_id;
   std::string node_id;
-  std::vector<int> gpus;       // GPU indices on the node
-  double price_per_hour = 0;   // locked into the allocation
+  std::vector<int> gpus;      // GPU indices on the node
+  double price_per_hour = 0;  // locked into the allocation
 };
 
 struct Waiting {
   std::string job_id;
-  bool never_fits = false;     // no registered node could run it even when idle
-  std::string reason;          // one line a user can act on
+  bool never_fits = false;  // no registered node could run it even when idle
+  std::string reason;       // one line a user can act on
 };
 
 struct Plan {

@@ -41,15 +41,15 @@ TEST(SchedulerTest, GpusAreExclusive) {
 }
 
 TEST(SchedulerTest, PriorityThenOrder) {
-  auto plan = Schedule({Node("n1", 1, 4, 8)},
-                       {Job("old", 1, 1, 1, 0, 1), Job("urgent", 1, 1, 1, 5, 2)});
+  auto plan =
+      Schedule({Node("n1", 1, 4, 8)}, {Job("old", 1, 1, 1, 0, 1), Job("urgent", 1, 1, 1, 5, 2)});
   ASSERT_EQ(plan.placements.size(), 1u);
   EXPECT_EQ(plan.placements[0].job_id, "urgent");
 }
 
 TEST(SchedulerTest, CpuAndMemoryAreAccounted) {
-  auto plan = Schedule({Node("cpu", 0, 4, 8)},
-                       {Job("a", 0, 3, 1, 0, 1), Job("b", 0, 2, 1, 0, 2), Job("c", 0, 1, 7.5, 0, 3)});
+  auto plan = Schedule({Node("cpu", 0, 4, 8)}, {Job("a", 0, 3, 1, 0, 1), Job("b", 0, 2, 1, 0, 2),
+                                                Job("c", 0, 1, 7.5, 0, 3)});
   ASSERT_EQ(plan.placements.size(), 1u);
   EXPECT_EQ(plan.placements[0].job_id, "a");
   EXPECT_EQ(plan.waiting.size(), 2u);

@@ -19,8 +19,8 @@ Result<int64_t> QueryInt(const HttpRequest& req, const char* key, int64_t fallba
     return static_cast<int64_t>(v);
   } catch (...) {
     return Status::InvalidArgument(std::string("query parameter `") + key + "`: expected an " +
-                                   "integer in [" + std::to_string(lo) + ", " +
-                                   std::to_string(hi) + "], got `" + it->second + "`");
+                                   "integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                   "], got `" + it->second + "`");
   }
 }
 
@@ -51,10 +51,9 @@ struct AgentSession {
 }  // namespace
 
 HttpResponse ErrorResponse(const Status& status) {
-  return JsonResponse(HttpStatusFor(status.code()),
-                      Json{{"error",
-                            {{"code", StatusCodeName(status.code())},
-                             {"message", status.message()}}}});
+  return JsonResponse(
+      HttpStatusFor(status.code()),
+      Json{{"error", {{"code", StatusCodeName(status.code())}, {"message", status.message()}}}});
 }
 
 HttpResponse JsonResponse(int http_status, const Json& body) {
@@ -104,7 +103,8 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
   if (coll == "blobs" && parts.size() == 4) {
     const std::string& digest = parts[3];
     if (!store::BlobStore::IsValidDigest(digest)) {
-      return ErrorResponse(Status::InvalidArgument("blob digest must be 64 lowercase hex characters"));
+      return ErrorResponse(
+          Status::InvalidArgument("blob digest must be 64 lowercase hex characters"));
     }
     if (m == "GET") {
       auto data = blobs_->Get(digest);
@@ -114,7 +114,8 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
       r.body = std::move(*data);
       return r;
     }
-    if (role != Role::kAdmin) return ErrorResponse(Status::PermissionDenied("admin token required"));
+    if (role != Role::kAdmin)
+      return ErrorResponse(Status::PermissionDenied("admin token required"));
     if (m == "PUT") {
       Status s = blobs_->PutVerified(digest, req.body);
       if (!s.ok()) return ErrorResponse(s);
@@ -177,8 +178,8 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     Json attempts = Json::array(), events = Json::array();
     for (const auto& a : d->attempts) attempts.push_back(AttemptToJson(a));
     for (const auto& e : d->events) events.push_back(EventToJson(e));
-    return JsonResponse(200, Json{{"job", JobToJson(d->job)}, {"attempts", attempts},
-                                  {"events", events}});
+    return JsonResponse(
+        200, Json{{"job", JobToJson(d->job)}, {"attempts", attempts}, {"events", events}});
   }
   if (parts.size() != 5) return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
   const std::string& action = parts[4];
@@ -230,8 +231,8 @@ HttpResponse Api::SubmitJob(const HttpRequest& req) {
   if (!blob.ok()) return ErrorResponse(blob.status());
   if (!blob->empty()) {
     if (!store::BlobStore::IsValidDigest(*blob) || !blobs_->Has(*blob)) {
-      return ErrorResponse(Status::InvalidArgument(
-          "workdir_blob: no uploaded blob " + *blob + " (PUT /v1/blobs/<sha256> first)"));
+      return ErrorResponse(Status::InvalidArgument("workdir_blob: no uploaded blob " + *blob +
+                                                   " (PUT /v1/blobs/<sha256> first)"));
     }
   }
   auto job = core_->SubmitJob(*spec, *blob);

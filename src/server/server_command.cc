@@ -94,7 +94,8 @@ int RunServer(const ServerOptions& opt) {
   net_opt.ws_idle_timeout = std::max(net_opt.ws_keepalive_interval * 3,
                                      std::chrono::milliseconds(core_opt.heartbeat_grace_ms));
   HttpServer http(
-      net_opt, [&api](HttpRequest req, std::shared_ptr<ResponseWriter> w) {
+      net_opt,
+      [&api](HttpRequest req, std::shared_ptr<ResponseWriter> w) {
         api.Handle(std::move(req), std::move(w));
       },
       [&api](const HttpRequest& req, const std::shared_ptr<WsConnection>& conn) {

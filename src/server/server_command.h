@@ -8,11 +8,11 @@ namespace sluice::server {
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:7070";
-  std::string data_dir;                 // required
+  std::string data_dir;  // required
   double heartbeat_interval_s = 3;
   double heartbeat_grace_s = 15;
   double cancel_grace_s = 10;
-  double keep_alive_interval_s = 15;    // WebSocket ping period
+  double keep_alive_interval_s = 15;  // WebSocket ping period
   int threads = 2;
 };
 

@@ -142,8 +142,8 @@ std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
     cap.name = ns.record.name;
     cap.online = ns.record.state == st::NodeState::kOnline && ns.link != nullptr;
     for (const auto& g : inv->gpus) {
-      cap.gpus.push_back({g.index, market::CanonicalGpuLabel(g.name, g.memory_mib),
-                          GiB(g.memory_mib), true});
+      cap.gpus.push_back(
+          {g.index, market::CanonicalGpuLabel(g.name, g.memory_mib), GiB(g.memory_mib), true});
     }
     cap.total_cpus = cap.free_cpus = inv->cpu_cores;
     cap.total_memory_gb = cap.free_memory_gb = GiB(inv->memory_mib);
@@ -231,8 +231,8 @@ Status ServerCore::ScheduleLocked() {
       js.record.reason = w.reason;
       batch.jobs.push_back(js.record);
       if (w.never_fits != js.never_fits || w.never_fits) {
-        batch.events.push_back(EventLocked(w.job_id, w.never_fits ? "unschedulable" : "waiting",
-                                           w.reason));
+        batch.events.push_back(
+            EventLocked(w.job_id, w.never_fits ? "unschedulable" : "waiting", w.reason));
       }
     }
     js.never_fits = w.never_fits;
@@ -247,7 +247,8 @@ Status ServerCore::ScheduleLocked() {
     }
     return s;
   }
-  for (size_t i = 0; i < assigns.size(); ++i) SendLocked(assign_nodes[i], proto::ToJson(assigns[i]));
+  for (size_t i = 0; i < assigns.size(); ++i)
+    SendLocked(assign_nodes[i], proto::ToJson(assigns[i]));
   return Status::Ok();
 }
 
@@ -265,10 +266,18 @@ void ServerCore::FinishAttemptLocked(AttemptRecord& att, AttemptState state,
       !st::IsTerminal(jit->second.record.state)) {
     JobRecord& job = jit->second.record;
     switch (state) {
-      case AttemptState::kSucceeded: job.state = st::JobState::kSucceeded; break;
-      case AttemptState::kCancelled: job.state = st::JobState::kCancelled; break;
-      case AttemptState::kLost: job.state = st::JobState::kLost; break;
-      default: job.state = st::JobState::kFailed; break;
+      case AttemptState::kSucceeded:
+        job.state = st::JobState::kSucceeded;
+        break;
+      case AttemptState::kCancelled:
+        job.state = st::JobState::kCancelled;
+        break;
+      case AttemptState::kLost:
+        job.state = st::JobState::kLost;
+        break;
+      default:
+        job.state = st::JobState::kFailed;
+        break;
     }
     job.exit_code = exit_code;
     job.finished_ms = now;
@@ -330,7 +339,8 @@ Status ServerCore::LoseNodeLocked(NodeState& node, const std::string& why) {
 
 // ---------------------------------------------------------------- user API
 
-Result<JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec, const std::string& workdir_blob) {
+Result<JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
+                                        const std::string& workdir_blob) {
   std::vector<std::string> labels;
   if (!spec.resources.gpu.empty()) {
     auto res = market::ResolveGpuLabel(spec.resources.gpu);
@@ -412,10 +422,10 @@ Result<JobRecord> ServerCore::CancelJob(const std::string& id) {
   if (job.cancel_requested) return job;  // idempotent
   job.cancel_requested = true;
   batch.jobs.push_back(job);
-  batch.events.push_back(EventLocked(
-      id, "cancel_requested",
-      "cancel requested: SIGTERM to the process group, SIGKILL after " +
-          std::to_string(options_.cancel_grace_ms / 1000) + "s"));
+  batch.events.push_back(
+      EventLocked(id, "cancel_requested",
+                  "cancel requested: SIGTERM to the process group, SIGKILL after " +
+                      std::to_string(options_.cancel_grace_ms / 1000) + "s"));
   SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
   auto att = active_attempts_.find(job.attempt_id);
   if (att != active_attempts_.end()) {
@@ -613,8 +623,10 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
     if (ours) continue;
     // Not active here: finished, lost, or unknown. A running one must die so a job never runs
     // twice; a finished one is acknowledged so the agent forgets it.
-    if (r.running) to_cancel.push_back(r.attempt_id);
-    else to_ack.push_back(r.attempt_id);
+    if (r.running)
+      to_cancel.push_back(r.attempt_id);
+    else
+      to_ack.push_back(r.attempt_id);
   }
   SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
   for (const auto& aid : finished) {
@@ -625,7 +637,8 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
                   {"node_id", node_id},
                   {"heartbeat_interval_ms", options_.heartbeat_interval_ms}});
   for (const auto& aid : to_cancel) {
-    link->Send(Json{{"type", "cancel"}, {"attempt_id", aid}, {"grace_ms", options_.cancel_grace_ms}});
+    link->Send(
+        Json{{"type", "cancel"}, {"attempt_id", aid}, {"grace_ms", options_.cancel_grace_ms}});
   }
   for (const auto& aid : to_ack) link->Send(Json{{"type", "exit_ack"}, {"attempt_id", aid}});
   // Tell the agent where each surviving attempt's logs stand, so it resends only what we lack.
@@ -781,13 +794,16 @@ Json AttemptToJson(const AttemptRecord& a) {
 }
 
 Json EventToJson(const st::JobEvent& e) {
-  return Json{{"id", e.id}, {"job_id", e.job_id}, {"ts_ms", e.ts_ms}, {"event", e.type},
+  return Json{{"id", e.id},
+              {"job_id", e.job_id},
+              {"ts_ms", e.ts_ms},
+              {"event", e.type},
               {"message", e.message}};
 }
 
 Json LogToJson(const st::LogLine& l) {
-  return Json{{"type", "log"},           {"id", l.id},         {"attempt_id", l.attempt_id},
-              {"seq", l.seq},            {"stream", l.stream}, {"ts_ms", l.ts_ms},
+  return Json{{"type", "log"}, {"id", l.id},         {"attempt_id", l.attempt_id},
+              {"seq", l.seq},  {"stream", l.stream}, {"ts_ms", l.ts_ms},
               {"text", l.text}};
 }
 

@@ -118,8 +118,8 @@ class ServerCore {
  private:
   struct NodeState {
     store::NodeRecord record;
-    std::shared_ptr<AgentLink> link;     // null while disconnected
-    int64_t last_seen_mono = 0;          // Clock::MonotonicMillis of the last sign of life
+    std::shared_ptr<AgentLink> link;  // null while disconnected
+    int64_t last_seen_mono = 0;       // Clock::MonotonicMillis of the last sign of life
   };
   struct JobState {
     store::JobRecord record;

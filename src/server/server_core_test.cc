@@ -115,7 +115,8 @@ TEST_F(ServerCoreTest, NonZeroExitFailsJob) {
   auto node = core_->AgentHello(link, CpuHello());
   auto job = core_->SubmitJob(Spec(), "");
   std::string att = link->OfType("assign")[0]["attempt_id"];
-  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 3, 0, ""})).ok());
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 3, 0, ""})).ok());
   auto d = core_->GetJob(job->id);
   EXPECT_EQ(d->job.state, store::JobState::kFailed);
   EXPECT_EQ(d->job.exit_code, 3);
@@ -139,7 +140,8 @@ TEST_F(ServerCoreTest, QueuedJobStartsWhenCapacityFrees) {
   ASSERT_EQ(link->OfType("assign").size(), 1u);
   EXPECT_EQ(core_->GetJob(b->id)->job.state, store::JobState::kQueued);
   std::string att = link->OfType("assign")[0]["attempt_id"];
-  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
   ASSERT_EQ(link->OfType("assign").size(), 2u);
   EXPECT_EQ(link->OfType("assign")[1]["job_id"], b->id);
 }
@@ -157,7 +159,8 @@ TEST_F(ServerCoreTest, CancelQueuedAndRunning) {
   EXPECT_TRUE(c->cancel_requested);
   ASSERT_EQ(link->OfType("cancel").size(), 1u);
   std::string att = link->OfType("assign")[0]["attempt_id"];
-  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 143, 15, ""})).ok());
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 143, 15, ""})).ok());
   EXPECT_EQ(core_->GetJob(running->id)->job.state, store::JobState::kCancelled);
   EXPECT_FALSE(core_->CancelJob(running->id).ok());  // already terminal
 }
@@ -185,8 +188,9 @@ TEST_F(ServerCoreTest, RestartKeepsStateAndReconcilesExitOnce) {
   auto job = core_->SubmitJob(Spec(), "");
   std::string att = link->OfType("assign")[0]["attempt_id"];
   ASSERT_TRUE(core_->AgentMessage(*node, link.get(), Msg("started", att)).ok());
-  ASSERT_TRUE(core_->AgentMessage(*node, link.get(),
-                                  proto::LogMessage(att, {{1, "stdout", 0, "before"}})).ok());
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link.get(), proto::LogMessage(att, {{1, "stdout", 0, "before"}}))
+          .ok());
   Open();  // the server restarts
   EXPECT_EQ(core_->GetJob(job->id)->job.state, store::JobState::kRunning);
   EXPECT_EQ(core_->ListNodes()[0].node.state, store::NodeState::kOffline);
@@ -201,9 +205,11 @@ TEST_F(ServerCoreTest, RestartKeepsStateAndReconcilesExitOnce) {
   ASSERT_EQ(*core_->AgentHello(link2, h), *node);
   ASSERT_EQ(link2->OfType("log_ack").size(), 1u);
   EXPECT_EQ(link2->OfType("log_ack")[0]["seq"], 1);
-  ASSERT_TRUE(core_->AgentMessage(*node, link2.get(),
-                                  proto::LogMessage(att, {{1, "stdout", 0, "before"},
-                                                          {2, "stdout", 0, "after"}})).ok());
+  ASSERT_TRUE(core_
+                  ->AgentMessage(*node, link2.get(),
+                                 proto::LogMessage(
+                                     att, {{1, "stdout", 0, "before"}, {2, "stdout", 0, "after"}}))
+                  .ok());
   Json exited = proto::ToJson(proto::Exited{att, 0, 0, ""});
   ASSERT_TRUE(core_->AgentMessage(*node, link2.get(), exited).ok());
   ASSERT_TRUE(core_->AgentMessage(*node, link2.get(), exited).ok());  // duplicate: acked only
@@ -239,15 +245,20 @@ TEST_F(ServerCoreTest, StreamReplaysThenFollowsThenEnds) {
   auto node = core_->AgentHello(link, CpuHello());
   auto job = core_->SubmitJob(Spec(), "");
   std::string att = link->OfType("assign")[0]["attempt_id"];
-  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::LogMessage(att, {{1, "stdout", 0, "one"}})).ok());
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link.get(), proto::LogMessage(att, {{1, "stdout", 0, "one"}}))
+          .ok());
   std::vector<Json> items;
   auto sub = core_->Subscribe(job->id, true, true, [&](const Json& j) {
     items.push_back(j);
     return true;
   });
   ASSERT_TRUE(sub.ok());
-  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::LogMessage(att, {{2, "stdout", 0, "two"}})).ok());
-  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link.get(), proto::LogMessage(att, {{2, "stdout", 0, "two"}}))
+          .ok());
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
   std::vector<std::string> logs;
   for (const auto& i : items) {
     if (i["type"] == "log") logs.push_back(i["text"]);

@@ -29,9 +29,9 @@ inline constexpr int kMaxGpus = 64;
 inline constexpr int kMaxCpus = 4096;
 
 struct Resources {
-  std::string gpu;                     // GPU label as the user wrote it; empty = any model
-  std::optional<double> min_vram_gb;   // alternative (or addition) to a label
-  int gpus = 0;                        // whole GPUs, exclusive
+  std::string gpu;                    // GPU label as the user wrote it; empty = any model
+  std::optional<double> min_vram_gb;  // alternative (or addition) to a label
+  int gpus = 0;                       // whole GPUs, exclusive
   int cpus = 1;
   double memory_gb = 1.0;
 
@@ -41,11 +41,11 @@ struct Resources {
 struct JobSpec {
   std::string name;
   Resources resources;
-  std::string run;                          // a bash script
+  std::string run;  // a bash script
   std::map<std::string, std::string> env;
-  std::string workdir;                      // as written; resolved against the spec's directory
-  std::optional<double> max_price_per_hour; // total for the job's allocation, in USD
-  int priority = 0;                         // higher runs first
+  std::string workdir;                       // as written; resolved against the spec's directory
+  std::optional<double> max_price_per_hour;  // total for the job's allocation, in USD
+  int priority = 0;                          // higher runs first
 
   bool operator==(const JobSpec&) const = default;
 };

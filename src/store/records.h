@@ -29,76 +29,76 @@ bool IsTerminal(JobState s);
 bool IsTerminal(AttemptState s);
 
 struct TokenRecord {
-  std::string id;          // "adm-..." / "join-..."
-  std::string kind;        // "admin" or "join"
-  std::string sha256;      // hash of the secret; the secret itself is never stored
+  std::string id;      // "adm-..." / "join-..."
+  std::string kind;    // "admin" or "join"
+  std::string sha256;  // hash of the secret; the secret itself is never stored
   int64_t created_ms = 0;
   bool operator==(const TokenRecord&) const = default;
 };
 
 struct NodeRecord {
-  std::string id;                  // "node-..."
-  std::string name;                // hostname unless the provider names it
-  Json inventory;                  // common::Inventory as JSON, from the probe
+  std::string id;    // "node-..."
+  std::string name;  // hostname unless the provider names it
+  Json inventory;    // common::Inventory as JSON, from the probe
   NodeState state = NodeState::kOnline;
   int64_t registered_ms = 0;
   int64_t last_seen_ms = 0;
-  double price_per_gpu_hour = 0;   // USD
-  double price_per_cpu_hour = 0;   // USD, used when the node offers CPU capacity only
+  double price_per_gpu_hour = 0;  // USD
+  double price_per_cpu_hour = 0;  // USD, used when the node offers CPU capacity only
   std::string region;
   bool operator==(const NodeRecord&) const = default;
 };
 
 struct JobRecord {
-  std::string id;                  // "job-..."
+  std::string id;  // "job-..."
   std::string name;
-  Json spec;                       // spec::JobSpec as JSON
-  std::string workdir_blob;        // sha256 of the uploaded workdir archive, or empty
+  Json spec;                 // spec::JobSpec as JSON
+  std::string workdir_blob;  // sha256 of the uploaded workdir archive, or empty
   JobState state = JobState::kQueued;
   int priority = 0;
   int64_t submitted_ms = 0;
   int64_t started_ms = 0;
   int64_t finished_ms = 0;
   std::optional<int> exit_code;
-  std::string reason;              // why it waits, failed or was lost; shown to the user
-  std::string attempt_id;          // the current (or last) attempt, empty before placement
-  bool cancel_requested = false;   // a cancel is on its way to the agent; ends as kCancelled
+  std::string reason;             // why it waits, failed or was lost; shown to the user
+  std::string attempt_id;         // the current (or last) attempt, empty before placement
+  bool cancel_requested = false;  // a cancel is on its way to the agent; ends as kCancelled
   bool operator==(const JobRecord&) const = default;
 };
 
 struct AttemptRecord {
-  std::string id;                  // "att-..."
+  std::string id;  // "att-..."
   std::string job_id;
   std::string node_id;
-  std::vector<int> gpus;           // GPU indices on the node, exclusive
+  std::vector<int> gpus;  // GPU indices on the node, exclusive
   int cpus = 0;
   double memory_gb = 0;
-  double price_per_hour = 0;       // locked when the allocation is made
+  double price_per_hour = 0;  // locked when the allocation is made
   AttemptState state = AttemptState::kStarting;
   int64_t created_ms = 0;
   int64_t started_ms = 0;
   int64_t ended_ms = 0;
   std::optional<int> exit_code;
-  std::string cause;               // "exited", "cancelled", "node lost", ...
+  std::string cause;  // "exited", "cancelled", "node lost", ...
   bool operator==(const AttemptRecord&) const = default;
 };
 
 struct LogLine {
-  int64_t id = 0;                  // assigned by the store; a cursor for readers (per job order)
+  int64_t id = 0;  // assigned by the store; a cursor for readers (per job order)
   std::string job_id;
   std::string attempt_id;
-  int64_t seq = 0;                 // the agent's sequence number within the attempt (dedup key)
-  std::string stream;              // "stdout" or "stderr"
+  int64_t seq = 0;     // the agent's sequence number within the attempt (dedup key)
+  std::string stream;  // "stdout" or "stderr"
   int64_t ts_ms = 0;
-  std::string text;                // one line, without its newline
+  std::string text;  // one line, without its newline
   bool operator==(const LogLine&) const = default;
 };
 
 struct JobEvent {
-  int64_t id = 0;                  // assigned by the store; a cursor for readers
+  int64_t id = 0;  // assigned by the store; a cursor for readers
   std::string job_id;
   int64_t ts_ms = 0;
-  std::string type;                // "submitted", "placed", "started", "exited", "cancelled", ...
+  std::string type;  // "submitted", "placed", "started", "exited", "cancelled", ...
   std::string message;
   bool operator==(const JobEvent&) const = default;
 };
@@ -112,8 +112,8 @@ struct WriteBatch {
   std::vector<JobEvent> events;         // appended; `id` ignored
   std::vector<LogLine> logs;            // appended unless (attempt_id, seq) exists; `id` ignored
   bool empty() const {
-    return tokens.empty() && nodes.empty() && jobs.empty() && attempts.empty() &&
-           events.empty() && logs.empty();
+    return tokens.empty() && nodes.empty() && jobs.empty() && attempts.empty() && events.empty() &&
+           logs.empty();
   }
 };
 
