@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential make cmake ninja-build pkg-config git
   libboost-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libsqlite3-dev libssl-dev libpugixml-dev libarchive-dev
   libgtest-dev libgmock-dev libbenchmark-dev
