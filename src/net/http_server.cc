@@ -686,7 +686,9 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
     ws_.async_write(asio::buffer(out_.front()),
                     [self = shared_from_this()](beast::error_code ec, size_t) {
                       self->writing_ = false;
-                      if (ec) return;  // the read side notices and finishes
+                      // On error the read side notices and finishes; once finished, the queue
+                      // is no longer ours to touch (Finish may have dropped it).
+                      if (ec || self->finished_ || self->out_.empty()) return;
                       self->out_.pop_front();
                       if (!self->out_.empty()) self->DoWrite();
                     });
@@ -716,7 +718,8 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
     if (finished_) return;
     finished_ = true;
     ping_timer_.cancel();
-    out_.clear();
+    // A write in flight still reads out_.front(); the queue goes with the object then.
+    if (!writing_) out_.clear();
     if (accepted_ && handler_.on_close) {
       try {
         handler_.on_close(conn_);

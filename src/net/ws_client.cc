@@ -195,7 +195,8 @@ class WsClient::Impl : public std::enable_shared_from_this<Impl> {
     ws_.async_write(asio::buffer(out_.front()),
                     [self = shared_from_this()](beast::error_code ec, size_t) {
                       self->writing_ = false;
-                      if (ec) return;  // the read side notices
+                      // On error the read side notices; once finished the queue is gone.
+                      if (ec || self->finished_ || self->out_.empty()) return;
                       self->out_.pop_front();
                       self->DoWrite();
                     });
@@ -231,7 +232,8 @@ class WsClient::Impl : public std::enable_shared_from_this<Impl> {
     connected_ = false;
     ping_timer_.cancel();
     close_timer_.cancel();
-    out_.clear();
+    // A write in flight still reads out_.front(); the queue goes with the object then.
+    if (!writing_) out_.clear();
     beast::get_lowest_layer(ws_).close();
     // Beast's idle timer may still be pending; it must not hold Close() up.
     ioc_.stop();

@@ -112,7 +112,7 @@ TEST(MigrationsTest, NewerDatabaseIsRefusedNamingBothVersions) {
   auto store = OpenSqliteStore(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
-  const std::string& msg = store.status().message();
+  const std::string msg = store.status().message();  // status() returns a copy
   EXPECT_NE(msg.find("version " + std::to_string(future)), std::string::npos) << msg;
   EXPECT_NE(msg.find("(" + std::to_string(CurrentSchemaVersion()) + ")"), std::string::npos) << msg;
 }
