@@ -208,12 +208,18 @@ Result<Row> ParseRow(const CsvRecord& rec, const int (&col)[kColumnCount],
                                    "GPUs from 1 to 1024, got " + Quoted(cell(kAcceleratorCount)));
   }
   row.count = static_cast<int>(*count);
-  SLUICE_ASSIGN_OR_RETURN(std::optional<double> vram, number(kGpuMemoryGib));
-  row.gpu_memory_gib = vram.value_or(0);
-  SLUICE_ASSIGN_OR_RETURN(std::optional<double> vcpus, number(kVcpus));
-  row.vcpus = vcpus.value_or(0);
-  SLUICE_ASSIGN_OR_RETURN(std::optional<double> memory, number(kMemoryGib));
-  row.memory_gib = memory.value_or(0);
+  // Bounds far above any real machine keep the integer conversions below defined.
+  auto bounded = [&](Column c, double max) -> Result<double> {
+    SLUICE_ASSIGN_OR_RETURN(std::optional<double> v, number(c));
+    if (v.value_or(0) > max) {
+      return Status::InvalidArgument(where + ": " + std::string(kColumnNames[c]) +
+                                     ": implausibly large, got " + Quoted(cell(c)));
+    }
+    return v.value_or(0);
+  };
+  SLUICE_ASSIGN_OR_RETURN(row.gpu_memory_gib, bounded(kGpuMemoryGib, 1e4));
+  SLUICE_ASSIGN_OR_RETURN(row.vcpus, bounded(kVcpus, 1e6));
+  SLUICE_ASSIGN_OR_RETURN(row.memory_gib, bounded(kMemoryGib, 1e9));
   SLUICE_ASSIGN_OR_RETURN(row.price, number(kPrice));
   SLUICE_ASSIGN_OR_RETURN(row.spot_price, number(kSpotPrice));
   return row;
@@ -232,6 +238,8 @@ Result<std::vector<CsvRecord>> ReadCsv(std::string_view text, std::string_view s
     return Status::InvalidArgument(std::string(source_name) + ":" + std::to_string(line) +
                                    ": invalid UTF-8");
   }
+  // Spreadsheet exports start with a UTF-8 byte order mark; it is not part of the first column.
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
   std::vector<CsvRecord> records;
   CsvRecord rec;
   std::string field;
@@ -359,6 +367,7 @@ Result<CatalogImport> ParseCatalog(std::string_view csv_text, std::string_view s
   for (size_t r = 1; r < records.size(); ++r) {
     const CsvRecord& rec = records[r];
     const std::string where = std::string(source_name) + ":" + std::to_string(rec.line);
+    if (rec.fields.size() == 1 && Trim(rec.fields[0]).empty()) continue;  // a line of spaces
     if (rec.fields.size() != header.size()) {
       return Status::InvalidArgument(where + ": expected " + std::to_string(header.size()) +
                                      " columns, got " + std::to_string(rec.fields.size()));

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -176,8 +177,9 @@ TEST(CatalogFiles, CheapestEightH100MatchesTheRawCsv) {
   }
   ASSERT_TRUE(std::isfinite(expected));
 
+  const std::vector<Offer> all = AllOffers();
   const Offer* best = nullptr;
-  for (const Offer& o : AllOffers()) {
+  for (const Offer& o : all) {
     if (o.gpu_label != "h100-80gb" || o.gpus != 8) continue;
     if (best == nullptr || o.price_per_gpu_hour < best->price_per_gpu_hour) best = &o;
   }
@@ -362,6 +364,10 @@ TEST(CatalogParse, MalformedRowsFailTheWholeImport) {
        "aws.csv:4: accelerator_count: expected a whole number of GPUs from 1 to 1024, got \"2.5\""},
       {"aws,p5.48xlarge,H100,8,80GB,192,2048,98.32,,us-east-1,z",
        "aws.csv:4: gpu_memory_gib: expected a number, got \"80GB\""},
+      {"aws,p5.48xlarge,H100,8,1e300,192,2048,98.32,,us-east-1,z",
+       "aws.csv:4: gpu_memory_gib: implausibly large, got \"1e300\""},
+      {"aws,p5.48xlarge,H100,8,80,1e12,2048,98.32,,us-east-1,z",
+       "aws.csv:4: vcpus: implausibly large, got \"1e12\""},
       {"aws,p5.48xlarge,,8,80,192,2048,98.32,,us-east-1,z",
        "aws.csv:4: accelerator_name: empty (GPU rows only)"},
       {"aws,p5.48xlarge,H100,8,80,192,2048,98.32,,\"us-east-1,z",
@@ -394,6 +400,22 @@ TEST(CatalogParse, ColumnsMayComeInAnyOrderAndCrlf) {
   ASSERT_EQ(offers->size(), 1u);
   EXPECT_EQ((*offers)[0].id, "aws/g6.xlarge/r1/z1");
   EXPECT_DOUBLE_EQ((*offers)[0].interruptible_price_per_gpu_hour, 0.5);
+}
+
+TEST(CatalogParse, ByteOrderMarkAndSpaceOnlyLinesAreNotData) {
+  const std::string csv =
+      "\xEF\xBB\xBF"
+      "cloud,instance_type,accelerator_name,accelerator_count,gpu_memory_gib,vcpus,memory_gib,"
+      "price,spot_price,region,zone\n"
+      "x,a,T4,1,16,4,16,0.35,0.1,r1,\n"
+      "   \n";
+  auto import = ParseCatalog(csv, "x.csv");
+  ASSERT_TRUE(import.ok()) << import.status().ToString();
+  ASSERT_EQ(import->offers.size(), 1u);
+  EXPECT_EQ(import->provider, "x");
+  EXPECT_EQ(import->offers[0].gpu_label, "t4-16gb");
+  EXPECT_EQ(import->unmapped_gpu_names, 0);
+  EXPECT_TRUE(import->warnings.empty());
 }
 
 TEST(CatalogImportFile, MissingFileAndMixedProviders) {
@@ -439,6 +461,52 @@ TEST(CsvReader, QuotesNewlinesAndLineNumbers) {
   auto bad = ReadCsv("a,b\nx,\xff\n", "t.csv");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "t.csv:2: invalid UTF-8");
+}
+
+// Property: any mutation of a real catalog (bytes flipped, inserted, removed, quotes and commas
+// sprinkled) either imports or fails with an error that names the file; it never crashes and
+// never yields an offer without a label or a positive price.
+TEST(CatalogParse, MutatedCatalogsImportOrFailCleanly) {
+  std::ifstream in(CatalogDir() + "/vast.csv");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string original = buf.str();
+  ASSERT_FALSE(original.empty());
+  std::mt19937 rng(20261129);
+  const char kSpecial[] = {',', '"', '\n', '\r', '-', '.', 'e', '0', '\0', '\xff'};
+  int ok = 0;
+  for (int iter = 0; iter < 500; ++iter) {
+    std::string text = original;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t pos = rng() % text.size();
+      const char c = kSpecial[rng() % sizeof(kSpecial)];
+      switch (rng() % 3) {
+        case 0:
+          text[pos] = c;
+          break;
+        case 1:
+          text.insert(text.begin() + static_cast<std::ptrdiff_t>(pos), c);
+          break;
+        default:
+          text.erase(pos, 1 + rng() % 20);
+          break;
+      }
+      if (text.empty()) text = "x";
+    }
+    auto r = ParseCatalog(text, "vast.csv");
+    if (!r.ok()) {
+      EXPECT_THAT(r.status().message(), testing::StartsWith("vast.csv")) << text;
+      continue;
+    }
+    ++ok;
+    for (const Offer& o : r->offers) {
+      EXPECT_FALSE(o.gpu_label.empty());
+      EXPECT_GT(o.price_per_gpu_hour, 0);
+      EXPECT_TRUE(std::isfinite(o.health_score));
+    }
+  }
+  EXPECT_GT(ok, 0);  // some mutations (inside a region name, say) stay valid
 }
 
 struct AliasCase {
