@@ -94,6 +94,17 @@ ALTER TABLE jobs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0
     CHECK (cancel_requested IN (0, 1));
 )sql";
 
+// v4: imported cloud price catalogs, one row per provider holding the file as imported, so a
+// re-import replaces a provider's offers in one statement and the server re-parses at start.
+constexpr std::string_view kV4 = R"sql(
+CREATE TABLE catalogs (
+  provider TEXT PRIMARY KEY NOT NULL,
+  source_name TEXT NOT NULL,
+  csv TEXT NOT NULL,
+  imported_ms INTEGER NOT NULL
+);
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -138,6 +149,7 @@ const std::vector<Migration>& Migrations() {
       {1, "tokens, nodes, jobs, attempts", kV1},
       {2, "logs and events", kV2},
       {3, "jobs.cancel_requested", kV3},
+      {4, "catalogs", kV4},
   };
   return kSteps;
 }

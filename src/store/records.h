@@ -103,6 +103,16 @@ struct JobEvent {
   bool operator==(const JobEvent&) const = default;
 };
 
+// A cloud price catalog as imported (`sluice catalog import`): the CSV is kept whole, and a new
+// import for the same provider replaces the old one atomically.
+struct CatalogFile {
+  std::string provider;     // "aws"
+  std::string source_name;  // "aws.csv", for messages
+  std::string csv;
+  int64_t imported_ms = 0;
+  bool operator==(const CatalogFile&) const = default;
+};
+
 // Everything one state change writes, applied in one transaction.
 struct WriteBatch {
   std::vector<TokenRecord> tokens;      // upsert by id
@@ -111,9 +121,10 @@ struct WriteBatch {
   std::vector<AttemptRecord> attempts;  // upsert by id
   std::vector<JobEvent> events;         // appended; `id` ignored
   std::vector<LogLine> logs;            // appended unless (attempt_id, seq) exists; `id` ignored
+  std::vector<CatalogFile> catalogs;    // upsert by provider
   bool empty() const {
     return tokens.empty() && nodes.empty() && jobs.empty() && attempts.empty() && events.empty() &&
-           logs.empty();
+           logs.empty() && catalogs.empty();
   }
 };
 

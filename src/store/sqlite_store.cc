@@ -167,6 +167,12 @@ constexpr const char* kSelectLogs =
     "SELECT id, job_id, attempt_id, seq, stream, ts_ms, text FROM logs "
     "WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?";
 constexpr const char* kMaxLogSeq = "SELECT coalesce(max(seq), 0) FROM logs WHERE attempt_id = ?";
+constexpr const char* kUpsertCatalog =
+    "INSERT INTO catalogs (provider, source_name, csv, imported_ms) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT(provider) DO UPDATE SET source_name = excluded.source_name, "
+    "csv = excluded.csv, imported_ms = excluded.imported_ms";
+constexpr const char* kSelectCatalogs =
+    "SELECT provider, source_name, csv, imported_ms FROM catalogs ORDER BY provider";
 constexpr const char* kSelectEvents =
     "SELECT id, job_id, ts_ms, type, message FROM events "
     "WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?";
@@ -366,6 +372,20 @@ class SqliteStore final : public Store {
     return Select(kSelectEvents, "read events", ReadEvent,
                   [&](Query& q) { q.Text(job_id).Int(after_id).Int(limit); });
   }
+  Result<std::vector<CatalogFile>> LoadCatalogs() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(
+        kSelectCatalogs, "load catalogs",
+        [](const Query& q) -> Result<CatalogFile> {
+          CatalogFile c;
+          c.provider = q.ColText(0);
+          c.source_name = q.ColText(1);
+          c.csv = q.ColText(2);
+          c.imported_ms = q.ColInt(3);
+          return c;
+        },
+        [](Query&) {});
+  }
 
  private:
   // Requires mu_. Statements live as long as the connection; SQLITE_PREPARE_PERSISTENT tells
@@ -442,6 +462,12 @@ class SqliteStore final : public Store {
       Query q(db_, s);
       q.Text(l.job_id).Text(l.attempt_id).Int(l.seq).Text(l.stream).Int(l.ts_ms).Text(l.text);
       SLUICE_RETURN_IF_ERROR(q.Run("write log line for " + l.attempt_id));
+    }
+    for (const CatalogFile& c : b.catalogs) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertCatalog));
+      Query q(db_, s);
+      q.Text(c.provider).Text(c.source_name).Text(c.csv).Int(c.imported_ms);
+      SLUICE_RETURN_IF_ERROR(q.Run("write catalog " + c.provider));
     }
     return Status::Ok();
   }

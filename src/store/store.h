@@ -37,6 +37,8 @@ class Store {
   virtual Result<int64_t> MaxLogSeq(const std::string& attempt_id) = 0;
   virtual Result<std::vector<JobEvent>> ReadEvents(const std::string& job_id, int64_t after_id,
                                                    int limit) = 0;
+  // Every imported catalog, by provider.
+  virtual Result<std::vector<CatalogFile>> LoadCatalogs() = 0;
 };
 
 // SQLite in WAL mode at `path` (created if absent), schema brought up to date by versioned

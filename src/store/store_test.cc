@@ -360,3 +360,33 @@ TEST(SqliteStoreOpenTest, EmptyBatchIsANoOp) {
 
 }  // namespace
 }  // namespace sluice::store
+
+namespace sluice::store {
+namespace {
+
+TEST(CatalogStoreTest, ReimportReplacesAProvidersCatalogAndSurvivesReopen) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/sluice.db";
+  {
+    auto store = OpenSqliteStore(path);
+    ASSERT_TRUE(store.ok());
+    CatalogFile aws{"aws", "aws.csv", "cloud,...\naws,old\n", 10};
+    CatalogFile gcp{"gcp", "gcp.csv", "cloud,...\ngcp,row\n", 11};
+    ASSERT_TRUE((*store)->Write({.catalogs = {aws, gcp}}).ok());
+    aws.csv = "cloud,...\naws,new\n";
+    aws.imported_ms = 20;
+    ASSERT_TRUE((*store)->Write({.catalogs = {aws}}).ok());
+  }
+  auto store = OpenSqliteStore(path);
+  ASSERT_TRUE(store.ok());
+  auto catalogs = (*store)->LoadCatalogs();
+  ASSERT_TRUE(catalogs.ok());
+  ASSERT_EQ(catalogs->size(), 2u);
+  EXPECT_EQ((*catalogs)[0].provider, "aws");
+  EXPECT_EQ((*catalogs)[0].csv, "cloud,...\naws,new\n");
+  EXPECT_EQ((*catalogs)[0].imported_ms, 20);
+  EXPECT_EQ((*catalogs)[1].provider, "gcp");
+}
+
+}  // namespace
+}  // namespace sluice::store
