@@ -5,7 +5,6 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <system_error>
 #include <utility>
@@ -336,7 +335,9 @@ std::optional<std::string> ParseNumber(Field f, std::string_view raw, double* ou
   if (type == FieldType::kInt) {
     long long n = 0;
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-    if (ec != std::errc() || p != s.data() + s.size() || std::llabs(n) > (1LL << 50)) {
+    // Bounded so the value is exact as a double (and no llabs(LLONG_MIN) overflow).
+    constexpr long long kMaxInt = 1LL << 50;
+    if (ec != std::errc() || p != s.data() + s.size() || n > kMaxInt || n < -kMaxInt) {
       return "expected a whole number for `" + name + "`, got " + Ticked(raw);
     }
     *out = static_cast<double>(n);
@@ -522,8 +523,12 @@ Status PointedError(std::string_view text, size_t pos, size_t len, std::string_v
       const auto u = static_cast<unsigned char>(c);
       echo += (u < 0x20 || u == 0x7f || (!utf8 && u >= 0x80)) ? ' ' : c;
     }
+    size_t width = 0;  // the token's width in characters
+    for (size_t i = pos; i < pos + len && i < text.size(); ++i) {
+      if (!utf8 || (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) ++width;
+    }
     msg += "\n  " + echo + "\n  " + std::string(column - 1, ' ') + "^" +
-           std::string(len > 1 ? len - 1 : 0, '~');
+           std::string(width > 1 ? width - 1 : 0, '~');
   }
   return Status::InvalidArgument(std::move(msg));
 }

@@ -135,9 +135,9 @@ std::vector<std::string> QueryFieldNames();
 
 // A job's resources compiled to the same predicate `sluice offers` uses, so the two can never
 // disagree. `gpu_labels` may hold short forms (resolved as in the query; an unknown label is
-// an InvalidArgument error with suggestions); empty = any GPU. `gpus`, `cpus`, `memory_gb`
-// ≤ 0 add no term. `max_price_per_hour` is for the whole job; the per-GPU bound is
-// max / gpus (max itself when gpus ≤ 0) and is inclusive (`price<=`).
+// an InvalidArgument error with suggestions); empty = any GPU. `min_vram_gb`, `gpus`,
+// `cpus`, `memory_gb` ≤ 0 add no term. `max_price_per_hour` is for the whole job; the per-GPU bound
+// is max / gpus (max itself when gpus ≤ 0) and is inclusive (`price<=`).
 Result<Query> QueryFromResources(const std::vector<std::string>& gpu_labels,
                                  std::optional<double> min_vram_gb, int gpus, int cpus,
                                  double memory_gb, std::optional<double> max_price_per_hour);

@@ -9,8 +9,8 @@
 #include <cctype>
 #include <cstdio>
 #include <random>
-#include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/text.h"
@@ -156,21 +156,16 @@ struct GenTerm {
 
 bool IsGlob(const std::string& v) { return v.find_first_of("*?") != std::string::npos; }
 
-bool GlobOracle(const std::string& pattern, const std::string& s) {
-  std::string re;
-  for (char c : pattern) {
-    if (c == '*') {
-      re += ".*";
-    } else if (c == '?') {
-      re += '.';
-    } else if (std::isalnum(static_cast<unsigned char>(c))) {
-      re += c;
-    } else {
-      re += '\\';
-      re += c;
-    }
+// Recursive, unlike the matcher's iterative glob, so the two share no logic.
+bool GlobOracle(std::string_view pattern, std::string_view s) {
+  if (pattern.empty()) return s.empty();
+  if (pattern[0] == '*') {
+    return GlobOracle(pattern.substr(1), s) || (!s.empty() && GlobOracle(pattern, s.substr(1)));
   }
-  return std::regex_match(s, std::regex(re, std::regex::icase));
+  if (s.empty()) return false;
+  const bool same = pattern[0] == '?' || std::tolower(static_cast<unsigned char>(pattern[0])) ==
+                                             std::tolower(static_cast<unsigned char>(s[0]));
+  return same && GlobOracle(pattern.substr(1), s.substr(1));
 }
 
 bool OpHolds(Op op, int c) {

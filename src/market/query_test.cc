@@ -362,6 +362,9 @@ const ErrorCase kErrorCases[] = {
     {"gpu=[a100]", 5, "a list needs `in` or `notin`"},
     {"gpu=a10o", 5, "unknown GPU `a10o` at column 5"},
     {"gpus>=1.5", 7, "expected a whole number for `gpus`, got `1.5` at column 7"},
+    {"gpus>=-9223372036854775808", 7, "expected a whole number for `gpus`"},
+    {"cpus<99999999999999999999", 6, "expected a whole number for `cpus`"},
+    {"gpu=\xc3\xa9\xc3\xa9x", 5, "unknown GPU"},
     {"vram>=40XB", 7, "unknown unit `xb` in `40XB` for `vram`"},
     {"price<2GB", 7, "expected a number for `price`, got `2GB`"},
     {"price<inf", 7, "expected a number for `price`"},
@@ -386,6 +389,15 @@ TEST(QueryErrorTest, CaretUnderlinesTheWholeToken) {
   auto q = ParseQuery("price<cheap");
   ASSERT_FALSE(q.ok());
   EXPECT_THAT(q.status().message(), testing::EndsWith("\n  price<cheap\n        ^~~~~"));
+}
+
+TEST(QueryErrorTest, CaretWidthCountsCharacters) {
+  auto q = ParseQuery("region<\xc3\xa9\xc3\xa9");
+  ASSERT_FALSE(q.ok());
+  EXPECT_THAT(q.status().message(), testing::EndsWith("\n        ^"));  // under `<`
+  q = ParseQuery("cuda>\xc3\xa9\xc3\xa9");
+  ASSERT_FALSE(q.ok());
+  EXPECT_THAT(q.status().message(), testing::EndsWith("\n       ^~"));  // two characters
 }
 
 TEST(QueryErrorTest, UnknownGpuKeepsTheRegistrySuggestions) {
