@@ -212,9 +212,13 @@ TEST_F(E2ETest, GpuInventoryFromRecordedNvidiaSmiShowsInOffers) {
   Json offers = cluster_.CliJson({"offers"});
   ASSERT_TRUE(offers.is_array()) << cluster_.Cli({"offers"}).err;
   ASSERT_EQ(offers.size(), 1u);
-  EXPECT_EQ(offers[0]["gpu"], "h100-80gb");
-  EXPECT_EQ(offers[0]["gpus_total"], 8);
+  EXPECT_EQ(offers[0]["gpu_label"], "h100-80gb");
+  EXPECT_EQ(offers[0]["gpus"], 8);
+  EXPECT_EQ(offers[0]["source"], "agent");
   EXPECT_DOUBLE_EQ(offers[0]["price_per_gpu_hour"].get<double>(), 2.5);
+  // The probed labels are what queries see.
+  EXPECT_EQ(cluster_.CliJson({"offers", "gpu=h100 gpus>=8 price<=2.5"}).size(), 1u);
+  EXPECT_EQ(cluster_.CliJson({"offers", "gpu=a100"}).size(), 0u);
   // A 2-GPU job gets exactly two GPUs, named by UUID.
   std::string spec = Spec("g",
                           "name: g\nresources: {gpu: h100, gpus: 2}\n"
@@ -223,6 +227,66 @@ TEST_F(E2ETest, GpuInventoryFromRecordedNvidiaSmiShowsInOffers) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(r.out, "devs=GPU-")) << r.out;
   EXPECT_TRUE(Contains(r.out, "idx=0,1")) << r.out;
+}
+
+// The imported catalogs answer realistic questions; expected values come from a scan of the raw
+// CSVs in this test, not from the code under test.
+TEST_F(E2ETest, CatalogImportAnswersMarketQuestions) {
+  std::string dir = std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/data/catalog";
+  std::vector<std::string> args = {"catalog", "import"};
+  std::vector<std::vector<std::string>>
+      rows;  // cloud, instance, accel, count, mem, ..., price, spot
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    args.push_back(entry.path().string());
+    std::ifstream in(entry.path());
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      // Minimal CSV split honouring double quotes (Vast regions contain commas).
+      std::vector<std::string> cols(1);
+      bool quoted = false;
+      for (char ch : line) {
+        if (ch == '"')
+          quoted = !quoted;
+        else if (ch == ',' && !quoted)
+          cols.emplace_back();
+        else
+          cols.back() += ch;
+      }
+      rows.push_back(cols);
+    }
+  }
+  CommandResult imported = cluster_.Cli(args);
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  auto price_of = [](const std::string& v) { return v.empty() ? 0.0 : std::stod(v); };
+  // The cheapest 8xH100 (80 GB class) anywhere, per GPU-hour.
+  double cheapest_h100x8 = 1e9;
+  // A100-80GB with an interruptible price under $1.5/GPU-h.
+  int a100_spot_cheap = 0;
+  for (const auto& r : rows) {
+    ASSERT_EQ(r.size(), 11u);
+    int count = std::stoi(r[3]);
+    double price = price_of(r[7]) / count, spot = price_of(r[8]) / count;
+    if (r[2] == "H100" && count == 8 && price > 0)
+      cheapest_h100x8 = std::min(cheapest_h100x8, price);
+    if (r[2] == "A100-80GB" && spot > 0 && spot < 1.5 && price > 0) ++a100_spot_cheap;
+  }
+  Json best = cluster_.CliJson({"offers", "gpu=h100-80gb gpus>=8", "-o", "price", "--limit", "1"});
+  ASSERT_EQ(best.size(), 1u);
+  EXPECT_NEAR(best[0]["price_per_gpu_hour"].get<double>(), cheapest_h100x8, 1e-6);
+  Json spot = cluster_.CliJson({"offers", "gpu=a100-80gb spot_price<1.5", "--limit", "100000"});
+  EXPECT_EQ(static_cast<int>(spot.size()), a100_spot_cheap);
+  for (const auto& o : spot) EXPECT_LT(o["interruptible_price_per_gpu_hour"].get<double>(), 1.5);
+  // A malformed query points at the token.
+  CommandResult bad = cluster_.Cli({"offers", "gpu=h100 prce<2"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(Contains(bad.err, "did you mean `price`")) << bad.err;
+  // Catalogs survive a restart.
+  cluster_.KillServer(SIGKILL);
+  cluster_.StartServer();
+  Json again = cluster_.CliJson({"offers", "gpu=h100-80gb gpus>=8", "-o", "price", "--limit", "1"});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0]["id"], best[0]["id"]);
 }
 
 TEST_F(E2ETest, BadSpecsGetPointedErrors) {

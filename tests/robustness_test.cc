@@ -146,6 +146,8 @@ const std::vector<std::pair<std::string, std::string>> kEndpoints = {
     {"GET", "/v1/jobs/job-nope/stream"},
     {"GET", "/v1/offers"},
     {"GET", "/v1/nodes"},
+    {"GET", "/v1/offers?q=gpu%3D%5B&sort=-"},
+    {"POST", "/v1/catalogs?name=x.csv"},
     {"PUT", "/v1/blobs/" + std::string(64, 'a')},
     {"GET", "/v1/blobs/../../etc/passwd"},
     {"GET", "/v1/agent/connect"},

@@ -28,6 +28,12 @@ Result<Json> ApiClient::Post(const std::string& path, const Json& body) {
   return Decode(resp);
 }
 
+Result<Json> ApiClient::PostText(const std::string& path, std::string body,
+                                 const std::string& type) {
+  SLUICE_ASSIGN_OR_RETURN(HttpResponse resp, http_->Request("POST", path, std::move(body), type));
+  return Decode(resp);
+}
+
 Status ApiClient::PutBlob(const std::string& digest, std::string data) {
   SLUICE_ASSIGN_OR_RETURN(
       HttpResponse resp,

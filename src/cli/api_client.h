@@ -20,6 +20,8 @@ class ApiClient {
   Result<Json> Get(const std::string& path);
   Result<Json> Post(const std::string& path, const Json& body);
   Status PutBlob(const std::string& digest, std::string data);
+  // POST with a non-JSON body (e.g. a CSV catalog); the answer is JSON.
+  Result<Json> PostText(const std::string& path, std::string body, const std::string& type);
   // Reads an NDJSON stream; `on_item` returns false to stop.
   Status Stream(const std::string& path, const std::function<bool(const Json&)>& on_item);
   const std::string& server() const { return server_; }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace sluice::cli {
 
@@ -24,7 +25,10 @@ int JobsCommand(const GlobalFlags& g, const std::string& state, int limit);
 int JobCommand(const GlobalFlags& g, const std::string& id);
 int LogsCommand(const GlobalFlags& g, const std::string& id, bool follow);
 int CancelCommand(const GlobalFlags& g, const std::string& id);
-int OffersCommand(const GlobalFlags& g);
+// `query` is the offer query language (market/query.h), `sort` like "price,-perf".
+int OffersCommand(const GlobalFlags& g, const std::string& query, const std::string& sort,
+                  int limit);
+int CatalogImportCommand(const GlobalFlags& g, const std::vector<std::string>& files);
 int NodesCommand(const GlobalFlags& g);
 
 }  // namespace sluice::cli

@@ -163,9 +163,34 @@ int Main(int argc, char** argv) {
   cancel->callback([&] { rc = CancelCommand(g, id); });
 
   // --- market
-  auto* offers = app.add_subcommand("offers", "List what connected nodes offer");
+  std::string offer_query, offer_sort;
+  int offer_limit = 50;
+  auto* offers = app.add_subcommand(
+      "offers",
+      "Query the market: agent nodes and imported cloud catalogs.\n"
+      "  sluice offers 'gpu=a100-80gb gpus>=4 price<2.5 region=us-* cuda>=12.1' -o price,-perf\n"
+      "Fields: gpu model gpus vram price spot_price provider node region zone form interconnect\n"
+      "cc driver cuda toolkit torch cpus memory disk reliability health perf verified source id;\n"
+      "ops: = != < <= > >= in [a,b] notin [a,b]; globs (*, ?) on strings; units (40GB).");
+  offers->add_option("query", offer_query, "Filter, e.g. 'gpu=h100 gpus>=8 price<3'");
+  offers->add_option("-o,--sort", offer_sort, "Sort keys, '-' for descending (default: price)");
+  offers->add_option("--limit", offer_limit, "At most this many")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   AddClientFlags(offers, &g);
-  offers->callback([&] { rc = OffersCommand(g); });
+  offers->callback([&] { rc = OffersCommand(g, offer_query, offer_sort, offer_limit); });
+
+  std::vector<std::string> catalog_files;
+  auto* catalog = app.add_subcommand("catalog", "Manage cloud price catalogs");
+  catalog->require_subcommand(1);
+  auto* catalog_import = catalog->add_subcommand(
+      "import",
+      "Import cloud price catalog CSVs as comparable (not launchable) offers; a "
+      "re-import replaces that provider's offers");
+  catalog_import->add_option("files", catalog_files, "CSV files, e.g. data/catalog/*.csv")
+      ->required();
+  AddClientFlags(catalog_import, &g);
+  catalog_import->callback([&] { rc = CatalogImportCommand(g, catalog_files); });
   auto* nodes = app.add_subcommand("nodes", "List registered nodes");
   AddClientFlags(nodes, &g);
   nodes->callback([&] { rc = NodesCommand(g); });

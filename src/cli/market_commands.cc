@@ -1,5 +1,9 @@
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "cli/api_client.h"
 #include "cli/commands.h"
@@ -12,6 +16,26 @@ namespace {
 int Fail(const Status& s) {
   std::fprintf(stderr, "sluice: %s\n", s.message().c_str());
   return 1;
+}
+
+#define SLUICE_ASSIGN_OR_RETURN_CLI(lhs, expr)                                                    \
+  auto SLUICE_CONCAT(_cfg_, __LINE__) = (expr);                                                   \
+  if (!SLUICE_CONCAT(_cfg_, __LINE__).ok()) return Fail(SLUICE_CONCAT(_cfg_, __LINE__).status()); \
+  lhs = std::move(SLUICE_CONCAT(_cfg_, __LINE__)).value()
+
+std::string UrlEncode(std::string_view s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
 }
 
 Result<Json> Fetch(const GlobalFlags& g, const std::string& path) {
@@ -28,36 +52,85 @@ std::string Gb(double v) {
 
 }  // namespace
 
-int OffersCommand(const GlobalFlags& g) {
-  auto resp = Fetch(g, "/v1/offers");
-  if (!resp.ok()) return Fail(resp.status());
+int OffersCommand(const GlobalFlags& g, const std::string& query, const std::string& sort,
+                  int limit) {
+  SLUICE_ASSIGN_OR_RETURN_CLI(ClientConfig cfg, ResolveClientConfig(g.server, g.token));
+  auto api = ApiClient::Create(cfg);
+  if (!api.ok()) return Fail(api.status());
+  std::string path = "/v1/offers?limit=" + std::to_string(limit) + "&q=" + UrlEncode(query);
+  if (!sort.empty()) path += "&sort=" + UrlEncode(sort);
+  auto resp = (*api)->Get(path);
+  if (!resp.ok()) {
+    // Query errors carry a caret line under the query; print them as they are.
+    std::fprintf(stderr, "sluice: %s\n", resp.status().message().c_str());
+    return resp.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
   if (g.json) {
     std::cout << DumpJson((*resp)["offers"], 2) << "\n";
     return 0;
   }
-  Table t({"NODE", "GPU", "GPUS FREE", "VRAM GB", "CPUS FREE", "MEM GB FREE", "PRICE", "DRIVER",
-           "CUDA", "REGION"});
+  Table t({"PROVIDER", "NODE/TYPE", "REGION", "GPU", "GPUS", "VRAM", "$/GPU-H", "SPOT $/GPU-H",
+           "CUDA", "PERF", "SOURCE"});
   for (const auto& o : (*resp)["offers"]) {
-    std::string gpu = o.value("gpu", "");
-    bool cpu_only = gpu.empty();
-    std::string price = cpu_only ? Dollars(o.value("price_per_cpu_hour", 0.0)) + "/CPU-h"
-                                 : Dollars(o.value("price_per_gpu_hour", 0.0)) + "/GPU-h";
-    t.Add({o.value("node_name", ""), cpu_only ? "(cpu only)" : gpu,
-           cpu_only ? "-"
-                    : std::to_string(o.value("gpus_free", 0)) + "/" +
-                          std::to_string(o.value("gpus_total", 0)),
-           cpu_only ? "-" : Gb(o.value("vram_gb", 0.0)), std::to_string(o.value("cpus_free", 0)),
-           Gb(o.value("memory_free_gb", 0.0)), price,
-           o.value("driver_version", "").empty() ? "-" : o.value("driver_version", ""),
+    std::string gpu = o.value("gpu_label", "");
+    double spot = o.value("interruptible_price_per_gpu_hour", 0.0);
+    t.Add({o.value("provider", ""), o.value("node", ""),
+           o.value("region", "").empty() ? "-" : o.value("region", ""),
+           gpu.empty() ? "(cpu only)" : gpu,
+           std::to_string(o.value("gpus_available", 0)) + "/" + std::to_string(o.value("gpus", 0)),
+           gpu.empty() ? "-" : Gb(o.value("vram_gb", 0.0)),
+           gpu.empty() ? "-" : Dollars(o.value("price_per_gpu_hour", 0.0)),
+           spot > 0 ? Dollars(spot) : "-",
            o.value("cuda_version", "").empty() ? "-" : o.value("cuda_version", ""),
-           o.value("region", "").empty() ? "-" : o.value("region", "")});
+           Gb(o.value("perf_score", 0.0)), o.value("source", "")});
   }
+  size_t matched = (*resp).value("matched", size_t{0});
   if (t.empty()) {
-    std::cout << "no offers: no agent is connected (start one with `sluice agent`)\n";
+    std::cout << (query.empty() ? "no offers: no agent is connected and no catalog is imported "
+                                  "(start `sluice agent` or run `sluice catalog import FILE.csv`)"
+                                : "no offer matches `" + query + "`")
+              << "\n";
     return 0;
   }
   t.Print(std::cout);
+  if (matched > t.size()) {
+    std::cout << "(" << t.size() << " of " << matched << " matching offers; --limit shows more)\n";
+  }
   return 0;
+}
+
+int CatalogImportCommand(const GlobalFlags& g, const std::vector<std::string>& files) {
+  SLUICE_ASSIGN_OR_RETURN_CLI(ClientConfig cfg, ResolveClientConfig(g.server, g.token));
+  auto api = ApiClient::Create(cfg);
+  if (!api.ok()) return Fail(api.status());
+  int rc = 0;
+  for (const auto& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "sluice: cannot read %s\n", file.c_str());
+      rc = 1;
+      continue;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string name = std::filesystem::path(file).filename().string();
+    auto resp = (*api)->PostText("/v1/catalogs?name=" + UrlEncode(name), ss.str(), "text/csv");
+    if (!resp.ok()) {
+      std::fprintf(stderr, "sluice: %s\n", resp.status().message().c_str());
+      rc = 1;
+      continue;
+    }
+    if (g.json) {
+      std::cout << DumpJson(*resp) << "\n";
+      continue;
+    }
+    std::cout << "imported " << resp->value("offers", 0) << " offers from " << file
+              << " as provider " << resp->value("provider", "") << "\n";
+    for (const auto& w : (*resp)["warnings"]) {
+      std::cerr << "  warning: " << w.get<std::string>() << "\n";
+    }
+  }
+  return rc;
 }
 
 int NodesCommand(const GlobalFlags& g) {

@@ -13,6 +13,7 @@ class Table {
   void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
   void Print(std::ostream& out) const;
   bool empty() const { return rows_.empty(); }
+  size_t size() const { return rows_.size(); }
 
  private:
   std::vector<std::string> headers_;

@@ -3,6 +3,8 @@
 #include <atomic>
 
 #include "common/text.h"
+#include "market/offer.h"
+#include "market/query.h"
 #include "spec/job_spec.h"
 
 namespace sluice::server {
@@ -22,6 +24,11 @@ Result<int64_t> QueryInt(const HttpRequest& req, const char* key, int64_t fallba
                                    "integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                                    "], got `" + it->second + "`");
   }
+}
+
+std::string QueryParam(const HttpRequest& req, const char* key) {
+  auto it = req.query.find(key);
+  return it == req.query.end() ? std::string() : it->second;
 }
 
 bool QueryFlag(const HttpRequest& req, const char* key, bool fallback) {
@@ -68,6 +75,7 @@ Api::Api(ServerCore* core, store::BlobStore* blobs, const TokenAuth* auth)
 
 size_t Api::BodyLimit(const HttpRequest& head) const {
   if (head.method == "PUT" && head.path.rfind("/v1/blobs/", 0) == 0) return kMaxBlobBody;
+  if (head.method == "POST" && head.path == "/v1/catalogs") return kMaxCatalogBody;
   return kMaxJsonBody;
 }
 
@@ -136,9 +144,28 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
   }
   if (coll == "offers" && parts.size() == 3) {
     if (m != "GET") return method_not_allowed();
+    auto query = market::ParseQuery(QueryParam(req, "q"));
+    if (!query.ok()) return ErrorResponse(query.status());
+    std::string sort_text = QueryParam(req, "sort");
+    auto sort = market::ParseSortKeys(sort_text.empty() ? "price" : sort_text);
+    if (!sort.ok()) return ErrorResponse(sort.status());
+    auto limit = QueryInt(req, "limit", 50, 1, 100000);
+    if (!limit.ok()) return ErrorResponse(limit.status());
+    OfferPage page = core_->SearchOffers(*query, *sort, static_cast<size_t>(*limit));
     Json arr = Json::array();
-    for (const auto& o : core_->ListOffers()) arr.push_back(OfferToJson(o));
-    return JsonResponse(200, Json{{"offers", arr}});
+    for (const auto& o : page.offers) arr.push_back(market::ToJson(o));
+    return JsonResponse(200, Json{{"offers", arr}, {"matched", page.matched}});
+  }
+  if (coll == "catalogs" && parts.size() == 3) {
+    if (m != "POST") return method_not_allowed();
+    std::string name = QueryParam(req, "name");
+    if (name.empty()) name = "catalog.csv";
+    auto imported = core_->ImportCatalog(name, req.body);
+    if (!imported.ok()) return ErrorResponse(imported.status());
+    return JsonResponse(200, Json{{"provider", imported->provider},
+                                  {"offers", imported->offers.size()},
+                                  {"unmapped_gpu_names", imported->unmapped_gpu_names},
+                                  {"warnings", imported->warnings}});
   }
   if (coll == "nodes" && parts.size() == 3) {
     if (m != "GET") return method_not_allowed();

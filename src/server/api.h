@@ -8,7 +8,8 @@
 //   POST /v1/jobs/ID/cancel
 //   GET  /v1/jobs/ID/logs[?after=&limit=]
 //   GET  /v1/jobs/ID/stream[?logs=1&events=1]   chunked NDJSON until the job ends
-//   GET  /v1/offers
+//   GET  /v1/offers[?q=QUERY&sort=price,-perf&limit=50]   agent and catalog offers
+//   POST /v1/catalogs?name=aws.csv  a cloud price catalog (CSV body); replaces that provider's
 //   GET  /v1/nodes
 //   PUT  /v1/blobs/SHA256         raw bytes (workdir archives)
 //   GET  /v1/blobs/SHA256         admin or agent token
@@ -25,6 +26,7 @@ namespace sluice::server {
 
 inline constexpr size_t kMaxJsonBody = 1 << 20;
 inline constexpr size_t kMaxBlobBody = 256u << 20;
+inline constexpr size_t kMaxCatalogBody = 64u << 20;
 
 class Api {
  public:

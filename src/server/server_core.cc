@@ -7,6 +7,7 @@
 #include "common/crypto.h"
 #include "common/inventory.h"
 #include "market/gpu_labels.h"
+#include "market/perf.h"
 
 namespace sluice::server {
 namespace {
@@ -61,6 +62,12 @@ Status ServerCore::Load() {
     js.order = next_order_++;
     js.record = std::move(j);
     jobs_[js.record.id] = std::move(js);
+  }
+  SLUICE_ASSIGN_OR_RETURN(auto catalogs, store_->LoadCatalogs());
+  for (const auto& c : catalogs) {
+    auto parsed = market::ParseCatalog(c.csv, c.source_name);
+    if (!parsed.ok()) return parsed.status();  // it parsed when imported: the store is damaged
+    catalog_offers_[c.provider] = std::move(parsed->offers);
   }
   SLUICE_ASSIGN_OR_RETURN(auto attempts, store_->LoadActiveAttempts());
   for (auto& a : attempts) {
@@ -455,49 +462,99 @@ std::vector<NodeView> ServerCore::ListNodes() {
   return out;
 }
 
-std::vector<Offer> ServerCore::ListOffers() {
+std::vector<market::Offer> ServerCore::ListOffers() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<Offer> out;
+  std::vector<market::Offer> out;
   for (const auto& cap : CapacityLocked()) {
     if (!cap.online) continue;  // offers from disconnected or lost nodes are withdrawn
     const NodeState& ns = nodes_[cap.node_id];
     auto inv = InventoryFromJson(ns.record.inventory);
-    Offer base;
-    base.node_id = cap.node_id;
-    base.node_name = cap.name;
+    market::Offer base;
+    base.provider = ns.record.name;
+    base.node = cap.node_id;
+    base.region = ns.record.region;
     base.cpus = cap.free_cpus;
     base.memory_gb = cap.free_memory_gb;
     base.price_per_gpu_hour = cap.price_per_gpu_hour;
-    base.price_per_cpu_hour = cap.price_per_cpu_hour;
-    base.region = ns.record.region;
+    base.verified = market::VerifiedState::kUnverified;  // conformance arrives with issue 5
+    base.source = market::OfferSource::kAgent;
     if (inv.ok()) {
       base.driver_version = inv->driver_version;
       base.cuda_version = inv->cuda_version;
+      base.disk_gb = GiB(inv->disk_free_mib);
     }
     if (cap.gpus.empty()) {
+      base.id = cap.node_id + "/cpu";
+      base.perf_score = 0;
       out.push_back(base);
       continue;
     }
     // One offer per GPU label on the node.
-    std::map<std::string, Offer> by_label;
+    std::map<std::string, market::Offer> by_label;
     for (const auto& g : cap.gpus) {
       auto [it, fresh] = by_label.try_emplace(g.label, base);
-      Offer& o = it->second;
+      market::Offer& o = it->second;
       if (fresh) {
+        o.id = cap.node_id + "/" + g.label;
         o.gpu_label = g.label;
+        o.gpu_model = g.label.substr(0, g.label.rfind('-'));
         o.vram_gb = g.vram_gb;
         if (inv.ok()) {
           for (const auto& gi : inv->gpus) {
-            if (gi.index == g.index) o.gpu_name = gi.name;
+            if (gi.index != g.index) continue;
+            o.form_factor = market::FormFactor(gi.name);
+            o.compute_capability = gi.compute_capability;
           }
         }
+        o.perf_score = market::PerfScore(g.label, o.form_factor);
       }
-      o.gpus_total++;
-      o.gpus_free += g.free ? 1 : 0;
+      o.gpus++;
+      o.gpus_available += g.free ? 1 : 0;
     }
     for (auto& [label, o] : by_label) out.push_back(std::move(o));
   }
+  for (const auto& [provider, offers] : catalog_offers_) {
+    out.insert(out.end(), offers.begin(), offers.end());
+  }
   return out;
+}
+
+OfferPage ServerCore::SearchOffers(const market::Query& query,
+                                   const std::vector<market::SortKey>& sort, size_t limit) {
+  OfferPage page;
+  for (auto& o : ListOffers()) {
+    if (market::Matches(query, o)) page.offers.push_back(std::move(o));
+  }
+  page.matched = page.offers.size();
+  size_t keep = std::min(limit, page.offers.size());
+  std::partial_sort(page.offers.begin(), page.offers.begin() + keep, page.offers.end(),
+                    [&](const market::Offer& a, const market::Offer& b) {
+                      return market::OfferLess(sort, a, b);
+                    });
+  page.offers.resize(keep);
+  return page;
+}
+
+Result<market::CatalogImport> ServerCore::ImportCatalog(const std::string& source_name,
+                                                        const std::string& csv) {
+  SLUICE_ASSIGN_OR_RETURN(market::CatalogImport imported, market::ParseCatalog(csv, source_name));
+  if (imported.offers.empty()) {
+    return Status::InvalidArgument(source_name + ": no priced rows; nothing imported");
+  }
+  for (const auto& o : imported.offers) {
+    if (o.provider != imported.provider) {
+      return Status::InvalidArgument(source_name + ": rows from both `" + imported.provider +
+                                     "` and `" + o.provider +
+                                     "`; import one provider per file so a re-import replaces "
+                                     "exactly that provider");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  WriteBatch batch;
+  batch.catalogs.push_back({imported.provider, source_name, csv, clock_->NowMillis()});
+  SLUICE_RETURN_IF_ERROR(store_->Write(batch));
+  catalog_offers_[imported.provider] = imported.offers;
+  return imported;
 }
 
 Result<std::vector<st::LogLine>> ServerCore::ReadLogs(const std::string& job_id, int64_t after_id,
@@ -822,24 +879,6 @@ Json NodeToJson(const NodeView& v) {
               {"memory_free_gb", v.memory_free_gb},
               {"running_attempts", v.running_attempts},
               {"inventory", n.inventory}};
-}
-
-Json OfferToJson(const Offer& o) {
-  return Json{{"node_id", o.node_id},
-              {"node_name", o.node_name},
-              {"gpu", o.gpu_label},
-              {"gpu_name", o.gpu_name},
-              {"gpus_total", o.gpus_total},
-              {"gpus_free", o.gpus_free},
-              {"vram_gb", o.vram_gb},
-              {"cpus_free", o.cpus},
-              {"memory_free_gb", o.memory_gb},
-              {"price_per_gpu_hour", o.price_per_gpu_hour},
-              {"price_per_cpu_hour", o.price_per_cpu_hour},
-              {"driver_version", o.driver_version},
-              {"cuda_version", o.cuda_version},
-              {"region", o.region},
-              {"source", o.source}};
 }
 
 }  // namespace sluice::server

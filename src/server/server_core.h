@@ -20,6 +20,9 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/status.h"
+#include "market/catalog.h"
+#include "market/offer.h"
+#include "market/query.h"
 #include "sched/scheduler.h"
 #include "spec/job_spec.h"
 #include "store/blob_store.h"
@@ -55,22 +58,10 @@ struct NodeView {
   int running_attempts = 0;
 };
 
-struct Offer {
-  std::string node_id;
-  std::string node_name;
-  std::string gpu_label;  // empty for a CPU-only offer
-  std::string gpu_name;
-  int gpus_total = 0;
-  int gpus_free = 0;
-  double vram_gb = 0;
-  int cpus = 0;
-  double memory_gb = 0;
-  double price_per_gpu_hour = 0;
-  double price_per_cpu_hour = 0;
-  std::string driver_version;
-  std::string cuda_version;
-  std::string region;
-  std::string source = "agent";
+// What `GET /v1/offers` returns: the offers that matched, best first, and how many matched.
+struct OfferPage {
+  std::vector<market::Offer> offers;
+  size_t matched = 0;
 };
 
 // One item of a job's stream: {"type":"event"|"log"|"end", ...}. Returns false when the reader
@@ -93,7 +84,14 @@ class ServerCore {
   Result<JobDetail> GetJob(const std::string& id);
   Result<store::JobRecord> CancelJob(const std::string& id);
   std::vector<NodeView> ListNodes();
-  std::vector<Offer> ListOffers();
+  // Every offer: connected nodes' (source agent) and imported catalogs' (source catalog).
+  std::vector<market::Offer> ListOffers();
+  // The offers matching `query`, ordered by `sort` (then id), at most `limit`.
+  OfferPage SearchOffers(const market::Query& query, const std::vector<market::SortKey>& sort,
+                         size_t limit);
+  // Parses a cloud price catalog and replaces that provider's catalog offers atomically.
+  Result<market::CatalogImport> ImportCatalog(const std::string& source_name,
+                                              const std::string& csv);
   Result<std::vector<store::LogLine>> ReadLogs(const std::string& job_id, int64_t after_id,
                                                int limit);
 
@@ -161,6 +159,7 @@ class ServerCore {
   std::map<std::string, store::AttemptRecord> active_attempts_;  // starting/running only
   std::map<std::string, int64_t> max_log_seq_;                   // per active attempt
   std::map<uint64_t, Subscriber> subscribers_;
+  std::map<std::string, std::vector<market::Offer>> catalog_offers_;  // by provider
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
 };
@@ -171,6 +170,5 @@ Json AttemptToJson(const store::AttemptRecord& att);
 Json EventToJson(const store::JobEvent& ev);
 Json LogToJson(const store::LogLine& line);
 Json NodeToJson(const NodeView& node);
-Json OfferToJson(const Offer& offer);
 
 }  // namespace sluice::server
