@@ -439,6 +439,7 @@ int Main(int argc, char** argv) {
   }
 
   auto t0 = Clock::now();
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows when piped to a file
   std::vector<Offer> offers = Generate(catalog, n, seed);
   std::printf("offers: %zu drawn from %zu catalog rows in %zu files (seed %u), %.1f s\n",
               offers.size(), catalog.size(), files.size(), seed, Ms(Clock::now() - t0) / 1000);
@@ -482,7 +483,7 @@ int Main(int argc, char** argv) {
       return 1;
     }
     std::vector<std::string> idx_ids;
-    for (const Offer& o : index.Search(*q, *keys, bq.limit)) idx_ids.push_back(o.id);
+    for (const OfferRef& o : index.Search(*q, *keys, bq.limit)) idx_ids.push_back(o->id);
     const std::vector<std::string> sql_ids = RunSql(st);
     if (idx_ids != sql_ids) ++mismatches;
 

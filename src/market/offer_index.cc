@@ -18,6 +18,12 @@ const std::vector<SortKey>& PriceKeys() {
   return keys;
 }
 
+// The order of Bucket::by_spot.
+const std::vector<SortKey>& SpotKeys() {
+  static const std::vector<SortKey> keys = {SortKey{Field::kSpotPrice, false}};
+  return keys;
+}
+
 int NumColOf(Field f) {
   switch (f) {
     case Field::kGpus:
@@ -177,11 +183,34 @@ bool NumHolds(const Term& t, double x) {
   }
 }
 
-// A first sort key's column value mapped so that smaller ranks first; unknown ranks last in
-// either direction, as in OfferLess. Equal values fall back to the full comparison.
+// A sort key's column value mapped so that smaller ranks first; unknown ranks last in either
+// direction, as in OfferLess. +inf is ambiguous (unknown, or a real infinity) and so decides
+// nothing on a tie.
 double RankValue(double x, bool descending) {
   if (std::isnan(x)) return kInf;
   return descending ? -x : x;
+}
+
+// Whether some value in [lo, hi] (the known values of a bucket's column) can satisfy the term.
+// lo > hi means the column holds no known value, and unknown satisfies nothing.
+bool ZonePossible(const Term& t, double lo, double hi) {
+  if (lo > hi) return false;
+  if (t.numbers.empty()) return true;
+  const double v = t.numbers[0];
+  switch (t.op) {
+    case Op::kLt:
+      return lo < v;
+    case Op::kLe:
+      return lo <= v;
+    case Op::kGt:
+      return hi > v;
+    case Op::kGe:
+      return hi >= v;
+    case Op::kEq:
+      return lo <= v && v <= hi;
+    default:
+      return true;
+  }
 }
 
 }  // namespace
@@ -206,57 +235,110 @@ uint32_t OfferIndex::CodeFor(int col, const Offer& o) {
 
 void OfferIndex::AppendRow(Bucket& b, uint32_t slot, const Offer& o) {
   b.slots.push_back(slot);
-  for (int c = 0; c < kNumCols; ++c) b.num[c].push_back(NumValue(c, o));
+  for (int c = 0; c < kNumCols; ++c) {
+    const double x = NumValue(c, o);
+    b.num[c].push_back(x);
+    if (!std::isnan(x)) {
+      b.min[c] = std::min(b.min[c], x);
+      b.max[c] = std::max(b.max[c], x);
+    }
+  }
   for (int c = 0; c < kDictCols; ++c) b.code[c].push_back(CodeFor(c, o));
 }
 
 uint32_t OfferIndex::Store(Offer offer) {
+  auto ref = std::make_shared<const Offer>(std::move(offer));
   uint32_t slot;
   if (!free_slots_.empty()) {
     slot = free_slots_.back();
     free_slots_.pop_back();
-    offers_[slot] = std::move(offer);
+    offers_[slot] = std::move(ref);
   } else {
     slot = static_cast<uint32_t>(offers_.size());
-    offers_.push_back(std::move(offer));
+    offers_.push_back(std::move(ref));
   }
-  slot_of_id_[offers_[slot].id] = slot;
+  slot_of_id_[offers_[slot]->id] = slot;
   return slot;
 }
 
+void OfferIndex::Release(uint32_t slot) {
+  slot_of_id_.erase(offers_[slot]->id);
+  offers_[slot].reset();
+  free_slots_.push_back(slot);
+}
+
+OfferIndex::Bucket& OfferIndex::BucketFor(const std::string& label) {
+  auto [it, inserted] = bucket_of_label_.emplace(label, buckets_.size());
+  if (inserted) {
+    buckets_.emplace_back();
+    Bucket& b = buckets_.back();
+    b.label = label;
+    b.min.fill(kInf);
+    b.max.fill(-kInf);
+    std::string lower = label;
+    for (char& c : lower) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+    buckets_of_lower_label_[lower].push_back(it->second);
+  }
+  return buckets_[it->second];
+}
+
 void OfferIndex::InsertSorted(Bucket& b, uint32_t slot) {
-  const Offer& o = offers_[slot];
-  auto it = std::partition_point(b.slots.begin(), b.slots.end(),
-                                 [&](uint32_t s) { return OfferLess(PriceKeys(), offers_[s], o); });
-  const size_t pos = static_cast<size_t>(it - b.slots.begin());
+  const Offer& o = *offers_[slot];
+  auto it = std::partition_point(b.slots.begin(), b.slots.end(), [&](uint32_t s) {
+    return OfferLess(PriceKeys(), *offers_[s], o);
+  });
+  const auto pos = static_cast<uint32_t>(it - b.slots.begin());
   b.slots.insert(it, slot);
-  for (int c = 0; c < kNumCols; ++c) b.num[c].insert(b.num[c].begin() + pos, NumValue(c, o));
+  for (int c = 0; c < kNumCols; ++c) {
+    const double x = NumValue(c, o);
+    b.num[c].insert(b.num[c].begin() + pos, x);
+    if (!std::isnan(x)) {
+      b.min[c] = std::min(b.min[c], x);
+      b.max[c] = std::max(b.max[c], x);
+    }
+  }
   for (int c = 0; c < kDictCols; ++c) b.code[c].insert(b.code[c].begin() + pos, CodeFor(c, o));
+  for (uint32_t& p : b.by_spot) p += p >= pos ? 1 : 0;
+  auto sit = std::partition_point(b.by_spot.begin(), b.by_spot.end(), [&](uint32_t p) {
+    return OfferLess(SpotKeys(), *offers_[b.slots[p]], o);
+  });
+  b.by_spot.insert(sit, pos);
 }
 
 // Takes the slot's row out of its bucket; the slot itself stays allocated.
 void OfferIndex::EraseFromBucket(uint32_t slot) {
-  const Offer& o = offers_[slot];
+  const Offer& o = *offers_[slot];
   Bucket& b = buckets_[bucket_of_label_.at(o.gpu_label)];
-  auto it = std::partition_point(b.slots.begin(), b.slots.end(),
-                                 [&](uint32_t s) { return OfferLess(PriceKeys(), offers_[s], o); });
+  auto it = std::partition_point(b.slots.begin(), b.slots.end(), [&](uint32_t s) {
+    return OfferLess(PriceKeys(), *offers_[s], o);
+  });
   // (price, id) is unique, so the row is exactly here; a linear search guards the invariant.
   if (it == b.slots.end() || *it != slot) it = std::find(b.slots.begin(), b.slots.end(), slot);
   if (it == b.slots.end()) return;
-  const size_t pos = static_cast<size_t>(it - b.slots.begin());
+  const auto pos = static_cast<uint32_t>(it - b.slots.begin());
   b.slots.erase(it);
   for (auto& col : b.num) col.erase(col.begin() + pos);
   for (auto& col : b.code) col.erase(col.begin() + pos);
+  b.by_spot.erase(std::find(b.by_spot.begin(), b.by_spot.end(), pos));
+  for (uint32_t& p : b.by_spot) p -= p > pos ? 1 : 0;
 }
 
 void OfferIndex::RebuildBucket(Bucket& b) {
   std::vector<uint32_t> slots = std::move(b.slots);
-  std::sort(slots.begin(), slots.end(),
-            [&](uint32_t x, uint32_t y) { return OfferLess(PriceKeys(), offers_[x], offers_[y]); });
+  std::sort(slots.begin(), slots.end(), [&](uint32_t x, uint32_t y) {
+    return OfferLess(PriceKeys(), *offers_[x], *offers_[y]);
+  });
   b.slots.clear();
   for (auto& col : b.num) col.clear();
   for (auto& col : b.code) col.clear();
-  for (uint32_t s : slots) AppendRow(b, s, offers_[s]);
+  b.min.fill(kInf);
+  b.max.fill(-kInf);
+  for (uint32_t s : slots) AppendRow(b, s, *offers_[s]);
+  b.by_spot.resize(b.slots.size());
+  for (uint32_t i = 0; i < b.by_spot.size(); ++i) b.by_spot[i] = i;
+  std::sort(b.by_spot.begin(), b.by_spot.end(), [&](uint32_t x, uint32_t y) {
+    return OfferLess(SpotKeys(), *offers_[b.slots[x]], *offers_[b.slots[y]]);
+  });
 }
 
 void OfferIndex::Upsert(Offer offer) {
@@ -264,18 +346,10 @@ void OfferIndex::Upsert(Offer offer) {
   if (auto it = slot_of_id_.find(offer.id); it != slot_of_id_.end()) {
     const uint32_t slot = it->second;
     EraseFromBucket(slot);
-    slot_of_id_.erase(it);
-    offers_[slot] = Offer{};
-    free_slots_.push_back(slot);
+    Release(slot);
   }
   const uint32_t slot = Store(std::move(offer));
-  const std::string& label = offers_[slot].gpu_label;
-  auto [bit, inserted] = bucket_of_label_.emplace(label, buckets_.size());
-  if (inserted) {
-    buckets_.emplace_back();
-    buckets_.back().label = label;
-  }
-  InsertSorted(buckets_[bit->second], slot);
+  InsertSorted(BucketFor(offers_[slot]->gpu_label), slot);
 }
 
 void OfferIndex::UpsertAll(std::vector<Offer> offers) {
@@ -284,28 +358,22 @@ void OfferIndex::UpsertAll(std::vector<Offer> offers) {
   for (Offer& offer : offers) {
     if (auto it = slot_of_id_.find(offer.id); it != slot_of_id_.end()) {
       const uint32_t slot = it->second;
-      const size_t old_bucket = bucket_of_label_.at(offers_[slot].gpu_label);
-      // Touched buckets are re-sorted below anyway; only their slot lists must be right.
+      const size_t old_bucket = bucket_of_label_.at(offers_[slot]->gpu_label);
+      // Touched buckets are rebuilt from their slot lists below; only those must be right.
       if (old_bucket < touched.size() && touched[old_bucket]) {
         auto& s = buckets_[old_bucket].slots;
         s.erase(std::find(s.begin(), s.end(), slot));
       } else {
         EraseFromBucket(slot);
       }
-      slot_of_id_.erase(it);
-      offers_[slot] = Offer{};
-      free_slots_.push_back(slot);
+      Release(slot);
     }
     const uint32_t slot = Store(std::move(offer));
-    const std::string& label = offers_[slot].gpu_label;
-    auto [bit, inserted] = bucket_of_label_.emplace(label, buckets_.size());
-    if (inserted) {
-      buckets_.emplace_back();
-      buckets_.back().label = label;
-    }
-    if (bit->second >= touched.size()) touched.resize(bit->second + 1, false);
-    touched[bit->second] = true;
-    buckets_[bit->second].slots.push_back(slot);
+    Bucket& b = BucketFor(offers_[slot]->gpu_label);
+    const size_t bi = bucket_of_label_.at(b.label);
+    if (bi >= touched.size()) touched.resize(bi + 1, false);
+    touched[bi] = true;
+    b.slots.push_back(slot);
   }
   for (size_t i = 0; i < touched.size(); ++i) {
     if (touched[i]) RebuildBucket(buckets_[i]);
@@ -318,9 +386,7 @@ bool OfferIndex::Remove(std::string_view id) {
   if (it == slot_of_id_.end()) return false;
   const uint32_t slot = it->second;
   EraseFromBucket(slot);
-  slot_of_id_.erase(it);
-  offers_[slot] = Offer{};
-  free_slots_.push_back(slot);
+  Release(slot);
   return true;
 }
 
@@ -329,8 +395,8 @@ size_t OfferIndex::size() const {
   return slot_of_id_.size();
 }
 
-std::vector<Offer> OfferIndex::Search(const Query& query, const std::vector<SortKey>& keys,
-                                      size_t limit) const {
+std::vector<OfferRef> OfferIndex::Search(const Query& query, const std::vector<SortKey>& keys,
+                                         size_t limit) const {
   std::shared_lock lock(mu_);
   if (limit == 0) return {};
 
@@ -362,89 +428,141 @@ std::vector<Offer> OfferIndex::Search(const Query& query, const std::vector<Sort
     }
   }
 
-  // The bucket order makes price terms into a row range.
-  auto price_range = [&](const Bucket& b) {
-    const std::vector<double>& p = b.num[kNPrice];
-    size_t lo = 0, hi = p.size();
+  // Which buckets to look at: a plain `gpu=`/`gpu in` names them; otherwise all of them. Either
+  // way every gpu term is then checked on the bucket's label.
+  std::vector<size_t> bucket_ids;
+  const Term* named = nullptr;
+  for (const Term* t : gpu_terms) {
+    if ((t->op == Op::kEq || t->op == Op::kIn) && !t->glob) named = t;
+  }
+  if (named != nullptr) {
+    for (const std::string& l : named->labels) {
+      if (auto it = buckets_of_lower_label_.find(l); it != buckets_of_lower_label_.end()) {
+        bucket_ids.insert(bucket_ids.end(), it->second.begin(), it->second.end());
+      }
+    }
+  } else {
+    bucket_ids.resize(buckets_.size());
+    for (size_t i = 0; i < bucket_ids.size(); ++i) bucket_ids[i] = i;
+  }
+
+  // The leading sort keys that are number columns are compared on the columns (up to three).
+  constexpr int kMaxRanks = 3;
+  struct RankCol {
+    int col;
+    bool desc;
+  };
+  std::vector<RankCol> rank_cols;
+  for (const SortKey& k : keys) {
+    const int c = NumColOf(k.field);
+    if (c < 0 || rank_cols.size() == kMaxRanks) break;
+    rank_cols.push_back({c, k.descending});
+  }
+  const int nr = static_cast<int>(rank_cols.size());
+  // Rows can be visited in rank order when the ranking starts with price or spot ascending.
+  const bool price_order = nr > 0 && rank_cols[0].col == kNPrice && !rank_cols[0].desc;
+  const bool spot_order = nr > 0 && rank_cols[0].col == kNSpot && !rank_cols[0].desc;
+
+  struct Cand {
+    std::array<double, kMaxRanks> r;
+    uint32_t slot;
+  };
+  // <0 / >0 when the columns decide the order, 0 when only OfferLess can.
+  auto rank_cmp = [nr](const Cand& a, const Cand& b) {
+    for (int k = 0; k < nr; ++k) {
+      if (a.r[k] != b.r[k]) return a.r[k] < b.r[k] ? -1 : 1;
+      if (a.r[k] == kInf) return 0;
+    }
+    return 0;
+  };
+  // "a ranks before b"; as a priority_queue's less-than it keeps the worst candidate on top.
+  auto better = [&](const Cand& a, const Cand& b) {
+    const int c = rank_cmp(a, b);
+    if (c != 0) return c < 0;
+    return OfferLess(keys, *offers_[a.slot], *offers_[b.slot]);
+  };
+  std::priority_queue<Cand, std::vector<Cand>, decltype(better)> heap(better);
+
+  // A row range of the bucket's visiting order that holds every row a bound on the ordering
+  // column (price, or spot in spot order) allows; the row checks still apply every term.
+  auto range_of = [&](const Bucket& b, int col, const uint32_t* perm) {
+    const std::vector<double>& v = b.num[col];
+    const size_t n = b.slots.size();
+    auto value = [&](size_t i) { return v[perm ? perm[i] : i]; };
+    auto count_while = [&](auto pred) {
+      size_t lo = 0, hi = n;  // NaN sits at the end and fails both predicates below
+      while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (pred(value(mid))) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      return lo;
+    };
+    size_t lo = 0, hi = n;
     for (const NumCheck& nc : num_checks) {
-      if (nc.col != kNPrice || nc.term->numbers.empty()) continue;
-      const double v = nc.term->numbers[0];
-      // NaN prices sit at the end and fail both predicates, so these stay partitions.
-      auto below = [&](double x) { return x < v; };
-      auto at_most = [&](double x) { return x <= v; };
-      const size_t n_below = std::partition_point(p.begin(), p.end(), below) - p.begin();
-      const size_t n_at_most = std::partition_point(p.begin(), p.end(), at_most) - p.begin();
-      switch (nc.term->op) {
-        case Op::kLt:
-          hi = std::min(hi, n_below);
-          break;
-        case Op::kLe:
-          hi = std::min(hi, n_at_most);
-          break;
-        case Op::kGt:
-          lo = std::max(lo, n_at_most);
-          break;
-        case Op::kGe:
-          lo = std::max(lo, n_below);
-          break;
-        case Op::kEq:
-          lo = std::max(lo, n_below);
-          hi = std::min(hi, n_at_most);
-          break;
-        default:
-          break;
+      if (nc.col != col || nc.term->numbers.empty()) continue;
+      const double x = nc.term->numbers[0];
+      const Op op = nc.term->op;
+      if (op == Op::kLt || op == Op::kGe || op == Op::kEq) {
+        const size_t below = count_while([x](double y) { return y < x; });
+        if (op == Op::kLt) hi = std::min(hi, below);
+        if (op != Op::kLt) lo = std::max(lo, below);
+      }
+      if (op == Op::kLe || op == Op::kGt || op == Op::kEq) {
+        const size_t at_most = count_while([x](double y) { return y <= x; });
+        if (op == Op::kGt) lo = std::max(lo, at_most);
+        if (op != Op::kGt) hi = std::min(hi, at_most);
       }
     }
     return std::pair<size_t, size_t>{lo, std::max(lo, hi)};
   };
 
-  const int rank_col = keys.empty() ? -1 : NumColOf(keys[0].field);
-  const bool rank_desc = !keys.empty() && keys[0].descending;
-  // Rows of a bucket come in rank order when the ranking starts with price ascending.
-  const bool bucket_ordered = rank_col == kNPrice && !rank_desc;
-
-  struct Cand {
-    double rank;
-    uint32_t slot;
-  };
-  // "a ranks before b"; as a priority_queue's less-than it keeps the worst candidate on top.
-  auto better = [&](const Cand& a, const Cand& b) {
-    if (a.rank != b.rank) return a.rank < b.rank;
-    return OfferLess(keys, offers_[a.slot], offers_[b.slot]);
-  };
-  std::priority_queue<Cand, std::vector<Cand>, decltype(better)> heap(better);
-
   Offer label_probe;
-  for (const Bucket& b : buckets_) {
+  for (size_t bi : bucket_ids) {
+    const Bucket& b = buckets_[bi];
     if (b.slots.empty()) continue;
     label_probe.gpu_label = b.label;
-    bool label_ok = true;
+    bool possible = true;
     for (const Term* t : gpu_terms) {
       if (!MatchesTerm(*t, label_probe)) {
-        label_ok = false;
+        possible = false;
         break;
       }
     }
-    if (!label_ok) continue;
+    for (const NumCheck& nc : num_checks) {
+      if (!possible) break;
+      possible = ZonePossible(*nc.term, b.min[nc.col], b.max[nc.col]);
+    }
+    if (!possible) continue;
 
-    auto [lo, hi] = price_range(b);
-    const double* rank_values = rank_col >= 0 ? b.num[rank_col].data() : nullptr;
+    const uint32_t* perm = spot_order ? b.by_spot.data() : nullptr;
+    auto [lo, hi] = range_of(b, spot_order ? kNSpot : kNPrice, perm);
+    const bool ordered = price_order || spot_order;
     for (size_t i = lo; i < hi; ++i) {
-      const double rank = rank_values ? RankValue(rank_values[i], rank_desc) : 0;
-      if (heap.size() >= limit && rank > heap.top().rank) {
-        if (bucket_ordered) break;  // every later row of this bucket ranks later still
-        continue;
+      const size_t row = perm ? perm[i] : i;
+      Cand c;
+      for (int k = 0; k < nr; ++k) {
+        c.r[k] = RankValue(b.num[rank_cols[k].col][row], rank_cols[k].desc);
+      }
+      if (heap.size() >= limit) {
+        const Cand& top = heap.top();
+        // Visited in first-key order: once that key is worse, so is every later row.
+        if (ordered && c.r[0] > top.r[0]) break;
+        if (rank_cmp(c, top) > 0) continue;
       }
       bool ok = true;
       for (const NumCheck& nc : num_checks) {
-        if (!NumHolds(*nc.term, b.num[nc.col][i])) {
+        if (!NumHolds(*nc.term, b.num[nc.col][row])) {
           ok = false;
           break;
         }
       }
       if (!ok) continue;
       for (const DictCheck& dc : dict_checks) {
-        const uint32_t code = b.code[dc.col][i];
+        const uint32_t code = b.code[dc.col][row];
         if (code >= dc.verdict.size()) dc.verdict.resize(code + 1, -1);
         int8_t& v = dc.verdict[code];
         if (v < 0) {
@@ -462,15 +580,14 @@ std::vector<Offer> OfferIndex::Search(const Query& query, const std::vector<Sort
         }
       }
       if (!ok) continue;
-      const Offer& o = offers_[b.slots[i]];
+      c.slot = b.slots[row];
       for (const Term* t : row_terms) {
-        if (!MatchesTerm(*t, o)) {
+        if (!MatchesTerm(*t, *offers_[c.slot])) {
           ok = false;
           break;
         }
       }
       if (!ok) continue;
-      const Cand c{rank, b.slots[i]};
       if (heap.size() < limit) {
         heap.push(c);
       } else if (better(c, heap.top())) {
@@ -480,16 +597,11 @@ std::vector<Offer> OfferIndex::Search(const Query& query, const std::vector<Sort
     }
   }
 
-  std::vector<Cand> picked;
-  picked.reserve(heap.size());
-  while (!heap.empty()) {
-    picked.push_back(heap.top());
+  std::vector<OfferRef> out(heap.size());
+  for (size_t i = out.size(); i-- > 0;) {  // the heap pops worst first
+    out[i] = offers_[heap.top().slot];
     heap.pop();
   }
-  std::reverse(picked.begin(), picked.end());  // popped worst first
-  std::vector<Offer> out;
-  out.reserve(picked.size());
-  for (const Cand& c : picked) out.push_back(offers_[c.slot]);
   return out;
 }
 

@@ -15,17 +15,22 @@
 //     doubles (NaN = unknown), low-cardinality strings and version lists as dictionary codes whose
 //     verdict is computed once per distinct value per search. A scan then reads a few contiguous
 //     arrays instead of chasing ~600-byte Offer structs.
-//   - Top-k for other sort keys uses a bounded heap with the first key's column as a cheap
-//     pre-check, so most rejected offers cost one comparison.
+//   - Each bucket also keeps its rows in spot-price order (a permutation), because "cheapest
+//     interruptible" is the other common ranking and SQLite answers it from an index.
+//   - Per bucket min/max of every number column lets a term like `vram>=80` skip whole buckets.
+//   - Top-k uses a bounded heap; the leading numeric sort keys are compared on the columns first,
+//     so most rejected offers cost a comparison or two, not an OfferLess call.
 //
 // Thread safety: all methods may be called concurrently; Search takes a shared lock, the
-// mutators an exclusive one. Search returns copies, so results stay valid after later updates.
+// mutators an exclusive one. Offers are immutable once stored and Search hands out shared
+// references to them, so results stay valid (and unchanged) after later updates.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -36,6 +41,8 @@
 #include "market/query.h"
 
 namespace sluice::market {
+
+using OfferRef = std::shared_ptr<const Offer>;
 
 class OfferIndex {
  public:
@@ -57,8 +64,8 @@ class OfferIndex {
   size_t size() const;
 
   // The first `limit` matches in OfferLess(keys) order (limit 0 → none).
-  std::vector<Offer> Search(const Query& query, const std::vector<SortKey>& keys,
-                            size_t limit) const;
+  std::vector<OfferRef> Search(const Query& query, const std::vector<SortKey>& keys,
+                               size_t limit) const;
 
   // Number columns (doubles, NaN = unknown, as the query language defines unknown) and
   // dictionary-coded columns. Public only so the .cc's helpers can name them.
@@ -98,6 +105,10 @@ class OfferIndex {
     std::vector<uint32_t> slots;  // into offers_
     std::array<std::vector<double>, kNumCols> num;
     std::array<std::vector<uint32_t>, kDictCols> code;
+    std::vector<uint32_t> by_spot;  // row positions in (spot price, id) order, unknown last
+    // Bounds of the known (non-NaN) values per number column. Erasing does not shrink them:
+    // they only have to contain every value, not be tight.
+    std::array<double, kNumCols> min, max;
   };
 
   // Distinct values of one dictionary column; codes are never reused or dropped, so the set only
@@ -115,14 +126,18 @@ class OfferIndex {
   void EraseFromBucket(uint32_t slot);
   void RebuildBucket(Bucket& b);
   uint32_t Store(Offer offer);
+  void Release(uint32_t slot);
+  Bucket& BucketFor(const std::string& label);
 
   mutable std::shared_mutex mu_;
   // Guarded by mu_.
-  std::vector<Offer> offers_;  // by slot; freed slots are reused
+  std::vector<OfferRef> offers_;  // by slot; freed slots are reused
   std::vector<uint32_t> free_slots_;
   std::unordered_map<std::string, uint32_t> slot_of_id_;
   std::unordered_map<std::string, size_t> bucket_of_label_;  // into buckets_
   std::vector<Bucket> buckets_;
+  // Lowercased label → buckets, for `gpu=`/`gpu in` terms (labels compare case-insensitively).
+  std::unordered_map<std::string, std::vector<size_t>> buckets_of_lower_label_;
   std::array<Dict, kDictCols> dicts_;
 };
 

@@ -37,6 +37,12 @@ std::vector<std::string> Ids(const std::vector<Offer>& offers) {
   return ids;
 }
 
+std::vector<std::string> Ids(const std::vector<OfferRef>& offers) {
+  std::vector<std::string> ids;
+  for (const OfferRef& o : offers) ids.push_back(o->id);
+  return ids;
+}
+
 template <typename T>
 const T& Pick(std::mt19937& rng, const std::vector<T>& v) {
   return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)];
@@ -198,11 +204,11 @@ int CheckRandomQueries(std::mt19937& rng, const OfferIndex& index, const std::ve
     Result<std::vector<SortKey>> keys = ParseSortKeys(RandomSortText(rng));
     if (!q.ok() || !keys.ok()) continue;
     const size_t limit = RandomLimit(rng);
-    const std::vector<Offer> got = index.Search(*q, *keys, limit);
+    const std::vector<OfferRef> got = index.Search(*q, *keys, limit);
     const std::vector<Offer> want = BruteForce(offers, *q, *keys, limit);
     EXPECT_EQ(Ids(got), Ids(want)) << "query: " << text << "  limit " << limit;
     if (!want.empty()) {
-      EXPECT_EQ(got.front(), want.front()) << text;
+      EXPECT_EQ(*got.front(), want.front()) << text;
     }
     ++compared;
     if (::testing::Test::HasFailure()) break;  // one readable failure, not hundreds
@@ -302,7 +308,7 @@ TEST(OfferIndexTest, LimitZeroAndEmptyIndex) {
   index.Upsert(o);
   EXPECT_TRUE(index.Search(*q, {}, 0).empty());
   ASSERT_EQ(index.Search(*q, {}, 10).size(), 1u);
-  EXPECT_EQ(index.Search(*q, {}, 10)[0], o);
+  EXPECT_EQ(*index.Search(*q, {}, 10)[0], o);
 }
 
 std::string CatalogDir() {
