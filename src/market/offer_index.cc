@@ -238,7 +238,9 @@ void OfferIndex::AppendRow(Bucket& b, uint32_t slot, const Offer& o) {
   for (int c = 0; c < kNumCols; ++c) {
     const double x = NumValue(c, o);
     b.num[c].push_back(x);
-    if (!std::isnan(x)) {
+    if (std::isnan(x)) {
+      b.has_unknown[c] = true;
+    } else {
       b.min[c] = std::min(b.min[c], x);
       b.max[c] = std::max(b.max[c], x);
     }
@@ -275,6 +277,7 @@ OfferIndex::Bucket& OfferIndex::BucketFor(const std::string& label) {
     b.label = label;
     b.min.fill(kInf);
     b.max.fill(-kInf);
+    b.has_unknown.fill(false);
     std::string lower = label;
     for (char& c : lower) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
     buckets_of_lower_label_[lower].push_back(it->second);
@@ -292,7 +295,9 @@ void OfferIndex::InsertSorted(Bucket& b, uint32_t slot) {
   for (int c = 0; c < kNumCols; ++c) {
     const double x = NumValue(c, o);
     b.num[c].insert(b.num[c].begin() + pos, x);
-    if (!std::isnan(x)) {
+    if (std::isnan(x)) {
+      b.has_unknown[c] = true;
+    } else {
       b.min[c] = std::min(b.min[c], x);
       b.max[c] = std::max(b.max[c], x);
     }
@@ -333,6 +338,7 @@ void OfferIndex::RebuildBucket(Bucket& b) {
   for (auto& col : b.code) col.clear();
   b.min.fill(kInf);
   b.max.fill(-kInf);
+  b.has_unknown.fill(false);
   for (uint32_t s : slots) AppendRow(b, s, *offers_[s]);
   b.by_spot.resize(b.slots.size());
   for (uint32_t i = 0; i < b.by_spot.size(); ++i) b.by_spot[i] = i;
@@ -459,22 +465,20 @@ std::vector<OfferRef> OfferIndex::Search(const Query& query, const std::vector<S
     rank_cols.push_back({c, k.descending});
   }
   const int nr = static_cast<int>(rank_cols.size());
-  // Rows can be visited in rank order when the ranking starts with price or spot ascending.
-  const bool price_order = nr > 0 && rank_cols[0].col == kNPrice && !rank_cols[0].desc;
-  const bool spot_order = nr > 0 && rank_cols[0].col == kNSpot && !rank_cols[0].desc;
 
   struct Cand {
     std::array<double, kMaxRanks> r;
     uint32_t slot;
   };
-  // <0 / >0 when the columns decide the order, 0 when only OfferLess can.
-  auto rank_cmp = [nr](const Cand& a, const Cand& b) {
-    for (int k = 0; k < nr; ++k) {
+  // <0 / >0 when the first `n` columns decide the order, 0 when they do not.
+  auto rank_cmp_n = [](const Cand& a, const Cand& b, int n) {
+    for (int k = 0; k < n; ++k) {
       if (a.r[k] != b.r[k]) return a.r[k] < b.r[k] ? -1 : 1;
       if (a.r[k] == kInf) return 0;
     }
     return 0;
   };
+  auto rank_cmp = [&](const Cand& a, const Cand& b) { return rank_cmp_n(a, b, nr); };
   // "a ranks before b"; as a priority_queue's less-than it keeps the worst candidate on top.
   auto better = [&](const Cand& a, const Cand& b) {
     const int c = rank_cmp(a, b);
@@ -520,10 +524,26 @@ std::vector<OfferRef> OfferIndex::Search(const Query& query, const std::vector<S
     return std::pair<size_t, size_t>{lo, std::max(lo, hi)};
   };
 
+  // With price or spot ascending first, visiting the buckets cheapest first lets the loop stop
+  // at the first bucket whose cheapest row already ranks behind the current top-k.
+  const bool global_order =
+      nr > 0 && (rank_cols[0].col == kNPrice || rank_cols[0].col == kNSpot) && !rank_cols[0].desc;
+  if (global_order && limit != kNoLimit) {
+    const int col = rank_cols[0].col;
+    std::sort(bucket_ids.begin(), bucket_ids.end(),
+              [&](size_t x, size_t y) { return buckets_[x].min[col] < buckets_[y].min[col]; });
+  }
+
   Offer label_probe;
   for (size_t bi : bucket_ids) {
     const Bucket& b = buckets_[bi];
     if (b.slots.empty()) continue;
+    if (global_order && heap.size() >= limit &&
+        RankValue(b.min[rank_cols[0].col], false) > heap.top().r[0]) {
+      // min ignores unknown values, which rank last anyway.
+      if (limit != kNoLimit) break;
+      continue;
+    }
     label_probe.gpu_label = b.label;
     bool possible = true;
     for (const Term* t : gpu_terms) {
@@ -538,9 +558,19 @@ std::vector<OfferRef> OfferIndex::Search(const Query& query, const std::vector<S
     }
     if (!possible) continue;
 
+    // Sort keys whose column is one known value throughout this bucket rank all its rows
+    // alike; if the next key is price or spot ascending, the rows can be visited in rank order
+    // (`gpu=h100 -o -perf,price`: perf is the same for every h100).
+    int lead = 0;
+    while (lead < nr && !b.has_unknown[rank_cols[lead].col] &&
+           b.min[rank_cols[lead].col] == b.max[rank_cols[lead].col]) {
+      ++lead;
+    }
+    const bool ordered = lead < nr && !rank_cols[lead].desc &&
+                         (rank_cols[lead].col == kNPrice || rank_cols[lead].col == kNSpot);
+    const bool spot_order = ordered && rank_cols[lead].col == kNSpot;
     const uint32_t* perm = spot_order ? b.by_spot.data() : nullptr;
     auto [lo, hi] = range_of(b, spot_order ? kNSpot : kNPrice, perm);
-    const bool ordered = price_order || spot_order;
     for (size_t i = lo; i < hi; ++i) {
       const size_t row = perm ? perm[i] : i;
       Cand c;
@@ -549,8 +579,9 @@ std::vector<OfferRef> OfferIndex::Search(const Query& query, const std::vector<S
       }
       if (heap.size() >= limit) {
         const Cand& top = heap.top();
-        // Visited in first-key order: once that key is worse, so is every later row.
-        if (ordered && c.r[0] > top.r[0]) break;
+        // Visited in rank order of keys 0..lead: once those rank this row behind the top-k, every
+        // later row of the bucket ranks behind it too.
+        if (ordered && rank_cmp_n(c, top, lead + 1) > 0) break;
         if (rank_cmp(c, top) > 0) continue;
       }
       bool ok = true;

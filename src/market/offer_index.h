@@ -109,6 +109,7 @@ class OfferIndex {
     // Bounds of the known (non-NaN) values per number column. Erasing does not shrink them:
     // they only have to contain every value, not be tight.
     std::array<double, kNumCols> min, max;
+    std::array<bool, kNumCols> has_unknown;  // some row holds NaN (also not cleared on erase)
   };
 
   // Distinct values of one dictionary column; codes are never reused or dropped, so the set only

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -97,7 +98,9 @@ Offer RandomOffer(std::mt19937& rng, int n, const std::vector<std::string>& labe
   o.latency_ms = Pick(rng, std::vector<double>{0, 5, 40});
   o.failure_rate = Pick(rng, std::vector<double>{0, 0.01, 0.1});
   o.health_score = Pick(rng, std::vector<double>{50, 90, 99.5, 100});
-  o.perf_score = Pick(rng, std::vector<double>{0.3, 1, 1, 2.5, 3.1});
+  // Perf is a property of the GPU model, so one value per label (as in the catalogs): a sort key
+  // that is constant within a label bucket takes a path of its own in the index.
+  o.perf_score = 0.3 + static_cast<double>(std::hash<std::string>{}(o.gpu_label) % 4);
   o.verified = static_cast<VerifiedState>(std::uniform_int_distribution<int>(0, 2)(rng));
   o.source = Chance(rng, 0.5) ? OfferSource::kAgent : OfferSource::kCatalog;
   return o;
