@@ -86,10 +86,32 @@ int OffersCommand(const GlobalFlags& g, const std::string& query, const std::str
   }
   size_t matched = (*resp).value("matched", size_t{0});
   if (t.empty()) {
-    std::cout << (query.empty() ? "no offers: no agent is connected and no catalog is imported "
-                                  "(start `sluice agent` or run `sluice catalog import FILE.csv`)"
-                                : "no offer matches `" + query + "`")
-              << "\n";
+    if (query.empty()) {
+      std::cout << "no offers: no agent is connected and no catalog is imported (start `sluice "
+                   "agent` or run `sluice catalog import FILE.csv`)\n";
+      return 0;
+    }
+    std::cout << "no offer matches `" << query << "`";
+    const Json& ex = (*resp).contains("explain") ? (*resp)["explain"] : Json();
+    if (!ex.is_object()) {
+      std::cout << "\n";
+      return 0;
+    }
+    std::cout << " (" << ex.value("offers_considered", 0) << " offers considered)\n";
+    std::cout << "each condition alone rules out:\n";
+    for (const auto& term : ex["terms"]) {
+      std::cout << "  " << term.value("term", "") << ": " << term.value("eliminated", 0)
+                << " offers\n";
+    }
+    if (!ex["nearest"].empty()) std::cout << "nearest offers:\n";
+    for (const auto& n : ex["nearest"]) {
+      const Json& o = n["offer"];
+      std::string fails;
+      for (const auto& f : n["fails"]) fails += (fails.empty() ? "" : ", ") + f.get<std::string>();
+      std::cout << "  " << o.value("provider", "") << " " << o.value("node", "") << " "
+                << o.value("gpu_label", "") << " x" << o.value("gpus_available", 0) << " at "
+                << Dollars(o.value("price_per_gpu_hour", 0.0)) << "/GPU-h: fails " << fails << "\n";
+    }
     return 0;
   }
   t.Print(std::cout);

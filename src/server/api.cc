@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "common/text.h"
+#include "market/explain.h"
 #include "market/offer.h"
 #include "market/query.h"
 #include "spec/job_spec.h"
@@ -154,7 +155,9 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     OfferPage page = core_->SearchOffers(*query, *sort, static_cast<size_t>(*limit));
     Json arr = Json::array();
     for (const auto& o : page.offers) arr.push_back(market::ToJson(o));
-    return JsonResponse(200, Json{{"offers", arr}, {"matched", page.matched}});
+    Json body{{"offers", arr}, {"matched", page.matched}};
+    if (page.explanation) body["explain"] = market::ToJson(*page.explanation);
+    return JsonResponse(200, body);
   }
   if (coll == "catalogs" && parts.size() == 3) {
     if (m != "POST") return method_not_allowed();

@@ -522,10 +522,12 @@ std::vector<market::Offer> ServerCore::ListOffers() {
 OfferPage ServerCore::SearchOffers(const market::Query& query,
                                    const std::vector<market::SortKey>& sort, size_t limit) {
   OfferPage page;
-  for (auto& o : ListOffers()) {
-    if (market::Matches(query, o)) page.offers.push_back(std::move(o));
+  std::vector<market::Offer> all = ListOffers();
+  for (const auto& o : all) {
+    if (market::Matches(query, o)) page.offers.push_back(o);
   }
   page.matched = page.offers.size();
+  if (page.matched == 0 && !query.terms.empty()) page.explanation = market::Explain(query, all, 3);
   size_t keep = std::min(limit, page.offers.size());
   std::partial_sort(page.offers.begin(), page.offers.begin() + keep, page.offers.end(),
                     [&](const market::Offer& a, const market::Offer& b) {

@@ -21,6 +21,7 @@
 #include "common/json.h"
 #include "common/status.h"
 #include "market/catalog.h"
+#include "market/explain.h"
 #include "market/offer.h"
 #include "market/query.h"
 #include "sched/scheduler.h"
@@ -62,6 +63,7 @@ struct NodeView {
 struct OfferPage {
   std::vector<market::Offer> offers;
   size_t matched = 0;
+  std::optional<market::Explanation> explanation;  // set when nothing matched
 };
 
 // One item of a job's stream: {"type":"event"|"log"|"end", ...}. Returns false when the reader
