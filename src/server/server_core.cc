@@ -297,6 +297,21 @@ void ServerCore::FinishAttemptLocked(AttemptRecord& att, AttemptState state,
   }
 }
 
+void ServerCore::MarkRunningLocked(AttemptRecord& att, const std::string& node_name,
+                                   WriteBatch& batch) {
+  if (att.state != AttemptState::kStarting) return;  // a resent `started` changes nothing
+  att.state = AttemptState::kRunning;
+  att.started_ms = clock_->NowMillis();
+  batch.attempts.push_back(att);
+  JobRecord& job = jobs_[att.job_id].record;
+  if (job.state == st::JobState::kStarting) {
+    job.state = st::JobState::kRunning;
+    job.started_ms = att.started_ms;
+    batch.jobs.push_back(job);
+    batch.events.push_back(EventLocked(job.id, "started", "started on " + node_name));
+  }
+}
+
 Status ServerCore::ApplyExitLocked(AttemptRecord& att, const proto::Exited& ex, WriteBatch& batch) {
   const JobState& js = jobs_[att.job_id];
   AttemptState state;
@@ -659,18 +674,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
     } else {
       // Running, or finished while we were apart: either way the agent now resends the lines
       // we lack (from the log_ack below) and then its `exited`, so keep the attempt active.
-      if (att.state == AttemptState::kStarting) {
-        att.state = AttemptState::kRunning;
-        att.started_ms = att.started_ms ? att.started_ms : now;
-        batch.attempts.push_back(att);
-        JobRecord& job = jobs_[att.job_id].record;
-        if (job.state == st::JobState::kStarting) {
-          job.state = st::JobState::kRunning;
-          job.started_ms = att.started_ms;
-          batch.jobs.push_back(job);
-          batch.events.push_back(EventLocked(job.id, "started", "started on " + ns.record.name));
-        }
-      }
+      MarkRunningLocked(att, ns.record.name, batch);
       if (rep->second->running && jobs_[att.job_id].record.cancel_requested) {
         to_cancel.push_back(aid);
       }
@@ -741,18 +745,7 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
   AttemptRecord& att = ait->second;
   WriteBatch batch;
   if (type == "started") {
-    if (att.state == AttemptState::kStarting) {
-      att.state = AttemptState::kRunning;
-      att.started_ms = clock_->NowMillis();
-      batch.attempts.push_back(att);
-      JobRecord& job = jobs_[att.job_id].record;
-      if (job.state == st::JobState::kStarting) {
-        job.state = st::JobState::kRunning;
-        job.started_ms = att.started_ms;
-        batch.jobs.push_back(job);
-        batch.events.push_back(EventLocked(job.id, "started", "started on " + ns.record.name));
-      }
-    }
+    MarkRunningLocked(att, ns.record.name, batch);
     return CommitLocked(batch);
   }
   if (type == "log") {

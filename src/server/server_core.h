@@ -137,6 +137,9 @@ class ServerCore {
 
   Status ScheduleLocked();
   std::vector<sched::NodeCapacity> CapacityLocked() const;
+  // starting -> running for the attempt and its job, with the `started` event.
+  void MarkRunningLocked(store::AttemptRecord& att, const std::string& node_name,
+                         store::WriteBatch& batch);
   Status ApplyExitLocked(store::AttemptRecord& att, const proto::Exited& exited,
                          store::WriteBatch& batch);
   void FinishAttemptLocked(store::AttemptRecord& att, store::AttemptState state,
