@@ -67,6 +67,7 @@ Status ServerCore::Load() {
   for (const auto& c : catalogs) {
     auto parsed = market::ParseCatalog(c.csv, c.source_name);
     if (!parsed.ok()) return parsed.status();  // it parsed when imported: the store is damaged
+    catalog_index_.UpsertAll(parsed->offers);
     catalog_offers_[c.provider] = std::move(parsed->offers);
   }
   SLUICE_ASSIGN_OR_RETURN(auto attempts, store_->LoadActiveAttempts());
@@ -538,17 +539,27 @@ OfferPage ServerCore::SearchOffers(const market::Query& query,
                                    const std::vector<market::SortKey>& sort, size_t limit) {
   OfferPage page;
   std::vector<market::Offer> all = ListOffers();
+  std::vector<market::Offer> agent;
   for (const auto& o : all) {
-    if (market::Matches(query, o)) page.offers.push_back(o);
+    if (o.source == market::OfferSource::kAgent && market::Matches(query, o)) agent.push_back(o);
   }
-  page.matched = page.offers.size();
+  std::vector<market::OfferRef> catalog;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    catalog = catalog_index_.Search(query, sort, market::OfferIndex::kNoLimit);
+  }
+  page.matched = agent.size() + catalog.size();
+  // Merge the two ordered lists (agent offers sorted here) up to `limit`.
+  std::sort(agent.begin(), agent.end(), [&](const market::Offer& a, const market::Offer& b) {
+    return market::OfferLess(sort, a, b);
+  });
+  size_t i = 0, j = 0;
+  while (page.offers.size() < limit && (i < agent.size() || j < catalog.size())) {
+    bool take_agent = j >= catalog.size() ||
+                      (i < agent.size() && !market::OfferLess(sort, *catalog[j], agent[i]));
+    page.offers.push_back(take_agent ? agent[i++] : *catalog[j++]);
+  }
   if (page.matched == 0 && !query.terms.empty()) page.explanation = market::Explain(query, all, 3);
-  size_t keep = std::min(limit, page.offers.size());
-  std::partial_sort(page.offers.begin(), page.offers.begin() + keep, page.offers.end(),
-                    [&](const market::Offer& a, const market::Offer& b) {
-                      return market::OfferLess(sort, a, b);
-                    });
-  page.offers.resize(keep);
   return page;
 }
 
@@ -570,6 +581,8 @@ Result<market::CatalogImport> ServerCore::ImportCatalog(const std::string& sourc
   WriteBatch batch;
   batch.catalogs.push_back({imported.provider, source_name, csv, clock_->NowMillis()});
   SLUICE_RETURN_IF_ERROR(store_->Write(batch));
+  for (const auto& old : catalog_offers_[imported.provider]) catalog_index_.Remove(old.id);
+  catalog_index_.UpsertAll(imported.offers);
   catalog_offers_[imported.provider] = imported.offers;
   return imported;
 }

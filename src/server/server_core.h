@@ -23,6 +23,7 @@
 #include "market/catalog.h"
 #include "market/explain.h"
 #include "market/offer.h"
+#include "market/offer_index.h"
 #include "market/query.h"
 #include "sched/scheduler.h"
 #include "spec/job_spec.h"
@@ -165,6 +166,10 @@ class ServerCore {
   std::map<std::string, int64_t> max_log_seq_;                   // per active attempt
   std::map<uint64_t, Subscriber> subscribers_;
   std::map<std::string, std::vector<market::Offer>> catalog_offers_;  // by provider
+  // The same catalog offers, indexed for queries (DESIGN.md §8: the store is the source of
+  // truth, the index the fast path). Agent offers change with every placement and are few, so
+  // they are filtered directly.
+  market::OfferIndex catalog_index_;
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
 };

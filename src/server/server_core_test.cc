@@ -288,3 +288,60 @@ TEST_F(ServerCoreTest, UnknownGpuLabelIsRejectedWithSuggestion) {
 
 }  // namespace
 }  // namespace sluice::server
+
+namespace sluice::server {
+namespace {
+
+TEST_F(ServerCoreTest, OffersMergeAgentAndCatalogInOneOrderAndReimportReplaces) {
+  auto link = std::make_shared<RecordingLink>();
+  proto::Hello h = CpuHello();
+  h.price_per_gpu_hour = 2.0;
+  for (int i = 0; i < 2; ++i) {
+    GpuInfo g;
+    g.index = i;
+    g.name = "NVIDIA H100 80GB HBM3";
+    g.memory_mib = 81559;
+    g.uuid = "GPU-" + std::to_string(i);
+    h.inventory.gpus.push_back(g);
+  }
+  ASSERT_TRUE(core_->AgentHello(link, h).ok());
+  const std::string header =
+      "cloud,instance_type,accelerator_name,accelerator_count,gpu_memory_gib,vcpus,memory_gib,"
+      "price,spot_price,region,zone\n";
+  auto imported =
+      core_->ImportCatalog("lam.csv", header +
+                                          "lambda,gpu_1x_h100,H100,1,80,26,200,1.5,,us-east-1,\n"
+                                          "lambda,gpu_2x_h100,H100,2,80,52,400,5.0,,us-east-1,\n");
+  ASSERT_TRUE(imported.ok()) << imported.status().ToString();
+  auto q = market::ParseQuery("gpu=h100");
+  auto sort = market::ParseSortKeys("price");
+  ASSERT_TRUE(q.ok() && sort.ok());
+  OfferPage page = core_->SearchOffers(*q, *sort, 10);
+  ASSERT_EQ(page.matched, 3u);
+  ASSERT_EQ(page.offers.size(), 3u);
+  EXPECT_DOUBLE_EQ(page.offers[0].price_per_gpu_hour, 1.5);       // catalog
+  EXPECT_EQ(page.offers[1].source, market::OfferSource::kAgent);  // $2.00
+  EXPECT_DOUBLE_EQ(page.offers[2].price_per_gpu_hour, 2.5);       // catalog, 5.0 for 2 GPUs
+  EXPECT_EQ(core_->SearchOffers(*q, *sort, 2).offers.size(), 2u);
+
+  // A re-import replaces the provider's offers; nothing of the old file remains.
+  ASSERT_TRUE(core_
+                  ->ImportCatalog("lam.csv", header + "lambda,gpu_8x_h100,H100,8,80,208,1600,"
+                                                      "24,,us-west-1,\n")
+                  .ok());
+  page = core_->SearchOffers(*q, *sort, 10);
+  ASSERT_EQ(page.matched, 2u);
+  EXPECT_EQ(page.offers[0].source, market::OfferSource::kAgent);
+  EXPECT_EQ(page.offers[1].gpus, 8);
+  // Nothing matches: the explanation says which term ruled out how many.
+  auto none = market::ParseQuery("gpu=h100 price<0.5");
+  page = core_->SearchOffers(*none, *sort, 10);
+  ASSERT_TRUE(page.explanation.has_value());
+  EXPECT_EQ(page.explanation->per_term[1].eliminated, 2u);
+  // The catalog survives a restart.
+  Open();
+  EXPECT_EQ(core_->SearchOffers(*q, *sort, 10).matched, 1u);  // the agent is not connected
+}
+
+}  // namespace
+}  // namespace sluice::server
