@@ -69,8 +69,8 @@ int OffersCommand(const GlobalFlags& g, const std::string& query, const std::str
     std::cout << DumpJson((*resp)["offers"], 2) << "\n";
     return 0;
   }
-  Table t({"PROVIDER", "NODE/TYPE", "REGION", "GPU", "GPUS", "VRAM", "$/GPU-H", "SPOT $/GPU-H",
-           "CUDA", "PERF", "SOURCE"});
+  Table t({"PROVIDER", "NODE/TYPE", "REGION", "GPU", "GPUS", "VRAM", "CPUS", "$/GPU-H",
+           "SPOT $/GPU-H", "CUDA", "PERF", "SOURCE"});
   for (const auto& o : (*resp)["offers"]) {
     std::string gpu = o.value("gpu_label", "");
     double spot = o.value("interruptible_price_per_gpu_hour", 0.0);
@@ -78,7 +78,7 @@ int OffersCommand(const GlobalFlags& g, const std::string& query, const std::str
            o.value("region", "").empty() ? "-" : o.value("region", ""),
            gpu.empty() ? "(cpu only)" : gpu,
            std::to_string(o.value("gpus_available", 0)) + "/" + std::to_string(o.value("gpus", 0)),
-           gpu.empty() ? "-" : Gb(o.value("vram_gb", 0.0)),
+           gpu.empty() ? "-" : Gb(o.value("vram_gb", 0.0)), std::to_string(o.value("cpus", 0)),
            gpu.empty() ? "-" : Dollars(o.value("price_per_gpu_hour", 0.0)),
            spot > 0 ? Dollars(spot) : "-",
            o.value("cuda_version", "").empty() ? "-" : o.value("cuda_version", ""),
