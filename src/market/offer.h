@@ -16,33 +16,33 @@ enum class OfferSource { kAgent, kCatalog };
 enum class VerifiedState { kVerified, kUnverified, kDeverified };
 
 struct Offer {
-  std::string id;                  // "<provider>/<node or instance>/<label>" unique per offer
-  std::string provider;            // "aws", "lambda", or the provider name of an agent node
-  std::string node;                // node id for agents; instance type for catalogs
-  std::string region;              // "us-east-1"; free text for some catalogs
+  std::string id;        // "<provider>/<node or instance>/<label>" unique per offer
+  std::string provider;  // "aws", "lambda", or the provider name of an agent node
+  std::string node;      // node id for agents; instance type for catalogs
+  std::string region;    // "us-east-1"; free text for some catalogs
   std::string zone;
-  std::string gpu_label;           // canonical label, e.g. "a100-80gb"; empty = CPU only
-  std::string gpu_model;           // model part of the label, e.g. "a100"
-  int gpus = 0;                    // GPUs in this offer (per instance for catalogs)
-  int gpus_available = 0;          // free now (catalogs: == gpus)
-  double vram_gb = 0;              // per GPU
-  std::string form_factor;         // "sxm", "pcie", "nvl", ""
-  std::string interconnect;        // "nvlink", "pcie", ""
-  std::string compute_capability;  // "8.0"
-  std::string driver_version;      // "550.54.15"
-  std::string cuda_version;        // highest CUDA the driver supports, "12.4"
-  std::vector<std::string> toolkits;     // installed CUDA toolkits, "12.1"
-  std::vector<std::string> torch_builds; // "2.1.0+cu121"
+  std::string gpu_label;                  // canonical label, e.g. "a100-80gb"; empty = CPU only
+  std::string gpu_model;                  // model part of the label, e.g. "a100"
+  int gpus = 0;                           // GPUs in this offer (per instance for catalogs)
+  int gpus_available = 0;                 // free now (catalogs: == gpus)
+  double vram_gb = 0;                     // per GPU
+  std::string form_factor;                // "sxm", "pcie", "nvl", ""
+  std::string interconnect;               // "nvlink", "pcie", ""
+  std::string compute_capability;         // "8.0"
+  std::string driver_version;             // "550.54.15"
+  std::string cuda_version;               // highest CUDA the driver supports, "12.4"
+  std::vector<std::string> toolkits;      // installed CUDA toolkits, "12.1"
+  std::vector<std::string> torch_builds;  // "2.1.0+cu121"
   int cpus = 0;
   double memory_gb = 0;
   double disk_gb = 0;
-  double price_per_gpu_hour = 0;               // on-demand, USD
-  double interruptible_price_per_gpu_hour = 0; // 0 = not offered
-  double reliability = 1.0;        // 0..1, share of the window the node was usable
-  double latency_ms = 0;           // link latency to the server (catalogs: 0 = unknown)
-  double failure_rate = 0;         // 0..1 start failures / preemptions share
-  double health_score = 100;       // see HealthScore()
-  double perf_score = 1.0;         // throughput relative to the reference GPU (a100-80gb = 1)
+  double price_per_gpu_hour = 0;                // on-demand, USD
+  double interruptible_price_per_gpu_hour = 0;  // 0 = not offered
+  double reliability = 1.0;                     // 0..1, share of the window the node was usable
+  double latency_ms = 0;      // link latency to the server (catalogs: 0 = unknown)
+  double failure_rate = 0;    // 0..1 start failures / preemptions share
+  double health_score = 100;  // see HealthScore()
+  double perf_score = 1.0;    // throughput relative to the reference GPU (a100-80gb = 1)
   VerifiedState verified = VerifiedState::kUnverified;
   OfferSource source = OfferSource::kAgent;
 
