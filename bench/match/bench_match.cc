@@ -160,24 +160,8 @@ std::string ColumnOf(Field f) {
   }
 }
 
-const char* SqlOp(Op op) {
-  switch (op) {
-    case Op::kEq:
-      return "=";
-    case Op::kNe:
-      return "!=";
-    case Op::kLt:
-      return "<";
-    case Op::kLe:
-      return "<=";
-    case Op::kGt:
-      return ">";
-    case Op::kGe:
-      return ">=";
-    default:
-      return "";
-  }
-}
+// The comparison operators are spelled the same in SQL and in the query language.
+std::string SqlOp(Op op) { return std::string(OpName(op)); }
 
 // The equivalent SQL for a parsed query, for the subset of the language the 20 queries use.
 // Strings are stored lowercased (the language compares case-insensitively), unknown numbers and
