@@ -480,10 +480,18 @@ std::vector<NodeView> ServerCore::ListNodes() {
 
 std::vector<market::Offer> ServerCore::ListOffers() {
   std::lock_guard<std::mutex> lock(mu_);
+  std::vector<market::Offer> out = AgentOffersLocked();
+  for (const auto& [provider, offers] : catalog_offers_) {
+    out.insert(out.end(), offers.begin(), offers.end());
+  }
+  return out;
+}
+
+std::vector<market::Offer> ServerCore::AgentOffersLocked() const {
   std::vector<market::Offer> out;
   for (const auto& cap : CapacityLocked()) {
     if (!cap.online) continue;  // offers from disconnected or lost nodes are withdrawn
-    const NodeState& ns = nodes_[cap.node_id];
+    const NodeState& ns = nodes_.at(cap.node_id);
     auto inv = InventoryFromJson(ns.record.inventory);
     market::Offer base;
     base.provider = ns.record.name;
@@ -529,23 +537,21 @@ std::vector<market::Offer> ServerCore::ListOffers() {
     }
     for (auto& [label, o] : by_label) out.push_back(std::move(o));
   }
-  for (const auto& [provider, offers] : catalog_offers_) {
-    out.insert(out.end(), offers.begin(), offers.end());
-  }
   return out;
 }
 
 OfferPage ServerCore::SearchOffers(const market::Query& query,
                                    const std::vector<market::SortKey>& sort, size_t limit) {
   OfferPage page;
-  std::vector<market::Offer> all = ListOffers();
+  // Catalog offers are answered by the index; only the few live agent offers are filtered here,
+  // so a query never copies the whole catalog.
   std::vector<market::Offer> agent;
-  for (const auto& o : all) {
-    if (o.source == market::OfferSource::kAgent && market::Matches(query, o)) agent.push_back(o);
-  }
   std::vector<market::OfferRef> catalog;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (auto& o : AgentOffersLocked()) {
+      if (market::Matches(query, o)) agent.push_back(std::move(o));
+    }
     catalog = catalog_index_.Search(query, sort, market::OfferIndex::kNoLimit);
   }
   page.matched = agent.size() + catalog.size();
@@ -559,7 +565,9 @@ OfferPage ServerCore::SearchOffers(const market::Query& query,
                       (i < agent.size() && !market::OfferLess(sort, *catalog[j], agent[i]));
     page.offers.push_back(take_agent ? agent[i++] : *catalog[j++]);
   }
-  if (page.matched == 0 && !query.terms.empty()) page.explanation = market::Explain(query, all, 3);
+  if (page.matched == 0 && !query.terms.empty()) {
+    page.explanation = market::Explain(query, ListOffers(), 3);
+  }
   return page;
 }
 

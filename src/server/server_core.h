@@ -138,6 +138,8 @@ class ServerCore {
 
   Status ScheduleLocked();
   std::vector<sched::NodeCapacity> CapacityLocked() const;
+  // One offer per GPU label (or one CPU offer) for each online node, as free right now.
+  std::vector<market::Offer> AgentOffersLocked() const;
   // starting -> running for the attempt and its job, with the `started` event.
   void MarkRunningLocked(store::AttemptRecord& att, const std::string& node_name,
                          store::WriteBatch& batch);
