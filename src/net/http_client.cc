@@ -153,11 +153,7 @@ class HttpClient::Impl {
   // turns a hang into beast::error::timeout.
   template <typename Start>
   beast::error_code Run(Start&& start) {
-    beast::error_code result;
-    ioc_.restart();
-    start([&result](beast::error_code ec, auto&&...) { result = ec; });
-    ioc_.run();
-    return result;
+    return net_internal::RunToCompletion(ioc_, std::forward<Start>(start));
   }
 
   Status Connect() {

@@ -154,11 +154,7 @@ class WsClient::Impl : public std::enable_shared_from_this<Impl> {
  private:
   template <typename Start>
   beast::error_code Run(Start&& start) {
-    beast::error_code result;
-    ioc_.restart();
-    start([&result](beast::error_code ec, auto&&...) { result = ec; });
-    ioc_.run();
-    return result;
+    return net_internal::RunToCompletion(ioc_, std::forward<Start>(start));
   }
 
   void DoRead() {
