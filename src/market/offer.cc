@@ -60,6 +60,12 @@ Json ToJson(const Offer& o) {
   j["disk_gb"] = o.disk_gb;
   j["price_per_gpu_hour"] = o.price_per_gpu_hour;
   j["interruptible_price_per_gpu_hour"] = o.interruptible_price_per_gpu_hour;
+  j["price_per_cpu_hour"] = o.price_per_cpu_hour;
+  if (o.interruptions_per_hour >= 0) {
+    j["interruptions_per_hour"] = o.interruptions_per_hour;
+  } else {
+    j["interruptions_per_hour"] = nullptr;
+  }
   j["reliability"] = o.reliability;
   j["latency_ms"] = o.latency_ms;
   j["failure_rate"] = o.failure_rate;

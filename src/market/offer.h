@@ -38,7 +38,11 @@ struct Offer {
   double disk_gb = 0;
   double price_per_gpu_hour = 0;                // on-demand, USD
   double interruptible_price_per_gpu_hour = 0;  // 0 = not offered
-  double reliability = 1.0;                     // 0..1, share of the window the node was usable
+  double price_per_cpu_hour = 0;  // agents: what a CPU-only job pays per CPU; 0 = not sold by CPU
+  // Interruptions per hour observed on this offer's interruptible capacity; < 0 = no history
+  // (the cost model then uses its prior, and says so).
+  double interruptions_per_hour = -1;
+  double reliability = 1.0;   // 0..1, share of the window the node was usable
   double latency_ms = 0;      // link latency to the server (catalogs: 0 = unknown)
   double failure_rate = 0;    // 0..1 start failures / preemptions share
   double health_score = 100;  // see HealthScore()

@@ -1,0 +1,182 @@
+#include "market/ranking.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "common/text.h"
+
+namespace sluice::market {
+namespace {
+
+constexpr double kHoursPerMonth = 730;  // 365 × 24 ÷ 12, the usual cloud billing month
+// e^x overflows a double near x = 709; an exponent this large already means "never finishes"
+// (the estimate is astronomically long), so clamp rather than produce inf.
+constexpr double kMaxExponent = 600;
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string Short(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+std::string Duration(double hours) {
+  const double seconds = hours * 3600;
+  if (seconds < 120) return Short(seconds) + "s";
+  if (seconds < 2 * 3600) return Short(seconds / 60) + "m";
+  return Short(hours) + "h";
+}
+
+// Expected extra fraction of time lost to interruptions (see the header for the derivation).
+double InterruptionOverhead(double rate, double segment_hours, double restart_hours) {
+  if (rate <= 0 || segment_hours <= 0) return 0;
+  const double x = std::min(rate * segment_hours, kMaxExponent);
+  return std::expm1(x) * (1 + rate * restart_hours) / x - 1;
+}
+
+int Sign(double d) { return d < 0 ? -1 : (d > 0 ? 1 : 0); }
+
+}  // namespace
+
+std::string_view Name(Objective o) {
+  switch (o) {
+    case Objective::kCost:
+      return "cost";
+    case Objective::kTime:
+      return "time";
+    case Objective::kPrice:
+      return "price";
+  }
+  return "cost";
+}
+
+std::optional<Objective> ObjectiveFromName(std::string_view name) {
+  const std::string n = ToLower(name);
+  for (Objective o : {Objective::kCost, Objective::kTime, Objective::kPrice}) {
+    if (n == Name(o)) return o;
+  }
+  return std::nullopt;
+}
+
+double AllocationPrice(const Offer& offer, const Workload& work, bool interruptible) {
+  const double per_gpu =
+      interruptible ? offer.interruptible_price_per_gpu_hour : offer.price_per_gpu_hour;
+  if (work.gpus > 0) return work.gpus * per_gpu;
+  if (offer.price_per_cpu_hour > 0) return work.cpus * offer.price_per_cpu_hour;
+  return offer.gpus * per_gpu;  // a GPU instance rented whole for CPU work
+}
+
+CostEstimate EstimateCost(const Offer& offer, const Workload& work, const CostModel& model) {
+  CostEstimate e;
+  // Interruptible work on an offer without interruptible capacity runs on-demand: only
+  // `fallback_on_demand` work is ever matched with such offers (the query excludes them
+  // otherwise), and on-demand capacity is not interrupted.
+  e.interruptible = work.interruptible && offer.interruptible_price_per_gpu_hour > 0;
+  e.price_per_hour = AllocationPrice(offer, work, e.interruptible);
+  if (work.gpus > 0) {
+    e.perf = offer.perf_score;
+    e.perf_known = offer.perf_score > 0;
+  }
+  if (!e.perf_known) return e;
+  e.compute_hours = work.hours / e.perf;
+  if (e.interruptible) {
+    e.rate_from_history = offer.interruptions_per_hour >= 0;
+    e.interruptions_per_hour =
+        e.rate_from_history ? offer.interruptions_per_hour : model.prior_interruptions_per_hour;
+  }
+  double segment = e.compute_hours;
+  if (work.checkpoint_interval_hours && *work.checkpoint_interval_hours > 0) {
+    segment = std::min(segment, *work.checkpoint_interval_hours);
+  }
+  e.overhead = InterruptionOverhead(e.interruptions_per_hour, segment, model.restart_hours);
+  e.expected_hours = e.compute_hours * (1 + e.overhead);
+  if (work.checkpoint_interval_hours) {
+    e.storage_cost = work.checkpoint_size_gb * model.storage_price_per_gb_month * e.expected_hours /
+                     kHoursPerMonth;
+  }
+  e.expected_cost = e.price_per_hour * e.expected_hours + e.storage_cost;
+  return e;
+}
+
+int CompareEstimates(Objective objective, const CostEstimate& a, const CostEstimate& b) {
+  if (objective == Objective::kPrice) {
+    if (int c = Sign(a.price_per_hour - b.price_per_hour)) return c;
+    if (a.perf_known != b.perf_known) return a.perf_known ? -1 : 1;
+    return Sign(a.expected_cost - b.expected_cost);
+  }
+  if (a.perf_known != b.perf_known) return a.perf_known ? -1 : 1;
+  if (!a.perf_known) return Sign(a.price_per_hour - b.price_per_hour);
+  if (objective == Objective::kTime) {
+    if (int c = Sign(a.expected_hours - b.expected_hours)) return c;
+    return Sign(a.expected_cost - b.expected_cost);
+  }
+  if (int c = Sign(a.expected_cost - b.expected_cost)) return c;
+  return Sign(a.expected_hours - b.expected_hours);
+}
+
+std::vector<RankedOffer> Rank(const std::vector<Offer>& offers, const Workload& work,
+                              const CostModel& model, Objective objective, size_t limit) {
+  std::vector<RankedOffer> ranked;
+  ranked.reserve(offers.size());
+  for (const Offer& o : offers) ranked.push_back({o, EstimateCost(o, work, model)});
+  auto less = [&](const RankedOffer& a, const RankedOffer& b) {
+    if (int c = CompareEstimates(objective, a.estimate, b.estimate)) return c < 0;
+    return a.offer.id < b.offer.id;
+  };
+  const size_t keep = std::min(limit, ranked.size());
+  std::partial_sort(ranked.begin(), ranked.begin() + keep, ranked.end(), less);
+  ranked.resize(keep);
+  return ranked;
+}
+
+std::string Why(const CostEstimate& e, const Workload& work) {
+  const std::string price =
+      "$" + Fixed(e.price_per_hour, 2) + "/h" + (e.interruptible ? " interruptible" : " on-demand");
+  if (!e.perf_known) {
+    return price + "; no perf score for this GPU, so time and cost to complete are unknown";
+  }
+  std::string s = price + " × " + Fixed(e.expected_hours, 2) + " h (" + Short(work.hours) +
+                  " h ÷ perf " + Fixed(e.perf, 2);
+  if (e.overhead > 0) {
+    s += ", +" + Short(e.overhead * 100) +
+         "% for interruptions: " + Short(e.interruptions_per_hour) + "/h " +
+         (e.rate_from_history ? "observed" : "assumed, no history") + ", " +
+         (work.checkpoint_interval_hours
+              ? "checkpoint every " + Duration(*work.checkpoint_interval_hours)
+              : std::string("no checkpoints: an interruption restarts from zero"));
+  }
+  s += ")";
+  if (e.storage_cost > 0) s += " + $" + Fixed(e.storage_cost, 2) + " storage";
+  return s + " = $" + Fixed(e.expected_cost, 2);
+}
+
+Json ToJson(const CostEstimate& e) {
+  Json j = Json::object();
+  j["capacity"] = e.interruptible ? "interruptible" : "on-demand";
+  j["price_per_hour"] = e.price_per_hour;
+  j["perf"] = e.perf;
+  j["interruptions_per_hour"] = e.interruptions_per_hour;
+  j["interruption_rate_source"] =
+      e.interruptions_per_hour <= 0 ? "none" : (e.rate_from_history ? "history" : "prior");
+  if (e.perf_known) {
+    j["compute_hours"] = e.compute_hours;
+    j["overhead"] = e.overhead;
+    j["expected_hours"] = e.expected_hours;
+    j["storage_cost"] = e.storage_cost;
+    j["expected_cost"] = e.expected_cost;
+  } else {
+    for (const char* k :
+         {"compute_hours", "overhead", "expected_hours", "storage_cost", "expected_cost"}) {
+      j[k] = nullptr;
+    }
+  }
+  return j;
+}
+
+}  // namespace sluice::market
