@@ -951,7 +951,8 @@ std::string ToString(const Query& query) {
 
 Result<Query> QueryFromResources(const std::vector<std::string>& gpu_labels,
                                  std::optional<double> min_vram_gb, int gpus, int cpus,
-                                 double memory_gb, std::optional<double> max_price_per_hour) {
+                                 double memory_gb, std::optional<double> max_price_per_hour,
+                                 PriceBasis basis) {
   Query q;
   auto add = [&q](Field f, Op op, std::vector<std::string> raw) -> Status {
     auto compiled = Compile(f, op, raw);
@@ -980,11 +981,16 @@ Result<Query> QueryFromResources(const std::vector<std::string>& gpu_labels,
   if (memory_gb > 0) {
     SLUICE_RETURN_IF_ERROR(add(Field::kMemory, Op::kGe, {FormatNumber(memory_gb)}));
   }
-  if (max_price_per_hour) {
-    if (!std::isfinite(*max_price_per_hour)) return bad_number("max_price_per_hour");
+  if (max_price_per_hour && !std::isfinite(*max_price_per_hour)) {
+    return bad_number("max_price_per_hour");
+  }
+  const Field price_field = basis == PriceBasis::kInterruptible ? Field::kSpotPrice : Field::kPrice;
+  if (max_price_per_hour && gpus > 0 && basis != PriceBasis::kEither) {
     // The job's budget is for all its GPUs; offers are priced per GPU-hour.
-    const double per_gpu = *max_price_per_hour / (gpus > 0 ? gpus : 1);
-    SLUICE_RETURN_IF_ERROR(add(Field::kPrice, Op::kLe, {FormatNumber(per_gpu)}));
+    const double per_gpu = *max_price_per_hour / gpus;
+    SLUICE_RETURN_IF_ERROR(add(price_field, Op::kLe, {FormatNumber(per_gpu)}));
+  } else if (basis == PriceBasis::kInterruptible) {
+    SLUICE_RETURN_IF_ERROR(add(Field::kSpotPrice, Op::kGt, {"0"}));
   }
   return q;
 }

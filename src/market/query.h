@@ -133,14 +133,24 @@ std::optional<Field> FieldFromName(std::string_view name);
 // Canonical field names, sorted (aliases are not listed).
 std::vector<std::string> QueryFieldNames();
 
+// Which per-GPU price a job's budget bounds (the spec's lifecycle.capacity).
+enum class PriceBasis {
+  kOnDemand,       // `price<=`
+  kInterruptible,  // `spot_price<=` (or `spot_price>0` without a budget): offers must sell it
+  kEither,         // no price term: either price may apply, so the caller checks the budget
+                   // against the price the ranking picks
+};
+
 // A job's resources compiled to the same predicate `sluice offers` uses, so the two can never
 // disagree. `gpu_labels` may hold short forms (resolved as in the query; an unknown label is
 // an InvalidArgument error with suggestions); empty = any GPU. `min_vram_gb`, `gpus`,
-// `cpus`, `memory_gb` ≤ 0 add no term. `max_price_per_hour` is for the whole job; the per-GPU bound
-// is max / gpus (max itself when gpus ≤ 0) and is inclusive (`price<=`).
+// `cpus`, `memory_gb` ≤ 0 add no term. `max_price_per_hour` is for the whole job; the per-GPU
+// bound is max / gpus and is inclusive (`price<=`). CPU-only jobs (gpus ≤ 0) get no price term:
+// offers are priced per GPU, so their budget is checked on the allocation price instead.
 Result<Query> QueryFromResources(const std::vector<std::string>& gpu_labels,
                                  std::optional<double> min_vram_gb, int gpus, int cpus,
-                                 double memory_gb, std::optional<double> max_price_per_hour);
+                                 double memory_gb, std::optional<double> max_price_per_hour,
+                                 PriceBasis basis = PriceBasis::kOnDemand);
 
 // Sort order for `-o price,-perf`: a comma-separated list of field names, `-` for descending
 // (`+` or nothing for ascending). Only orderable fields (every type except the version lists).

@@ -517,8 +517,26 @@ TEST(QueryFromResourcesTest, BudgetIsSplitAcrossGpus) {
   EXPECT_TRUE(Matches(*q, Fleet()[0]));  // 8 × $4.1 = $32.8 ≤ $40
   auto cpu_only = QueryFromResources({}, std::nullopt, 0, 4, 8, 1.5);
   ASSERT_TRUE(cpu_only.ok());
-  EXPECT_EQ(ToString(*cpu_only), "cpus>=4 memory>=8 price<=1.5");
+  // Offers are priced per GPU; a CPU job's budget is checked on its allocation price instead.
+  EXPECT_EQ(ToString(*cpu_only), "cpus>=4 memory>=8");
   EXPECT_TRUE(QueryFromResources({}, std::nullopt, 0, 0, 0, std::nullopt)->terms.empty());
+}
+
+TEST(QueryFromResourcesTest, CapacityPicksThePriceTheBudgetBounds) {
+  auto spot = QueryFromResources({}, std::nullopt, 2, 0, 0, 3.0, PriceBasis::kInterruptible);
+  ASSERT_TRUE(spot.ok());
+  EXPECT_EQ(ToString(*spot), "gpus>=2 spot_price<=1.5");
+  // Without a budget, interruptible work still needs offers that sell interruptible capacity.
+  auto any_spot =
+      QueryFromResources({}, std::nullopt, 1, 0, 0, std::nullopt, PriceBasis::kInterruptible);
+  EXPECT_EQ(ToString(*any_spot), "gpus>=1 spot_price>0");
+  for (const Offer& o : Fleet()) {
+    EXPECT_EQ(Matches(*any_spot, o),
+              o.interruptible_price_per_gpu_hour > 0 && o.gpus_available >= 1)
+        << o.id;
+  }
+  auto either = QueryFromResources({}, std::nullopt, 2, 0, 0, 3.0, PriceBasis::kEither);
+  EXPECT_EQ(ToString(*either), "gpus>=2");
 }
 
 TEST(QueryFromResourcesTest, UnknownLabelAndBadNumbersAreErrors) {
