@@ -56,4 +56,20 @@ Json ToJson(const Explanation& e) {
   return Json{{"offers_considered", e.offers}, {"terms", terms}, {"nearest", near}};
 }
 
+std::string Summary(const Explanation& e) {
+  std::string s = "of " + std::to_string(e.offers) + " offer" + (e.offers == 1 ? "" : "s");
+  bool any = false;
+  for (const auto& t : e.per_term) {
+    if (t.eliminated == 0) continue;
+    s += ", `" + t.term + "` rules out " + std::to_string(t.eliminated);
+    any = true;
+  }
+  if (!e.nearest.empty() && !e.nearest.front().failed.empty()) {
+    const NearMiss& n = e.nearest.front();
+    s += "; nearest: " + n.offer.id + " lacks ";
+    for (size_t i = 0; i < n.failed.size(); ++i) s += (i ? ", " : "") + n.failed[i];
+  }
+  return s;
+}
+
 }  // namespace sluice::market

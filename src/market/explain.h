@@ -34,4 +34,8 @@ Explanation Explain(const Query& query, const std::vector<Offer>& offers, size_t
 
 Json ToJson(const Explanation& e);
 
+// One line for a job's reason: "of 3 offers, `gpus>=4` rules out 3, `vram>=90` rules out 2;
+// nearest: n1/h100-80gb lacks gpus>=4". Terms that rule out nothing are left out.
+std::string Summary(const Explanation& e);
+
 }  // namespace sluice::market

@@ -35,6 +35,17 @@ TEST(ExplainTest, CountsWhatEachTermEliminatesAndFindsNearMisses) {
   EXPECT_EQ(e.nearest[1].offer.id, "b");
 }
 
+TEST(ExplainTest, SummaryNamesWhatRulesOutAndTheNearestMiss) {
+  std::vector<Offer> offers = {MakeOffer("a", "h100-80gb", 8, 3.0),
+                               MakeOffer("b", "h100-80gb", 4, 2.0)};
+  auto q = ParseQuery("gpu=h100 gpus>=8 price<2.5");
+  ASSERT_TRUE(q.ok());
+  // The gpu term rules out nothing, so it is not mentioned.
+  EXPECT_EQ(
+      Summary(Explain(*q, offers, 1)),
+      "of 2 offers, `gpus>=8` rules out 1, `price<2.5` rules out 1; nearest: b lacks gpus>=8");
+}
+
 TEST(ExplainTest, AgreesWithMatches) {
   std::vector<Offer> offers = {MakeOffer("a", "h100-80gb", 8, 3.0),
                                MakeOffer("b", "l4-24gb", 1, 0.5)};
