@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "agent/probe.h"
+#include "agent/software_probe.h"
 #include "common/text.h"
 
 namespace sluice {
@@ -109,7 +110,10 @@ int AvailableCpuCores() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-Result<Inventory> TryProbeHost(const ProbeOptions& opts) {
+namespace {
+
+// Everything but the software: hardware and OS facts, and GPUs unless skipped.
+Result<Inventory> TryProbeHardware(const ProbeOptions& opts) {
   Inventory inv;
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0) inv.hostname = host;
@@ -148,12 +152,33 @@ Result<Inventory> TryProbeHost(const ProbeOptions& opts) {
   return inv;
 }
 
+// CUDA toolkits, Python and PyTorch from this machine's / and the agent's PATH: what a job that
+// inherits the agent's environment will find. Bounded by the probe's timeouts.
+void AddSoftware(Inventory& inv) {
+  SoftwareFacts sw = ProbeSoftware(SoftwareProbeOptions{});
+  inv.cuda_toolkits = std::move(sw.cuda_toolkits);
+  inv.python_version = std::move(sw.python_version);
+  inv.torch_builds = std::move(sw.torch_builds);
+}
+
+}  // namespace
+
+Result<Inventory> TryProbeHost(const ProbeOptions& opts) {
+  SLUICE_ASSIGN_OR_RETURN(Inventory inv, TryProbeHardware(opts));
+  AddSoftware(inv);
+  return inv;
+}
+
 Inventory ProbeHost(const ProbeOptions& opts) {
-  Result<Inventory> r = TryProbeHost(opts);
-  if (r.ok()) return std::move(r).value();
-  ProbeOptions no_gpus = opts;
-  no_gpus.skip_gpus = true;
-  return std::move(TryProbeHost(no_gpus)).value();  // cannot fail without GPU probing
+  Result<Inventory> r = TryProbeHardware(opts);
+  if (!r.ok()) {
+    ProbeOptions no_gpus = opts;
+    no_gpus.skip_gpus = true;
+    r = TryProbeHardware(no_gpus);  // cannot fail without GPU probing
+  }
+  Inventory inv = std::move(r).value();
+  AddSoftware(inv);
+  return inv;
 }
 
 }  // namespace sluice

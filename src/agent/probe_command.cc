@@ -17,6 +17,12 @@ std::string Gib(uint64_t mib) {
   return buf;
 }
 
+std::string Join(const std::vector<std::string>& items) {
+  std::string s;
+  for (const std::string& i : items) s += (s.empty() ? "" : ", ") + i;
+  return s;
+}
+
 void PrintSummary(const Inventory& inv, std::ostream& out) {
   out << "host:    " << OrUnknown(inv.hostname) << "\n"
       << "os:      " << OrUnknown(inv.os) << " (kernel " << OrUnknown(inv.kernel) << ", "
@@ -32,6 +38,16 @@ void PrintSummary(const Inventory& inv, std::ostream& out) {
   for (const GpuInfo& g : inv.gpus) {
     out << "  [" << g.index << "] " << g.name << ", " << Gib(g.memory_mib) << ", " << g.uuid
         << ", MIG " << (g.mig_mode.empty() ? "N/A" : g.mig_mode) << "\n";
+  }
+  out << "toolkit: "
+      << (inv.cuda_toolkits.empty() ? "no CUDA toolkit found" : "CUDA " + Join(inv.cuda_toolkits))
+      << "\n";
+  out << "python:  ";
+  if (inv.python_version.empty()) {
+    out << "no python3 found\n";
+  } else {
+    out << inv.python_version << ", "
+        << (inv.torch_builds.empty() ? "no PyTorch" : "PyTorch " + Join(inv.torch_builds)) << "\n";
   }
 }
 

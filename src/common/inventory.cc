@@ -29,8 +29,39 @@ Json ToJson(const Inventory& inv) {
               {"driver_version", inv.driver_version},
               {"cuda_version", inv.cuda_version},
               {"gpu_source", inv.gpu_source},
-              {"gpus", gpus}};
+              {"gpus", gpus},
+              {"cuda_toolkits", inv.cuda_toolkits},
+              {"python_version", inv.python_version},
+              {"torch_builds", inv.torch_builds}};
 }
+
+namespace {
+
+// An optional array of strings: absent or null is empty (inventories from older agents).
+Result<std::vector<std::string>> GetStringListOr(const Json& j, std::string_view key,
+                                                 std::string_view path, size_t max_items) {
+  std::vector<std::string> out;
+  auto it = j.find(std::string(key));
+  if (it == j.end() || it->is_null()) return out;
+  std::string field = std::string(path) + "." + std::string(key);
+  if (!it->is_array()) {
+    return Status::InvalidArgument(field + ": expected an array, got " + it->type_name());
+  }
+  if (it->size() > max_items) {
+    return Status::InvalidArgument(field + ": more than " + std::to_string(max_items) + " entries");
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& e = (*it)[i];
+    if (!e.is_string()) {
+      return Status::InvalidArgument(field + "[" + std::to_string(i) +
+                                     "]: expected a string, got " + e.type_name());
+    }
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
 
 Result<GpuInfo> GpuInfoFromJson(const Json& j, std::string_view path) {
   GpuInfo g;
@@ -90,6 +121,9 @@ Result<Inventory> InventoryFromJson(const Json& j, std::string_view path) {
       inv.gpus.push_back(std::move(g));
     }
   }
+  SLUICE_ASSIGN_OR_RETURN(inv.cuda_toolkits, GetStringListOr(j, "cuda_toolkits", path, 64));
+  SLUICE_ASSIGN_OR_RETURN(inv.python_version, GetStringOr(j, "python_version", "", path));
+  SLUICE_ASSIGN_OR_RETURN(inv.torch_builds, GetStringListOr(j, "torch_builds", path, 64));
   return inv;
 }
 

@@ -40,6 +40,10 @@ struct Inventory {
   std::string cuda_version;    // highest CUDA the driver supports: "12.4"; empty with no GPU
   std::string gpu_source;      // "nvml", "nvidia-smi", "nvidia-smi-file" or "none"
   std::vector<GpuInfo> gpus;
+  // Software a job can use, probed on the machine (agent/software_probe.h), never claimed.
+  std::vector<std::string> cuda_toolkits;  // installed toolkits, "12.1", "11.8": newest first
+  std::string python_version;              // python3 on the agent's PATH, "3.11.2"; empty if none
+  std::vector<std::string> torch_builds;   // torch.__version__ as reported: "2.1.0+cu121", "2.0.1"
 
   bool operator==(const Inventory&) const = default;
 };
