@@ -2,9 +2,13 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdint>
+#include <iterator>
 #include <limits>
 #include <set>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/text.h"
@@ -21,14 +25,31 @@ constexpr double kMaxMemoryGb = 65536;  // 64 TiB of host memory
 constexpr double kMaxVramGb = 4096;
 constexpr double kMaxPricePerHour = 1e6;
 constexpr int kMaxPriority = 1000;
+constexpr double kMaxExpectedHours = 100000;
+constexpr int64_t kMaxCheckpointIntervalS = 7 * 24 * 3600;
+constexpr double kMaxCheckpointSizeGb = 100000;
 constexpr size_t kMaxGpuLabelBytes = 64;
 // The JSON form is converted only this deep; a job spec has 3 levels, so anything deeper is
 // already an error and need not be walked (a caller-built Json could be arbitrarily deep).
 constexpr int kMaxJsonDepth = 8;
 
-constexpr std::string_view kTopFields[] = {"name",    "resources",          "run",     "env",
-                                           "workdir", "max_price_per_hour", "priority"};
+constexpr std::string_view kTopFields[] = {"name",     "resources",      "run",
+                                           "env",      "workdir",        "max_price_per_hour",
+                                           "priority", "expected_hours", "lifecycle"};
 constexpr std::string_view kResourceFields[] = {"gpu", "min_vram_gb", "gpus", "cpus", "memory_gb"};
+constexpr std::string_view kLifecycleFields[] = {"capacity", "checkpoint_interval",
+                                                 "checkpoint_size_gb"};
+// The JSON form also takes the interval as whole seconds, which is how ToJson writes it.
+constexpr std::string_view kLifecycleJsonFields[] = {"capacity", "checkpoint_interval",
+                                                     "checkpoint_interval_s", "checkpoint_size_gb"};
+
+constexpr std::pair<Capacity, std::string_view> kCapacityNames[] = {
+    {Capacity::kOnDemand, "on-demand"},
+    {Capacity::kInterruptible, "interruptible"},
+    {Capacity::kInterruptibleThenOnDemand, "interruptible-then-on-demand"},
+};
+
+constexpr std::string_view kDurationForm = "a duration such as 90s, 30m, 1h or 2h30m";
 
 // User text shown inside a one-line message: truncated, control bytes escaped.
 std::string Quote(std::string_view s) {
@@ -92,7 +113,8 @@ std::string Join(std::string_view a, std::string_view b) {
 // form ("FILE:L:C: field: msg") and the JSON form ("field: msg") come from the same code.
 class Validator {
  public:
-  explicit Validator(std::string_view filename) : filename_(filename) {}
+  // `json`: the API form, whose `lifecycle` also takes `checkpoint_interval_s`.
+  Validator(std::string_view filename, bool json) : filename_(filename), json_(json) {}
 
   Result<JobSpec> Validate(const SpecValue& root) {
     if (root.kind != Kind::kMap) {
@@ -118,6 +140,10 @@ class Validator {
             gpus_node = &rv;
           }
         }
+        continue;
+      }
+      if (k == "lifecycle") {
+        SLUICE_RETURN_IF_ERROR(LifecycleFields(v, spec.lifecycle));
         continue;
       }
       if (v.kind == Kind::kNull && k != "run") continue;  // an empty optional field = default
@@ -167,6 +193,14 @@ class Validator {
           return Error(v.pos, k, "must be between -1000 and 1000, got " + v.text);
         }
         spec.priority = static_cast<int>(p);
+      } else if (k == "expected_hours") {
+        SLUICE_ASSIGN_OR_RETURN(double hours, Number(v, k, "a positive number of hours"));
+        if (hours <= 0 || hours > kMaxExpectedHours) {
+          return Error(v.pos, k,
+                       "must be more than 0 and at most " + Fmt(kMaxExpectedHours) +
+                           " hours, got " + v.text);
+        }
+        spec.expected_hours = hours;
       }
     }
     if (!have_run) return Error(root.pos, "run", "is required: the bash script the job runs");
@@ -223,6 +257,88 @@ class Validator {
       r.memory_gb = gb;
     }
     return Status::Ok();
+  }
+
+  Status LifecycleFields(const SpecValue& v, Lifecycle& lc) {
+    const std::string k = "lifecycle";
+    if (v.kind == Kind::kNull) return Status::Ok();
+    if (v.kind != Kind::kMap) return Error(v.pos, k, "expected a mapping, got " + Describe(v));
+    if (json_) {
+      SLUICE_RETURN_IF_ERROR(CheckKeys(v, k, kLifecycleJsonFields));
+    } else {
+      SLUICE_RETURN_IF_ERROR(CheckKeys(v, k, kLifecycleFields));
+    }
+    const SpecKey* interval_key = nullptr;
+    for (const auto& [key, lv] : v.entries) {
+      const std::string path = Join(k, key.text);
+      if (lv.kind == Kind::kNull) continue;
+      if (key.text == "capacity") {
+        SLUICE_ASSIGN_OR_RETURN(lc.capacity, CapacityValue(lv, path));
+      } else if (key.text == "checkpoint_interval" || key.text == "checkpoint_interval_s") {
+        if (interval_key != nullptr) {
+          return Error(key.pos, path,
+                       "the interval is already given as `" + interval_key->text +
+                           "`; give one of checkpoint_interval and checkpoint_interval_s");
+        }
+        interval_key = &key;
+        SLUICE_ASSIGN_OR_RETURN(int64_t s, key.text == "checkpoint_interval"
+                                               ? DurationValue(lv, path)
+                                               : Int(lv, path, "a whole number of seconds"));
+        if (s < 1 || s > kMaxCheckpointIntervalS) {
+          return Error(lv.pos, path,
+                       "must be at least 1s and at most 7 days (168h), got " + lv.text);
+        }
+        lc.checkpoint_interval_s = s;
+      } else if (key.text == "checkpoint_size_gb") {
+        SLUICE_ASSIGN_OR_RETURN(double gb, Number(lv, path, "a non-negative number"));
+        if (gb < 0 || gb > kMaxCheckpointSizeGb) {
+          return Error(lv.pos, path,
+                       "must be between 0 and " + Fmt(kMaxCheckpointSizeGb) + ", got " + lv.text);
+        }
+        lc.checkpoint_size_gb = gb;
+      }
+    }
+    return Status::Ok();
+  }
+
+  Result<Capacity> CapacityValue(const SpecValue& v, const std::string& path) {
+    SLUICE_ASSIGN_OR_RETURN(std::string name, Text(v, path));
+    if (v.kind == Kind::kString) {
+      if (auto c = CapacityFromName(name)) return *c;
+    }
+    std::string msg = "expected one of ";
+    for (const auto& [c, n] : kCapacityNames) {
+      if (c != Capacity::kOnDemand) msg += ", ";
+      msg += n;
+    }
+    msg += ", got " + Describe(v);
+    const std::string lower = ToLower(name);
+    std::string_view best;
+    if (lower == "spot" || lower == "preemptible" || lower == "preemptable") {
+      best = Name(Capacity::kInterruptible);
+    } else {
+      size_t best_d = std::numeric_limits<size_t>::max();
+      for (const auto& [c, n] : kCapacityNames) {
+        const size_t d = EditDistance(lower, n);
+        if (d < best_d) best_d = d, best = n;
+      }
+      if (best_d > std::max<size_t>(2, best.size() / 3)) best = {};
+    }
+    if (!best.empty()) msg += "; did you mean `" + std::string(best) + "`?";
+    return Error(v.pos, path, msg);
+  }
+
+  // A duration string ("30m"), or a whole number of seconds written as a number (900).
+  Result<int64_t> DurationValue(const SpecValue& v, const std::string& path) {
+    if (v.kind == Kind::kNumber) {
+      return Int(v, path, ("a whole number of seconds or " + std::string(kDurationForm)).c_str());
+    }
+    if (v.kind != Kind::kString) {
+      return Error(v.pos, path, "expected " + std::string(kDurationForm) + ", got " + Describe(v));
+    }
+    auto s = ParseDurationSeconds(v.text);
+    if (!s.ok()) return Error(v.pos, path, s.status().message());
+    return *s;
   }
 
   Status Env(const SpecValue& v, std::map<std::string, std::string>& env) {
@@ -289,6 +405,10 @@ class Validator {
           for (auto a : kResourceFields) {
             if (a == lower) msg += "; `" + std::string(a) + "` belongs under `resources`";
           }
+          for (auto a : json_ ? std::span<const std::string_view>(kLifecycleJsonFields)
+                              : std::span<const std::string_view>(kLifecycleFields)) {
+            if (a == lower) msg += "; `" + std::string(a) + "` belongs under `lifecycle`";
+          }
         }
         return Error(key.pos, field, msg);
       }
@@ -331,7 +451,8 @@ class Validator {
 
   static std::string Fmt(double d) {
     char buf[32];
-    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
+    // Fixed notation: limits read 100000, not 1e+05.
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::fixed);
     return ec == std::errc() ? std::string(buf, end) : std::string("?");
   }
 
@@ -348,6 +469,7 @@ class Validator {
   }
 
   std::string filename_;
+  bool json_ = false;
 };
 
 SpecValue FromJsonValue(const Json& j, int depth) {
@@ -399,11 +521,11 @@ Result<JobSpec> ParseJobSpecYaml(std::string_view text, std::string_view filenam
                                    std::to_string(kMaxSpecBytes) + " bytes");
   }
   SLUICE_ASSIGN_OR_RETURN(SpecValue root, ReadYaml(text, filename));
-  return Validator(filename).Validate(root);
+  return Validator(filename, /*json=*/false).Validate(root);
 }
 
 Result<JobSpec> JobSpecFromJson(const Json& j) {
-  return Validator("").Validate(FromJsonValue(j, 0));
+  return Validator("", /*json=*/true).Validate(FromJsonValue(j, 0));
 }
 
 Json ToJson(const JobSpec& spec) {
@@ -424,7 +546,97 @@ Json ToJson(const JobSpec& spec) {
   if (!spec.workdir.empty()) j["workdir"] = spec.workdir;
   if (spec.max_price_per_hour) j["max_price_per_hour"] = *spec.max_price_per_hour;
   j["priority"] = spec.priority;
+  if (spec.expected_hours) j["expected_hours"] = *spec.expected_hours;
+  const Lifecycle& lc = spec.lifecycle;
+  if (lc != Lifecycle{}) {
+    Json lifecycle = Json::object();
+    lifecycle["capacity"] = std::string(Name(lc.capacity));
+    if (lc.checkpoint_interval_s) lifecycle["checkpoint_interval_s"] = *lc.checkpoint_interval_s;
+    lifecycle["checkpoint_size_gb"] = lc.checkpoint_size_gb;
+    j["lifecycle"] = std::move(lifecycle);
+  }
   return j;
+}
+
+std::string_view Name(Capacity capacity) {
+  for (const auto& [c, n] : kCapacityNames) {
+    if (c == capacity) return n;
+  }
+  return "unknown";
+}
+
+std::optional<Capacity> CapacityFromName(std::string_view name) {
+  for (const auto& [c, n] : kCapacityNames) {
+    if (n == name) return c;
+  }
+  return std::nullopt;
+}
+
+Result<int64_t> ParseDurationSeconds(std::string_view text) {
+  const auto expected = [&](std::string_view what) {
+    return Status::InvalidArgument("expected " + std::string(what) + ", got " + Quote(text));
+  };
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  // Each number is at most 12 significant digits before the point, so a total of three parts
+  // stays far inside int64 (10^12 h is 3.6e15 s); the fraction is exact integer arithmetic.
+  constexpr size_t kMaxIntDigits = 12;
+  constexpr size_t kMaxFracDigits = 9;
+  constexpr struct {
+    char unit;
+    int64_t seconds;
+  } kUnits[] = {{'h', 3600}, {'m', 60}, {'s', 1}};
+
+  if (text.empty()) return expected(kDurationForm);
+  size_t i = 0;
+  size_t next_unit = 0;  // units must come in kUnits order, each at most once
+  int64_t total = 0;
+  while (i < text.size()) {
+    const size_t int_start = i;
+    while (i < text.size() && is_digit(text[i])) ++i;
+    std::string_view int_part = text.substr(int_start, i - int_start);
+    if (int_part.empty()) return expected(kDurationForm);
+    std::string_view frac;
+    if (i < text.size() && text[i] == '.') {
+      const size_t frac_start = ++i;
+      while (i < text.size() && is_digit(text[i])) ++i;
+      frac = text.substr(frac_start, i - frac_start);
+      if (frac.empty()) return expected(kDurationForm);
+    }
+    int64_t unit_s = 1;
+    if (i == text.size()) {
+      // A bare whole number is seconds; a number without a unit after other parts is not.
+      if (int_start != 0 || !frac.empty()) return expected(kDurationForm);
+    } else {
+      size_t u = 0;
+      while (u < std::size(kUnits) && kUnits[u].unit != text[i]) ++u;
+      if (u == std::size(kUnits)) return expected(kDurationForm);
+      if (u < next_unit) {
+        return expected(std::string(kDurationForm) + " (units in the order h, m, s, each once)");
+      }
+      next_unit = u + 1;
+      unit_s = kUnits[u].seconds;
+      ++i;
+    }
+    while (int_part.size() > 1 && int_part[0] == '0') int_part.remove_prefix(1);
+    if (int_part.size() > kMaxIntDigits) {
+      return Status::InvalidArgument("the duration " + Quote(text) + " is out of range");
+    }
+    int64_t whole = 0;
+    std::from_chars(int_part.data(), int_part.data() + int_part.size(), whole);
+    total += whole * unit_s;
+    while (!frac.empty() && frac.back() == '0') frac.remove_suffix(1);
+    if (!frac.empty()) {
+      // Past 9 significant decimals no fraction of an hour is a whole number of seconds.
+      if (frac.size() > kMaxFracDigits) return expected("a whole number of seconds");
+      int64_t num = 0;
+      int64_t den = 1;
+      std::from_chars(frac.data(), frac.data() + frac.size(), num);
+      for (size_t d = 0; d < frac.size(); ++d) den *= 10;
+      if (num * unit_s % den != 0) return expected("a whole number of seconds");
+      total += num * unit_s / den;
+    }
+  }
+  return total;
 }
 
 }  // namespace sluice::spec

@@ -7,8 +7,11 @@
 //   workdir: ./src        # a local directory the CLI packs and uploads
 //   max_price_per_hour: 3.5
 //   priority: 0
+//   expected_hours: 3.5   # run time on the reference GPU (a100-80gb) with the requested GPUs
+//   lifecycle: {capacity: interruptible, checkpoint_interval: 30m, checkpoint_size_gb: 2}
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -38,6 +41,28 @@ struct Resources {
   bool operator==(const Resources&) const = default;
 };
 
+// Which capacity (and so which price) the job wants.
+enum class Capacity {
+  kOnDemand,                  // "on-demand", the default
+  kInterruptible,             // "interruptible": only offers that sell interruptible capacity
+  kInterruptibleThenOnDemand  // "interruptible-then-on-demand"
+};
+
+// "on-demand", "interruptible", "interruptible-then-on-demand": the spelling specs use.
+std::string_view Name(Capacity capacity);
+// The inverse of Name; nullopt for anything else (the match is exact).
+std::optional<Capacity> CapacityFromName(std::string_view name);
+
+struct Lifecycle {
+  Capacity capacity = Capacity::kOnDemand;
+  // How often the job checkpoints, in seconds (1 s .. 7 days); the cost model uses it to
+  // estimate the work an interruption loses. Unset: the job does not say.
+  std::optional<int64_t> checkpoint_interval_s;
+  double checkpoint_size_gb = 0;  // the size of one checkpoint, to price checkpoint storage
+
+  bool operator==(const Lifecycle&) const = default;
+};
+
 struct JobSpec {
   std::string name;
   Resources resources;
@@ -46,6 +71,10 @@ struct JobSpec {
   std::string workdir;                       // as written; resolved against the spec's directory
   std::optional<double> max_price_per_hour;  // total for the job's allocation, in USD
   int priority = 0;                          // higher runs first
+  // How long the job runs on the reference GPU (a100-80gb) with the requested GPU count (for a
+  // CPU-only job: on the requested CPUs); (0, 100000]. Used to rank offers by cost and time.
+  std::optional<double> expected_hours;
+  Lifecycle lifecycle;
 
   bool operator==(const JobSpec&) const = default;
 };
@@ -56,6 +85,12 @@ Result<JobSpec> ParseJobSpecYaml(std::string_view text, std::string_view filenam
 
 // Parses and validates the JSON form the API accepts; errors name the field path.
 Result<JobSpec> JobSpecFromJson(const Json& j);
+// Absent optional fields (and a default `lifecycle`) are left out.
 Json ToJson(const JobSpec& spec);
+
+// "900" (seconds), "90s", "30m", "1h", "1.5h", "2h30m": units h, m, s, each at most once and in
+// that order; the total must be a whole number of seconds. No range check beyond overflow; the
+// error names the expected form: `expected a duration such as 90s, 30m, 1h or 2h30m, got "1x"`.
+Result<int64_t> ParseDurationSeconds(std::string_view text);
 
 }  // namespace sluice::spec

@@ -13,7 +13,9 @@ namespace {
 
 const std::vector<std::string> kSeeds = {
     "name: a\nresources:\n  gpu: a100-80gb\n  gpus: 2\n  cpus: 4\n  memory_gb: 8\nrun: |\n  echo "
-    "hi\nenv:\n  A: 1\n  B: \"two\"\nworkdir: .\nmax_price_per_hour: 2.5\npriority: 3\n",
+    "hi\nenv:\n  A: 1\n  B: \"two\"\nworkdir: .\nmax_price_per_hour: 2.5\npriority: 3\n"
+    "expected_hours: 1.5\nlifecycle:\n  capacity: interruptible\n  checkpoint_interval: 1h30m\n"
+    "  checkpoint_size_gb: 4\n",
     "resources: {min_vram_gb: 40, gpus: 1}\nrun: python3 train.py\nenv: {X: y}\n",
     "run: >\n  folded\n  text\n# comment\nname: 'quoted ''name'''\n",
     "? run\n: x\n",

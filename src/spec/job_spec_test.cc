@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 
 namespace sluice::spec {
@@ -23,6 +26,21 @@ env:
 workdir: ./src
 max_price_per_hour: 3.5
 priority: -7
+expected_hours: 12.5
+lifecycle:
+  capacity: interruptible-then-on-demand
+  checkpoint_interval: 2h30m
+  checkpoint_size_gb: 40.5
+)";
+
+// kFull as it was before expected_hours and lifecycle existed.
+constexpr char kOldFull[] = R"(name: train-resnet
+resources: {gpu: a100-80gb, gpus: 2, cpus: 8, memory_gb: 32.5}
+run: python3 train.py
+env: {LR: 0.1}
+workdir: ./src
+max_price_per_hour: 3.5
+priority: -7
 )";
 
 TEST(JobSpecYaml, FullSpecParsesToExpectedStruct) {
@@ -39,7 +57,187 @@ TEST(JobSpecYaml, FullSpecParsesToExpectedStruct) {
   want.workdir = "./src";
   want.max_price_per_hour = 3.5;
   want.priority = -7;
+  want.expected_hours = 12.5;
+  want.lifecycle.capacity = Capacity::kInterruptibleThenOnDemand;
+  want.lifecycle.checkpoint_interval_s = 9000;
+  want.lifecycle.checkpoint_size_gb = 40.5;
   EXPECT_EQ(*r, want);
+}
+
+TEST(JobSpecYaml, SpecWithoutNewFieldsKeepsDefaultsAndSerializesAsBefore) {
+  auto r = ParseJobSpecYaml(kOldFull, "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_FALSE(r->expected_hours.has_value());
+  EXPECT_EQ(r->lifecycle.capacity, Capacity::kOnDemand);
+  EXPECT_FALSE(r->lifecycle.checkpoint_interval_s.has_value());
+  EXPECT_EQ(r->lifecycle.checkpoint_size_gb, 0.0);
+  EXPECT_EQ(r->lifecycle, Lifecycle{});
+  const Json j = ToJson(*r);
+  std::set<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.insert(k);
+  EXPECT_EQ(keys, (std::set<std::string>{"name", "resources", "run", "env", "workdir",
+                                         "max_price_per_hour", "priority"}));
+  auto back = JobSpecFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, *r);
+
+  // An empty or null lifecycle is the default too.
+  for (const char* text : {"run: x\nlifecycle: {}\n", "run: x\nlifecycle:\n",
+                           "run: x\nlifecycle:\n  capacity:\n  checkpoint_interval:\n"}) {
+    auto e = ParseJobSpecYaml(text, "job.yaml");
+    ASSERT_TRUE(e.ok()) << text << ": " << e.status().message();
+    EXPECT_EQ(e->lifecycle, Lifecycle{}) << text;
+    EXPECT_FALSE(ToJson(*e).contains("lifecycle")) << text;
+  }
+}
+
+TEST(JobSpecYaml, EveryCapacityParses) {
+  const std::pair<const char*, Capacity> cases[] = {
+      {"on-demand", Capacity::kOnDemand},
+      {"interruptible", Capacity::kInterruptible},
+      {"interruptible-then-on-demand", Capacity::kInterruptibleThenOnDemand},
+  };
+  for (const auto& [name, want] : cases) {
+    auto r =
+        ParseJobSpecYaml("run: x\nlifecycle:\n  capacity: " + std::string(name) + "\n", "job.yaml");
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().message();
+    EXPECT_EQ(r->lifecycle.capacity, want) << name;
+    EXPECT_FALSE(r->lifecycle.checkpoint_interval_s.has_value()) << name;
+    EXPECT_EQ(Name(want), name);
+    EXPECT_EQ(CapacityFromName(name), want);
+    auto j = JobSpecFromJson({{"run", "x"}, {"lifecycle", {{"capacity", name}}}});
+    ASSERT_TRUE(j.ok()) << name << ": " << j.status().message();
+    EXPECT_EQ(j->lifecycle.capacity, want) << name;
+  }
+  EXPECT_EQ(CapacityFromName("On-Demand"), std::nullopt);
+  EXPECT_EQ(CapacityFromName("spot"), std::nullopt);
+  EXPECT_EQ(CapacityFromName(""), std::nullopt);
+}
+
+TEST(JobSpecYaml, ExpectedHoursAndCheckpointSizeBounds) {
+  struct Case {
+    std::string yaml;
+    double hours;
+    double size_gb;
+  };
+  const Case cases[] = {
+      {"expected_hours: 0.001", 0.001, 0},
+      {"expected_hours: 100000", 100000, 0},
+      {"expected_hours: 3", 3, 0},
+      {"lifecycle: {checkpoint_size_gb: 0}", 0, 0},
+      {"lifecycle: {checkpoint_size_gb: 100000}", 0, 100000},
+      {"lifecycle: {checkpoint_size_gb: 2.5}", 0, 2.5},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseJobSpecYaml("run: x\n" + c.yaml + "\n", "job.yaml");
+    ASSERT_TRUE(r.ok()) << c.yaml << ": " << r.status().message();
+    EXPECT_EQ(r->expected_hours.value_or(0), c.hours) << c.yaml;
+    EXPECT_EQ(r->lifecycle.checkpoint_size_gb, c.size_gb) << c.yaml;
+  }
+}
+
+TEST(JobSpecYaml, CapacityErrorWithoutACloseNameHasNoSuggestion) {
+  auto r = ParseJobSpecYaml("run: x\nlifecycle:\n  capacity: cheapest\n", "job.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "job.yaml:3:13: lifecycle.capacity: expected one of on-demand, interruptible, "
+            "interruptible-then-on-demand, got string \"cheapest\"");
+}
+
+// Each text goes through ParseDurationSeconds and, quoted, through a YAML spec, where the range
+// (1 s .. 7 days) applies too.
+struct DurationCase {
+  std::string text;
+  std::optional<int64_t> seconds;  // the parse; nullopt: `error` is its whole message
+  std::string error;
+};
+
+const DurationCase kDurations[] = {
+    {"900", 900, ""},
+    {"007", 7, ""},
+    {"1s", 1, ""},
+    {"90s", 90, ""},
+    {"30m", 1800, ""},
+    {"90m", 5400, ""},
+    {"1h", 3600, ""},
+    {"1.5h", 5400, ""},
+    {"1.50h", 5400, ""},
+    {"0.1h", 360, ""},
+    {"1.25m", 75, ""},
+    {"2h30m", 9000, ""},
+    {"1h30s", 3630, ""},
+    {"1h1m1s", 3661, ""},
+    {"0h30m", 1800, ""},
+    {"1.0000000000h", 3600, ""},
+    {"168h", 604800, ""},
+    {"0s", 0, ""},           // parses; the spec's range rejects it
+    {"168h1s", 604801, ""},  // parses; the spec's range rejects it
+    {"", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \"\""},
+    {"1x", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \"1x\""},
+    {"1d", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \"1d\""},
+    {"5M", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \"5M\""},
+    {"h", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \"h\""},
+    {"-5m", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \"-5m\""},
+    {"+5m", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \"+5m\""},
+    {"5 m", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \"5 m\""},
+    {"2h 30m", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \"2h 30m\""},
+    {".5h", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \".5h\""},
+    {"1.h", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \"1.h\""},
+    {"1.5", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \"1.5\""},
+    {"1h30", std::nullopt, "expected a duration such as 90s, 30m, 1h or 2h30m, got \"1h30\""},
+    {"30m2h", std::nullopt,
+     "expected a duration such as 90s, 30m, 1h or 2h30m (units in the order h, m, s, each once), "
+     "got \"30m2h\""},
+    {"1h1h", std::nullopt,
+     "expected a duration such as 90s, 30m, 1h or 2h30m (units in the order h, m, s, each once), "
+     "got \"1h1h\""},
+    {"1.5s", std::nullopt, "expected a whole number of seconds, got \"1.5s\""},
+    {"1.333h", std::nullopt, "expected a whole number of seconds, got \"1.333h\""},
+    {"0.0000000001h", std::nullopt, "expected a whole number of seconds, got \"0.0000000001h\""},
+    {"9999999999999h", std::nullopt, "the duration \"9999999999999h\" is out of range"},
+    {"99999999999999999999", std::nullopt, "the duration \"99999999999999999999\" is out of range"},
+};
+
+TEST(Duration, ParsesTheDocumentedForms) {
+  for (const auto& c : kDurations) {
+    auto r = ParseDurationSeconds(c.text);
+    if (c.seconds) {
+      ASSERT_TRUE(r.ok()) << c.text << ": " << r.status().message();
+      EXPECT_EQ(*r, *c.seconds) << c.text;
+    } else {
+      ASSERT_FALSE(r.ok()) << c.text << " parsed as " << *r;
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(r.status().message(), c.error) << c.text;
+    }
+  }
+}
+
+TEST(Duration, InASpecErrorsNameThePositionAndRangeApplies) {
+  for (const auto& c : kDurations) {
+    const std::string yaml = "run: x\nlifecycle:\n  checkpoint_interval: \"" + c.text + "\"\n";
+    auto r = ParseJobSpecYaml(yaml, "job.yaml");
+    const std::string prefix = "job.yaml:3:24: lifecycle.checkpoint_interval: ";
+    if (!c.seconds) {
+      ASSERT_FALSE(r.ok()) << c.text;
+      EXPECT_EQ(r.status().message(), prefix + c.error);
+    } else if (*c.seconds < 1 || *c.seconds > 7 * 24 * 3600) {
+      ASSERT_FALSE(r.ok()) << c.text;
+      EXPECT_EQ(r.status().message(),
+                prefix + "must be at least 1s and at most 7 days (168h), got " + c.text);
+    } else {
+      ASSERT_TRUE(r.ok()) << c.text << ": " << r.status().message();
+      EXPECT_EQ(r->lifecycle.checkpoint_interval_s, *c.seconds) << c.text;
+    }
+  }
+}
+
+TEST(Duration, PlainNumbersAreSeconds) {
+  auto r = ParseJobSpecYaml("run: x\nlifecycle: {checkpoint_interval: 604800}\n", "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->lifecycle.checkpoint_interval_s, 604800);
+  auto one = ParseJobSpecYaml("run: x\nlifecycle: {checkpoint_interval: 1}\n", "job.yaml");
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->lifecycle.checkpoint_interval_s, 1);
 }
 
 TEST(JobSpecYaml, MinimalSpecGetsDefaults) {
@@ -187,6 +385,86 @@ const ErrorCase kErrorCases[] = {
          "]\n",
      "job.yaml:2:"},
     {"deep flow nesting message", "a: " + std::string(200, '{'), "nesting deeper than 64 levels"},
+    {"expected hours zero", "run: x\nexpected_hours: 0\n",
+     "job.yaml:2:17: expected_hours: must be more than 0 and at most 100000 hours, got 0"},
+    {"expected hours negative", "run: x\nexpected_hours: -2\n",
+     "job.yaml:2:17: expected_hours: must be more than 0 and at most 100000 hours, got -2"},
+    {"expected hours too many", "run: x\nexpected_hours: 100000.5\n",
+     "job.yaml:2:17: expected_hours: must be more than 0 and at most 100000 hours, got 100000.5"},
+    {"expected hours is a duration", "run: x\nexpected_hours: 3h\n",
+     "job.yaml:2:17: expected_hours: expected a positive number of hours, got string \"3h\""},
+    {"expected hours infinite", "run: x\nexpected_hours: .inf\n",
+     "job.yaml:2:17: expected_hours: expected a positive number of hours, got .inf"},
+    {"expected hours under resources", "run: x\nresources:\n  expected_hours: 2\n",
+     "job.yaml:3:3: resources.expected_hours: unknown field"},
+    {"lifecycle not a mapping", "run: x\nlifecycle: interruptible\n",
+     "job.yaml:2:12: lifecycle: expected a mapping, got string \"interruptible\""},
+    {"lifecycle is a list", "run: x\nlifecycle: [a]\n",
+     "job.yaml:2:12: lifecycle: expected a mapping, got a sequence"},
+    {"unknown lifecycle field with suggestion", "run: x\nlifecycle:\n  checkpoint_intervl: 30m\n",
+     "job.yaml:3:3: lifecycle.checkpoint_intervl: unknown field; did you mean "
+     "`checkpoint_interval`?"},
+    {"lifecycle capasity", "run: x\nlifecycle:\n  capasity: interruptible\n",
+     "job.yaml:3:3: lifecycle.capasity: unknown field; did you mean `capacity`?"},
+    {"seconds field is JSON only", "run: x\nlifecycle:\n  checkpoint_interval_s: 900\n",
+     "job.yaml:3:3: lifecycle.checkpoint_interval_s: unknown field; did you mean "
+     "`checkpoint_interval`?"},
+    {"capacity at top level", "run: x\ncapacity: interruptible\n",
+     "job.yaml:2:1: capacity: unknown field; `capacity` belongs under `lifecycle`"},
+    {"duplicate lifecycle key",
+     "run: x\nlifecycle:\n  capacity: on-demand\n  capacity: on-demand\n",
+     "job.yaml:4:3: lifecycle.capacity: is given twice"},
+    {"capacity misspelt", "run: x\nlifecycle:\n  capacity: interuptible\n",
+     "job.yaml:3:13: lifecycle.capacity: expected one of on-demand, interruptible, "
+     "interruptible-then-on-demand, got string \"interuptible\"; did you mean `interruptible`?"},
+    {"capacity spot", "run: x\nlifecycle: {capacity: spot}\n",
+     "job.yaml:2:23: lifecycle.capacity: expected one of on-demand, interruptible, "
+     "interruptible-then-on-demand, got string \"spot\"; did you mean `interruptible`?"},
+    {"capacity wrong case", "run: x\nlifecycle:\n  capacity: On-Demand\n",
+     "job.yaml:3:13: lifecycle.capacity: expected one of on-demand, interruptible, "
+     "interruptible-then-on-demand, got string \"On-Demand\"; did you mean `on-demand`?"},
+    {"capacity underscore", "run: x\nlifecycle:\n  capacity: interruptible_then_on_demand\n",
+     "got string \"interruptible_then_on_demand\"; did you mean "
+     "`interruptible-then-on-demand`?"},
+    {"capacity number", "run: x\nlifecycle:\n  capacity: 1\n",
+     "job.yaml:3:13: lifecycle.capacity: expected one of on-demand, interruptible, "
+     "interruptible-then-on-demand, got 1"},
+    {"capacity mapping", "run: x\nlifecycle:\n  capacity: {a: 1}\n",
+     "job.yaml:3:13: lifecycle.capacity: expected a string, got a mapping"},
+    {"interval unit unknown", "run: x\nlifecycle:\n  checkpoint_interval: 1x\n",
+     "job.yaml:3:24: lifecycle.checkpoint_interval: expected a duration such as 90s, 30m, 1h or "
+     "2h30m, got \"1x\""},
+    {"interval zero seconds", "run: x\nlifecycle:\n  checkpoint_interval: 0\n",
+     "job.yaml:3:24: lifecycle.checkpoint_interval: must be at least 1s and at most 7 days (168h), "
+     "got 0"},
+    {"interval negative seconds", "run: x\nlifecycle:\n  checkpoint_interval: -5\n",
+     "job.yaml:3:24: lifecycle.checkpoint_interval: must be at least 1s and at most 7 days (168h), "
+     "got -5"},
+    {"interval over a week", "run: x\nlifecycle:\n  checkpoint_interval: 604801\n",
+     "job.yaml:3:24: lifecycle.checkpoint_interval: must be at least 1s and at most 7 days (168h), "
+     "got 604801"},
+    {"interval over a week as text", "run: x\nlifecycle:\n  checkpoint_interval: 200h\n",
+     "job.yaml:3:24: lifecycle.checkpoint_interval: must be at least 1s and at most 7 days (168h), "
+     "got 200h"},
+    {"interval fractional number", "run: x\nlifecycle:\n  checkpoint_interval: 1.5\n",
+     "job.yaml:3:24: lifecycle.checkpoint_interval: expected a whole number of seconds or a "
+     "duration such as 90s, 30m, 1h or 2h30m, got 1.5"},
+    {"interval huge number", "run: x\nlifecycle:\n  checkpoint_interval: 99999999999999999999\n",
+     "job.yaml:3:24: lifecycle.checkpoint_interval: the number 99999999999999999999 is out of "
+     "range"},
+    {"interval boolean", "run: x\nlifecycle:\n  checkpoint_interval: true\n",
+     "job.yaml:3:24: lifecycle.checkpoint_interval: expected a duration such as 90s, 30m, 1h or "
+     "2h30m, got boolean true"},
+    {"interval wrong order", "run: x\nlifecycle:\n  checkpoint_interval: 30m2h\n",
+     "job.yaml:3:24: lifecycle.checkpoint_interval: expected a duration such as 90s, 30m, 1h or "
+     "2h30m (units in the order h, m, s, each once), got \"30m2h\""},
+    {"checkpoint size negative", "run: x\nlifecycle:\n  checkpoint_size_gb: -1\n",
+     "job.yaml:3:23: lifecycle.checkpoint_size_gb: must be between 0 and 100000, got -1"},
+    {"checkpoint size huge", "run: x\nlifecycle:\n  checkpoint_size_gb: 1e6\n",
+     "job.yaml:3:23: lifecycle.checkpoint_size_gb: must be between 0 and 100000, got 1e6"},
+    {"checkpoint size text", "run: x\nlifecycle:\n  checkpoint_size_gb: big\n",
+     "job.yaml:3:23: lifecycle.checkpoint_size_gb: expected a non-negative number, got string "
+     "\"big\""},
 };
 
 INSTANTIATE_TEST_SUITE_P(Rules, JobSpecYamlErrors, testing::ValuesIn(kErrorCases));
@@ -295,6 +573,44 @@ TEST(JobSpecJson, FullSpecRoundTrips) {
   EXPECT_EQ(*odd_back, odd);
 }
 
+TEST(JobSpecJson, NewFieldsRoundTripInTheDocumentedShape) {
+  JobSpec spec;
+  spec.name = "ckpt";
+  spec.run = "python3 train.py";
+  spec.expected_hours = 3.5;
+  spec.lifecycle.capacity = Capacity::kInterruptible;
+  spec.lifecycle.checkpoint_interval_s = 1800;
+  spec.lifecycle.checkpoint_size_gb = 2;
+  const Json j = ToJson(spec);
+  EXPECT_EQ(j["expected_hours"], 3.5);
+  EXPECT_EQ(j["lifecycle"], Json::parse(R"({"capacity": "interruptible",
+      "checkpoint_interval_s": 1800, "checkpoint_size_gb": 2})"));
+  auto back = JobSpecFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, spec);
+
+  // Only a capacity: no interval key.
+  JobSpec cap_only;
+  cap_only.name = "cap";
+  cap_only.run = "x";
+  cap_only.lifecycle.capacity = Capacity::kInterruptibleThenOnDemand;
+  const Json cj = ToJson(cap_only);
+  EXPECT_EQ(cj["lifecycle"], Json::parse(R"({"capacity": "interruptible-then-on-demand",
+      "checkpoint_size_gb": 0})"));
+  EXPECT_FALSE(cj.contains("expected_hours"));
+  auto cap_back = JobSpecFromJson(cj);
+  ASSERT_TRUE(cap_back.ok()) << cap_back.status().message();
+  EXPECT_EQ(*cap_back, cap_only);
+
+  // YAML and JSON agree.
+  auto yaml = ParseJobSpecYaml(
+      "name: ckpt\nrun: python3 train.py\nexpected_hours: 3.5\nlifecycle:\n"
+      "  capacity: interruptible\n  checkpoint_interval: 30m\n  checkpoint_size_gb: 2\n",
+      "job.yaml");
+  ASSERT_TRUE(yaml.ok()) << yaml.status().message();
+  EXPECT_EQ(*yaml, spec);
+}
+
 struct JsonErrorCase {
   Json j;
   std::string want;  // the whole message: no file, no position
@@ -318,6 +634,51 @@ TEST(JobSpecJson, SameRulesNameThePath) {
       {Json::array({1, 2}),
        "expected a mapping of job fields (run, resources, ...), got a sequence"},
       {{{"run", "x"}, {"priority", 1e9}}, "priority: expected an integer, got 1000000000.0"},
+  };
+  for (const auto& c : cases) {
+    auto r = JobSpecFromJson(c.j);
+    ASSERT_FALSE(r.ok()) << c.j.dump();
+    EXPECT_EQ(r.status().message(), c.want) << c.j.dump();
+  }
+}
+
+TEST(JobSpecJson, IntervalAlsoTakesADurationOrSeconds) {
+  for (const Json& interval : {Json("30m"), Json("1800"), Json(1800)}) {
+    auto r = JobSpecFromJson({{"run", "x"}, {"lifecycle", {{"checkpoint_interval", interval}}}});
+    ASSERT_TRUE(r.ok()) << interval.dump() << ": " << r.status().message();
+    EXPECT_EQ(r->lifecycle.checkpoint_interval_s, 1800) << interval.dump();
+  }
+}
+
+TEST(JobSpecJson, NewFieldErrorsNameThePath) {
+  const JsonErrorCase cases[] = {
+      {{{"run", "x"}, {"expected_hours", 0}},
+       "expected_hours: must be more than 0 and at most 100000 hours, got 0"},
+      {{{"run", "x"}, {"expected_hours", "3"}},
+       "expected_hours: expected a positive number of hours, got string \"3\""},
+      {{{"run", "x"}, {"lifecycle", {{"checkpoint_interval_s", 1800.5}}}},
+       "lifecycle.checkpoint_interval_s: expected a whole number of seconds, got 1800.5"},
+      {{{"run", "x"}, {"lifecycle", {{"checkpoint_interval_s", "30m"}}}},
+       "lifecycle.checkpoint_interval_s: expected a whole number of seconds, got string \"30m\""},
+      {{{"run", "x"}, {"lifecycle", {{"checkpoint_interval_s", 0}}}},
+       "lifecycle.checkpoint_interval_s: must be at least 1s and at most 7 days (168h), got 0"},
+      {{{"run", "x"}, {"lifecycle", {{"checkpoint_interval", "2x"}}}},
+       "lifecycle.checkpoint_interval: expected a duration such as 90s, 30m, 1h or 2h30m, got "
+       "\"2x\""},
+      {{{"run", "x"},
+        {"lifecycle", {{"checkpoint_interval", "30m"}, {"checkpoint_interval_s", 1800}}}},
+       "lifecycle.checkpoint_interval_s: the interval is already given as `checkpoint_interval`; "
+       "give one of checkpoint_interval and checkpoint_interval_s"},
+      {{{"run", "x"}, {"lifecycle", {{"capacity", "spot"}}}},
+       "lifecycle.capacity: expected one of on-demand, interruptible, "
+       "interruptible-then-on-demand, got string \"spot\"; did you mean `interruptible`?"},
+      {{{"run", "x"}, {"lifecycle", {{"checkpoint_sise_gb", 1}}}},
+       "lifecycle.checkpoint_sise_gb: unknown field; did you mean `checkpoint_size_gb`?"},
+      {{{"run", "x"}, {"lifecycle", {{"checkpoint_size_gb", -0.5}}}},
+       "lifecycle.checkpoint_size_gb: must be between 0 and 100000, got -0.5"},
+      {{{"run", "x"}, {"lifecycle", 3}}, "lifecycle: expected a mapping, got 3"},
+      {{{"run", "x"}, {"checkpoint_interval_s", 60}},
+       "checkpoint_interval_s: unknown field; `checkpoint_interval_s` belongs under `lifecycle`"},
   };
   for (const auto& c : cases) {
     auto r = JobSpecFromJson(c.j);
