@@ -196,13 +196,68 @@ TEST_F(E2ETest, KilledAgentIsMarkedLostAndItsJobToo) {
 TEST_F(E2ETest, JobThatCanNeverFitSaysWhy) {
   cluster_.StartAgent("a1");
   std::string spec = Spec("big", "name: big\nresources: {gpus: 4}\nrun: nvidia-smi\n");
-  std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
+  // Refused with the explanation instead of queuing forever; nothing is left queued.
+  CommandResult refused = cluster_.Cli({"run", spec, "--detach"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(Contains(refused.err, "no registered node can ever run this job")) << refused.err;
+  EXPECT_TRUE(Contains(refused.err, "gpus>=4: 1 offers")) << refused.err;
+  EXPECT_TRUE(Contains(refused.err, "lacks gpus>=4")) << refused.err;
+  EXPECT_TRUE(cluster_.CliJson({"jobs"}).empty());
+  // A misspelt GPU is caught before anything is sent, with a suggestion.
+  std::string typo = Spec("typo", "name: typo\nresources: {gpu: a10o}\nrun: nvidia-smi\n");
+  CommandResult t = cluster_.Cli({"run", typo, "--detach"});
+  EXPECT_EQ(t.exit_code, 2);
+  EXPECT_TRUE(Contains(t.err, "did you mean")) << t.err;
+  // --queue waits, with the reason, for a node that can run it.
+  std::string id = JobId(cluster_.Cli({"run", spec, "--detach", "--queue"}));
   ASSERT_TRUE(WaitUntil([&] {
     Json j = GetJob(cluster_, id);
-    return j.is_object() && Contains(j["job"].value("reason", ""), "4 GPUs");
+    return j.is_object() && Contains(j["job"].value("reason", ""), "gpus>=4");
   }));
   EXPECT_EQ(JobState(cluster_, id), "queued");
   EXPECT_TRUE(Contains(cluster_.Cli({"job", id}).out, "can ever run"));
+}
+
+TEST_F(E2ETest, EstimateRanksAgentAndCatalogOffersByExpectedCost) {
+  std::string fixture =
+      std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/tests/fixtures/nvidia-smi/h100-sxm5-80gb-1.txt";
+  cluster_.StartAgent("gpu", {"--from-nvidia-smi", fixture, "--price-per-gpu-hour", "2.5"});
+  ASSERT_EQ(cluster_
+                .Cli({"catalog", "import",
+                      std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/data/catalog/lambda.csv"})
+                .exit_code,
+            0);
+  std::string spec =
+      Spec("train", "name: train\nresources: {gpu: h100, gpus: 8}\nexpected_hours: 24\nrun: x\n");
+  Json est = cluster_.CliJson({"estimate", spec, "--limit", "50"});
+  ASSERT_TRUE(est.is_object()) << cluster_.Cli({"estimate", spec}).err;
+  EXPECT_EQ(est["query"], "gpu=h100-80gb gpus>=8");
+  EXPECT_EQ(est["hours"], 24.0);
+  const Json& offers = est["offers"];
+  ASSERT_GE(offers.size(), 2u);
+  bool saw_agent = false;
+  double last = 0;
+  for (const auto& r : offers) {
+    double cost = r["estimate"]["expected_cost"].get<double>();
+    EXPECT_GE(cost, last) << "ranked by expected cost";
+    last = cost;
+    saw_agent |= r["launchable"].get<bool>();
+    // On-demand: cost = 8 GPUs × price × 24 h ÷ perf, recomputed here from the offer.
+    const Json& o = r["offer"];
+    EXPECT_NEAR(
+        cost, 8 * o["price_per_gpu_hour"].get<double>() * 24 / o["perf_score"].get<double>(), 1e-6);
+  }
+  EXPECT_TRUE(saw_agent);
+  // --objective time and --hours are honoured; the table says why.
+  CommandResult text = cluster_.Cli({"estimate", spec, "--objective", "time", "--hours", "2"});
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_TRUE(Contains(text.out, "ranked by expected time to complete for 2.00 h")) << text.out;
+  EXPECT_TRUE(Contains(text.out, "2 h ÷ perf")) << text.out;
+  // The job itself is placed on the agent (the only launchable offer) and the event says why.
+  std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
+  ASSERT_TRUE(WaitUntil([&] {
+    return Contains(cluster_.Cli({"job", id}).out, "best by cost: $20.00/h on-demand");
+  })) << cluster_.Cli({"job", id}).out;
 }
 
 TEST_F(E2ETest, GpuInventoryFromRecordedNvidiaSmiShowsInOffers) {

@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+#include "spec/job_spec.h"
+
 namespace sluice::cli {
 
 struct GlobalFlags {
@@ -18,9 +21,21 @@ struct RunFlags {
   std::string spec_path;
   bool follow = false;
   bool detach = false;
+  bool queue = false;     // queue even when no registered node can ever run it
+  std::string objective;  // overrides the spec's objective when set
+};
+
+struct EstimateFlags {
+  std::string spec_path;
+  double hours = 0;       // > 0 overrides the spec's expected_hours
+  std::string objective;  // cost | time | price; empty: the spec's (default cost)
+  int limit = 10;
 };
 
 int RunCommand(const GlobalFlags& g, const RunFlags& f);
+// Reads and parses a job spec file; errors carry file:line:col. A GPU short form that covers
+// several labels is noted on stderr (`a100` = a100-40gb | a100-80gb).
+Result<spec::JobSpec> ReadJobSpec(const std::string& path);
 int JobsCommand(const GlobalFlags& g, const std::string& state, int limit);
 int JobCommand(const GlobalFlags& g, const std::string& id);
 int LogsCommand(const GlobalFlags& g, const std::string& id, bool follow);
@@ -28,6 +43,8 @@ int CancelCommand(const GlobalFlags& g, const std::string& id);
 // `query` is the offer query language (market/query.h), `sort` like "price,-perf".
 int OffersCommand(const GlobalFlags& g, const std::string& query, const std::string& sort,
                   int limit);
+// Ranks the offers a job spec could use by expected cost (or time, or price) to complete.
+int EstimateCommand(const GlobalFlags& g, const EstimateFlags& f);
 int CatalogImportCommand(const GlobalFlags& g, const std::vector<std::string>& files);
 int NodesCommand(const GlobalFlags& g);
 

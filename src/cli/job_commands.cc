@@ -13,6 +13,7 @@
 
 #include "cli/api_client.h"
 #include "cli/commands.h"
+#include "cli/market_view.h"
 #include "cli/table.h"
 #include "common/archive.h"
 #include "common/clock.h"
@@ -151,24 +152,28 @@ void InstallDetachHandler(const std::string& id) {
 
 }  // namespace
 
-int RunCommand(const GlobalFlags& g, const RunFlags& f) {
+Result<spec::JobSpec> ReadJobSpec(const std::string& path) {
   Status read_err;
-  std::string text = ReadFileOr(f.spec_path, &read_err);
-  if (!read_err.ok()) return Fail(read_err);
-  auto spec = spec::ParseJobSpecYaml(text, f.spec_path);
+  std::string text = ReadFileOr(path, &read_err);
+  if (!read_err.ok()) return Status::InvalidArgument("sluice: " + read_err.message());
+  SLUICE_ASSIGN_OR_RETURN(spec::JobSpec spec, spec::ParseJobSpecYaml(text, path));
+  if (!spec.resources.gpu.empty()) {
+    auto labels = market::ResolveGpuLabel(spec.resources.gpu);
+    if (!labels.ok()) {
+      return Status::InvalidArgument(path + ": resources.gpu: " + labels.status().message());
+    }
+    if (!labels->note.empty()) std::fprintf(stderr, "sluice: %s\n", labels->note.c_str());
+  }
+  return spec;
+}
+
+int RunCommand(const GlobalFlags& g, const RunFlags& f) {
+  auto spec = ReadJobSpec(f.spec_path);
   if (!spec.ok()) {
     std::fprintf(stderr, "%s\n", spec.status().message().c_str());
     return 2;
   }
-  if (!spec->resources.gpu.empty()) {
-    auto labels = market::ResolveGpuLabel(spec->resources.gpu);
-    if (!labels.ok()) {
-      std::fprintf(stderr, "%s: resources.gpu: %s\n", f.spec_path.c_str(),
-                   labels.status().message().c_str());
-      return 2;
-    }
-    if (!labels->note.empty()) std::fprintf(stderr, "sluice: %s\n", labels->note.c_str());
-  }
+  if (!f.objective.empty()) spec->objective = f.objective;
   auto api = Connect(g);
   if (!api.ok()) return Fail(api.status());
 
@@ -192,8 +197,20 @@ int RunCommand(const GlobalFlags& g, const RunFlags& f) {
   }
   Json body{{"spec", spec::ToJson(*spec)}};
   if (!blob.empty()) body["workdir_blob"] = blob;
+  if (f.queue) body["queue"] = true;
   auto resp = (*api)->Post("/v1/jobs", body);
-  if (!resp.ok()) return Fail(resp.status());
+  if (!resp.ok()) {
+    Fail(resp.status());
+    if (resp.status().code() == StatusCode::kFailedPrecondition) {
+      // Nothing can run it: show the full explanation, the same `sluice estimate` gives.
+      auto est = (*api)->Post("/v1/estimate", Json{{"spec", spec::ToJson(*spec)}, {"limit", 3}});
+      if (est.ok() && est->contains("explain")) {
+        std::cerr << "across the whole market (agent nodes and catalogs):\n";
+        PrintExplanation(std::cerr, (*est)["explain"]);
+      }
+    }
+    return 1;
+  }
   const Json& job = (*resp)["job"];
   std::string id = job.value("id", "");
 

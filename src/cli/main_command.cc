@@ -59,6 +59,16 @@ int Main(int argc, char** argv) {
                    "Seconds between SIGTERM and SIGKILL when a job is cancelled")
       ->capture_default_str();
   server
+      ->add_option("--storage-price-per-gb-month", sopt.storage_price_per_gb_month,
+                   "USD per GB-month of checkpoint storage, in expected costs")
+      ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
+  server
+      ->add_option("--interruption-prior", sopt.interruption_prior_per_hour,
+                   "Interruptions per hour assumed for interruptible capacity without history")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  server
       ->add_option("--keep-alive-interval", sopt.keep_alive_interval_s,
                    "Seconds between WebSocket pings on agent links")
       ->capture_default_str();
@@ -127,6 +137,13 @@ int Main(int argc, char** argv) {
       "Stream state changes and logs until the job ends, exit with its exit code (default "
       "when stdout is a terminal)");
   run->add_flag("-d,--detach", rf.detach, "Print the job id and return")->excludes(follow_flag);
+  run->add_flag("--queue", rf.queue,
+                "Queue the job even if no registered node can run it (it waits, with the "
+                "reason, for one to join); without it such a job is refused with an explanation");
+  run->add_option("--objective", rf.objective,
+                  "What placement minimises: cost (expected cost to complete, the default), time "
+                  "(expected time to complete) or price (hourly price); overrides the spec")
+      ->check(CLI::IsMember({"cost", "time", "price"}));
   AddClientFlags(run, &g);
   run->callback([&] { rc = RunCommand(g, rf); });
 
@@ -179,6 +196,26 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   AddClientFlags(offers, &g);
   offers->callback([&] { rc = OffersCommand(g, offer_query, offer_sort, offer_limit); });
+
+  // --- estimate
+  EstimateFlags ef;
+  auto* estimate = app.add_subcommand(
+      "estimate",
+      "Rank the offers a job could use by expected cost to complete, and say why.\n"
+      "  expected cost = price × (hours ÷ perf) × (1 + interruption overhead) + storage\n"
+      "hours: the job's run time on the reference GPU (a100-80gb), from the spec's expected_hours "
+      "or --hours; perf: the GPU's speed relative to it; overhead: work lost to interruptions on "
+      "interruptible capacity, given the checkpoint interval.");
+  estimate->add_option("spec", ef.spec_path, "Job spec file")->required();
+  estimate->add_option("--hours", ef.hours, "Run time on the reference GPU, in hours")
+      ->check(CLI::Range(0.0001, 100000.0));
+  estimate->add_option("--objective", ef.objective, "cost (default), time or price")
+      ->check(CLI::IsMember({"cost", "time", "price"}));
+  estimate->add_option("--limit", ef.limit, "At most this many offers")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  AddClientFlags(estimate, &g);
+  estimate->callback([&] { rc = EstimateCommand(g, ef); });
 
   std::vector<std::string> catalog_files;
   auto* catalog = app.add_subcommand("catalog", "Manage cloud price catalogs");

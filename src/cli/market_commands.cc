@@ -7,6 +7,7 @@
 
 #include "cli/api_client.h"
 #include "cli/commands.h"
+#include "cli/market_view.h"
 #include "cli/table.h"
 #include "common/clock.h"
 
@@ -91,33 +92,39 @@ int OffersCommand(const GlobalFlags& g, const std::string& query, const std::str
                    "agent` or run `sluice catalog import FILE.csv`)\n";
       return 0;
     }
-    std::cout << "no offer matches `" << query << "`";
-    const Json& ex = (*resp).contains("explain") ? (*resp)["explain"] : Json();
-    if (!ex.is_object()) {
-      std::cout << "\n";
-      return 0;
-    }
-    std::cout << " (" << ex.value("offers_considered", 0) << " offers considered)\n";
-    std::cout << "each condition alone rules out:\n";
-    for (const auto& term : ex["terms"]) {
-      std::cout << "  " << term.value("term", "") << ": " << term.value("eliminated", 0)
-                << " offers\n";
-    }
-    if (!ex["nearest"].empty()) std::cout << "nearest offers:\n";
-    for (const auto& n : ex["nearest"]) {
-      const Json& o = n["offer"];
-      std::string fails;
-      for (const auto& f : n["fails"]) fails += (fails.empty() ? "" : ", ") + f.get<std::string>();
-      std::cout << "  " << o.value("provider", "") << " " << o.value("node", "") << " "
-                << o.value("gpu_label", "") << " x" << o.value("gpus_available", 0) << " at "
-                << Dollars(o.value("price_per_gpu_hour", 0.0)) << "/GPU-h: fails " << fails << "\n";
-    }
+    std::cout << "no offer matches `" << query << "`\n";
+    if ((*resp).contains("explain")) PrintExplanation(std::cout, (*resp)["explain"]);
     return 0;
   }
   t.Print(std::cout);
   if (matched > t.size()) {
     std::cout << "(" << t.size() << " of " << matched << " matching offers; --limit shows more)\n";
   }
+  return 0;
+}
+
+int EstimateCommand(const GlobalFlags& g, const EstimateFlags& f) {
+  auto spec = ReadJobSpec(f.spec_path);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s\n", spec.status().message().c_str());
+    return 2;
+  }
+  Json body{{"spec", spec::ToJson(*spec)}, {"limit", f.limit}};
+  if (f.hours > 0) body["hours"] = f.hours;
+  if (!f.objective.empty()) body["objective"] = f.objective;
+  SLUICE_ASSIGN_OR_RETURN_CLI(ClientConfig cfg, ResolveClientConfig(g.server, g.token));
+  auto api = ApiClient::Create(cfg);
+  if (!api.ok()) return Fail(api.status());
+  auto resp = (*api)->Post("/v1/estimate", body);
+  if (!resp.ok()) {
+    std::fprintf(stderr, "sluice: %s\n", resp.status().message().c_str());
+    return resp.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (g.json) {
+    std::cout << DumpJson(*resp, 2) << "\n";
+    return 0;
+  }
+  PrintEstimate(std::cout, *resp);
   return 0;
 }
 

@@ -643,8 +643,10 @@ TEST(OfferTest, NamesAndJsonCarryEveryField) {
   EXPECT_EQ(Name(VerifiedState::kDeverified), "deverified");
   const Offer o = Fleet()[0];
   const Json j = ToJson(o);
-  EXPECT_EQ(j.size(), 29u);
+  EXPECT_EQ(j.size(), 31u);
   EXPECT_EQ(j["id"], "A");
+  EXPECT_EQ(j["price_per_cpu_hour"], 0.0);
+  EXPECT_TRUE(j["interruptions_per_hour"].is_null());  // no history
   EXPECT_EQ(j["gpu_label"], "a100-40gb");
   EXPECT_EQ(j["gpus_available"], 8);
   EXPECT_EQ(j["toolkits"], Json({"11.8", "12.1"}));

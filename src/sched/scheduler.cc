@@ -4,79 +4,81 @@
 #include <cstdio>
 #include <tuple>
 
+#include "market/explain.h"
+
 namespace sluice::sched {
 namespace {
 
-bool GpuMatches(const GpuSlot& gpu, const JobRequest& job) {
-  if (!job.gpu_labels.empty() &&
-      std::find(job.gpu_labels.begin(), job.gpu_labels.end(), gpu.label) == job.gpu_labels.end()) {
-    return false;
-  }
-  if (job.min_vram_gb && gpu.vram_gb + 1e-9 < *job.min_vram_gb) return false;
-  return true;
+std::string Money(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "$%.2f", v);
+  return buf;
 }
 
-// GPU indices that could serve the job; `only_free` restricts to currently free ones.
-std::vector<int> MatchingGpus(const NodeCapacity& node, const JobRequest& job, bool only_free) {
+bool OverBudget(const JobRequest& job, double price_per_hour) {
+  return job.max_price_per_hour && price_per_hour > *job.max_price_per_hour + 1e-9;
+}
+
+market::Workload WorkOf(const JobRequest& job) {
+  market::Workload w = job.work;
+  w.gpus = job.gpus;
+  w.cpus = job.cpus;
+  return w;
+}
+
+// The free GPUs of `offer`'s label on the node, lowest index first.
+std::vector<int> FreeGpus(const NodeCapacity& node, const market::Offer& offer) {
   std::vector<int> out;
+  if (offer.gpu_label.empty()) return out;
   for (const auto& g : node.gpus) {
-    if ((!only_free || g.free) && GpuMatches(g, job)) out.push_back(g.index);
+    if (g.free && g.label == offer.gpu_label) out.push_back(g.index);
   }
   return out;
 }
 
-bool PriceOk(const NodeCapacity& node, const JobRequest& job) {
-  return !job.max_price_per_hour || AllocationPrice(node, job) <= *job.max_price_per_hour + 1e-9;
-}
-
-std::string Fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
-// Why a job can never run on any registered node: which constraint rules out how many nodes.
-std::string NeverFitsReason(const std::vector<NodeCapacity>& nodes, const JobRequest& job) {
+// Why a job can never run on any registered node, from the same explanation `sluice offers`
+// gives, plus offers that match but cost more than the job's budget.
+std::string NeverFitsReason(const std::vector<NodeCapacity>& nodes, const JobRequest& job,
+                            const market::CostModel& model) {
   if (nodes.empty()) return "no nodes are registered; start an agent with `sluice agent`";
-  int no_gpus = 0, few_cpus = 0, little_mem = 0, too_pricey = 0;
-  for (const auto& n : nodes) {
-    if (static_cast<int>(MatchingGpus(n, job, false).size()) < job.gpus) ++no_gpus;
-    if (n.total_cpus < job.cpus) ++few_cpus;
-    if (n.total_memory_gb + 1e-9 < job.memory_gb) ++little_mem;
-    if (!PriceOk(n, job)) ++too_pricey;
-  }
+  std::vector<market::Offer> offers;
+  for (const auto& n : nodes) offers.insert(offers.end(), n.offers.begin(), n.offers.end());
   std::string what = "no registered node can ever run this job (" + std::to_string(nodes.size()) +
-                     " node" + (nodes.size() == 1 ? "" : "s") + "):";
-  auto add = [&](int count, const std::string& text) {
-    if (count > 0) what += " " + std::to_string(count) + " lack " + text + ";";
-  };
-  std::string gpu_desc = std::to_string(job.gpus) + " GPU" + (job.gpus == 1 ? "" : "s");
-  if (!job.gpu_labels.empty()) {
-    gpu_desc += " of ";
-    for (size_t i = 0; i < job.gpu_labels.size(); ++i) {
-      gpu_desc += (i ? "|" : "") + job.gpu_labels[i];
-    }
+                     " node" + (nodes.size() == 1 ? "" : "s") + "): ";
+  size_t matching = 0;
+  double cheapest = 0;
+  for (const auto& o : offers) {
+    if (!market::Matches(job.query, o)) continue;
+    const double price = market::EstimateCost(o, WorkOf(job), model).price_per_hour;
+    cheapest = matching++ == 0 ? price : std::min(cheapest, price);
   }
-  if (job.min_vram_gb) gpu_desc += " with >= " + Fmt(*job.min_vram_gb) + " GB VRAM";
-  add(no_gpus, gpu_desc);
-  add(few_cpus, std::to_string(job.cpus) + " CPUs");
-  add(little_mem, Fmt(job.memory_gb) + " GB memory");
-  if (too_pricey > 0) {
-    what += " " + std::to_string(too_pricey) + " cost more than max_price_per_hour " +
-            Fmt(*job.max_price_per_hour) + ";";
+  if (matching > 0) {
+    return what + std::to_string(matching) + " matching offer" + (matching == 1 ? "" : "s") +
+           " cost more than max_price_per_hour " + Money(*job.max_price_per_hour) + " (cheapest " +
+           Money(cheapest) + "/h)";
   }
-  if (!what.empty() && what.back() == ';') what.pop_back();
-  return what;
+  return what + market::Summary(market::Explain(job.query, offers, 1));
+}
+
+struct Candidate {
+  NodeCapacity* node = nullptr;
+  const market::Offer* offer = nullptr;
+  std::vector<int> gpus;
+  market::CostEstimate estimate;
+  int gpus_left = 0;
+  int cpus_left = 0;
+};
+
+bool Better(market::Objective objective, const Candidate& a, const Candidate& b) {
+  if (int c = market::CompareEstimates(objective, a.estimate, b.estimate)) return c < 0;
+  return std::tie(a.gpus_left, a.cpus_left, a.node->node_id, a.offer->id) <
+         std::tie(b.gpus_left, b.cpus_left, b.node->node_id, b.offer->id);
 }
 
 }  // namespace
 
-double AllocationPrice(const NodeCapacity& node, const JobRequest& job) {
-  if (job.gpus > 0) return job.gpus * node.price_per_gpu_hour;
-  return job.cpus * node.price_per_cpu_hour;
-}
-
-Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& queue) {
+Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& queue,
+              const market::CostModel& model) {
   std::vector<const JobRequest*> order;
   order.reserve(queue.size());
   for (const auto& j : queue) order.push_back(&j);
@@ -86,45 +88,49 @@ Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& qu
 
   Plan plan;
   for (const JobRequest* job : order) {
-    NodeCapacity* best = nullptr;
-    std::vector<int> best_gpus;
-    auto best_key = std::make_tuple(0.0, 0, 0, std::string());
+    const market::Workload work = WorkOf(*job);
+    std::optional<Candidate> best;
     bool could_ever = false;
     for (auto& n : nodes) {
-      bool fits_idle = static_cast<int>(MatchingGpus(n, *job, false).size()) >= job->gpus &&
-                       n.total_cpus >= job->cpus && n.total_memory_gb + 1e-9 >= job->memory_gb &&
-                       PriceOk(n, *job);
-      if (!fits_idle) continue;
-      could_ever = true;
-      if (!n.online) continue;
-      std::vector<int> free = MatchingGpus(n, *job, true);
-      if (static_cast<int>(free.size()) < job->gpus || n.free_cpus < job->cpus ||
-          n.free_memory_gb + 1e-9 < job->memory_gb) {
-        continue;
-      }
-      int free_gpus_total = 0;
-      for (const auto& g : n.gpus) free_gpus_total += g.free ? 1 : 0;
-      auto key = std::make_tuple(AllocationPrice(n, *job), free_gpus_total - job->gpus,
-                                 n.free_cpus - job->cpus, n.node_id);
-      if (!best || key < best_key) {
-        best = &n;
-        best_key = key;
+      for (const auto& idle : n.offers) {
+        if (!market::Matches(job->query, idle)) continue;
+        if (OverBudget(*job, market::EstimateCost(idle, work, model).price_per_hour)) continue;
+        could_ever = true;
+        if (!n.online) continue;
+        // The offer as it stands now: only free GPUs, CPUs and memory count.
+        market::Offer now = idle;
+        std::vector<int> free = FreeGpus(n, idle);
+        now.gpus_available = static_cast<int>(free.size());
+        now.cpus = n.free_cpus;
+        now.memory_gb = n.free_memory_gb;
+        if (!market::Matches(job->query, now) || static_cast<int>(free.size()) < job->gpus ||
+            n.free_cpus < job->cpus || n.free_memory_gb + 1e-9 < job->memory_gb) {
+          continue;
+        }
+        int free_total = 0;
+        for (const auto& g : n.gpus) free_total += g.free ? 1 : 0;
         free.resize(job->gpus);
-        best_gpus = std::move(free);
+        Candidate c{&n,
+                    &idle,
+                    std::move(free),
+                    market::EstimateCost(now, work, model),
+                    free_total - job->gpus,
+                    n.free_cpus - job->cpus};
+        if (!best || Better(job->objective, c, *best)) best = std::move(c);
       }
     }
     if (best) {
-      for (auto& g : best->gpus) {
-        if (std::find(best_gpus.begin(), best_gpus.end(), g.index) != best_gpus.end()) {
+      for (auto& g : best->node->gpus) {
+        if (std::find(best->gpus.begin(), best->gpus.end(), g.index) != best->gpus.end()) {
           g.free = false;
         }
       }
-      best->free_cpus -= job->cpus;
-      best->free_memory_gb -= job->memory_gb;
-      plan.placements.push_back(
-          {job->job_id, best->node_id, best_gpus, AllocationPrice(*best, *job)});
+      best->node->free_cpus -= job->cpus;
+      best->node->free_memory_gb -= job->memory_gb;
+      plan.placements.push_back({job->job_id, best->node->node_id, best->offer->id, best->gpus,
+                                 best->estimate.price_per_hour, best->estimate});
     } else if (!could_ever) {
-      plan.waiting.push_back({job->job_id, true, NeverFitsReason(nodes, *job)});
+      plan.waiting.push_back({job->job_id, true, NeverFitsReason(nodes, *job, model)});
     } else {
       plan.waiting.push_back(
           {job->job_id, false, "waiting for capacity: every node that can run it is busy"});

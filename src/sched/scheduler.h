@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "market/offer.h"
+#include "market/query.h"
+#include "market/ranking.h"
+
 namespace sluice::sched {
 
 struct GpuSlot {
@@ -26,8 +30,12 @@ struct NodeCapacity {
   int free_cpus = 0;
   double total_memory_gb = 0;
   double free_memory_gb = 0;
-  double price_per_gpu_hour = 0;
-  double price_per_cpu_hour = 0;
+  // What the node sells when idle, exactly as `sluice offers` lists it: one offer per GPU label
+  // (with that label's GPU count as gpus and gpus_available), or one CPU offer for a node without
+  // GPUs; cpus and memory_gb are the node's totals. The scheduler derives the "now" view of each
+  // offer from the slots and free counts above, so jobs are matched by the very predicate the
+  // market query uses.
+  std::vector<market::Offer> offers;
 };
 
 struct JobRequest {
@@ -37,16 +45,21 @@ struct JobRequest {
   int gpus = 0;
   int cpus = 1;
   double memory_gb = 0;
-  std::vector<std::string> gpu_labels;  // acceptable labels; empty = any
-  std::optional<double> min_vram_gb;
+  market::Query query;  // the spec's resources, compiled by market::QueryFromResources
+  // The whole job's budget, checked against the price the ranking picks (the query bounds the
+  // per-GPU price only where one price applies; see market::PriceBasis).
   std::optional<double> max_price_per_hour;
+  market::Workload work;  // hours, capacity, checkpoints; gpus and cpus are taken from above
+  market::Objective objective = market::Objective::kCost;
 };
 
 struct Placement {
   std::string job_id;
   std::string node_id;
+  std::string offer_id;
   std::vector<int> gpus;      // GPU indices on the node
   double price_per_hour = 0;  // locked into the allocation
+  market::CostEstimate estimate;
 };
 
 struct Waiting {
@@ -62,12 +75,10 @@ struct Plan {
 
 // Jobs are considered by priority (high first), then submission order. A job that does not fit
 // now does not block smaller jobs behind it (backfill); GPUs, CPUs and memory placed earlier in
-// the same plan are no longer free for later jobs. Among nodes that fit, the cheapest allocation
-// wins, then the tightest fit (fewest free GPUs, then CPUs left), then node id for determinism.
-Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& queue);
-
-// The hourly price a job would pay on a node: GPUs at the GPU price, or CPUs at the CPU price
-// for CPU-only jobs.
-double AllocationPrice(const NodeCapacity& node, const JobRequest& job);
+// the same plan are no longer free for later jobs. Among the offers that match the job's query
+// now, the job's objective picks (market::CompareEstimates: expected cost to complete by
+// default), then the tightest fit (fewest free GPUs left, then CPUs), then node and offer id.
+Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& queue,
+              const market::CostModel& model = {});
 
 }  // namespace sluice::sched

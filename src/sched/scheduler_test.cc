@@ -5,21 +5,37 @@
 namespace sluice::sched {
 namespace {
 
+// A node of `gpus` identical GPUs, with the offer the server would derive from it.
 NodeCapacity Node(std::string id, int gpus, int cpus, double mem, std::string label = "h100-80gb",
-                  double price = 2.0) {
+                  double price = 2.0, double perf = 1.0, double vram = 80) {
   NodeCapacity n;
   n.node_id = id;
   n.name = id;
-  for (int i = 0; i < gpus; ++i) n.gpus.push_back({i, label, 80, true});
+  for (int i = 0; i < gpus; ++i) n.gpus.push_back({i, label, vram, true});
   n.total_cpus = n.free_cpus = cpus;
   n.total_memory_gb = n.free_memory_gb = mem;
-  n.price_per_gpu_hour = price;
-  n.price_per_cpu_hour = 0.05;
+  market::Offer o;
+  o.id = id + "/" + (gpus > 0 ? label : "cpu");
+  o.node = id;
+  if (gpus > 0) {
+    o.gpu_label = label;
+    o.gpu_model = label.substr(0, label.rfind('-'));
+    o.vram_gb = vram;
+  }
+  o.gpus = o.gpus_available = gpus;
+  o.cpus = cpus;
+  o.memory_gb = mem;
+  o.price_per_gpu_hour = price;
+  o.price_per_cpu_hour = 0.05;
+  o.perf_score = gpus > 0 ? perf : 0;
+  n.offers.push_back(o);
   return n;
 }
 
 JobRequest Job(std::string id, int gpus, int cpus = 1, double mem = 1, int prio = 0,
-               int64_t order = 0) {
+               int64_t order = 0, std::vector<std::string> labels = {},
+               std::optional<double> min_vram = std::nullopt,
+               std::optional<double> max_price = std::nullopt) {
   JobRequest j;
   j.job_id = id;
   j.gpus = gpus;
@@ -27,6 +43,10 @@ JobRequest Job(std::string id, int gpus, int cpus = 1, double mem = 1, int prio 
   j.memory_gb = mem;
   j.priority = prio;
   j.order = order;
+  j.max_price_per_hour = max_price;
+  auto q = market::QueryFromResources(labels, min_vram, gpus, cpus, mem, max_price);
+  EXPECT_TRUE(q.ok()) << q.status().message();
+  if (q.ok()) j.query = *q;
   return j;
 }
 
@@ -59,7 +79,10 @@ TEST(SchedulerTest, NeverFitsSaysWhy) {
   auto plan = Schedule({Node("cpu", 0, 4, 8)}, {Job("big", 2, 1, 1)});
   ASSERT_EQ(plan.waiting.size(), 1u);
   EXPECT_TRUE(plan.waiting[0].never_fits);
-  EXPECT_NE(plan.waiting[0].reason.find("1 lack 2 GPUs"), std::string::npos)
+  // The same explanation `sluice offers 'gpus>=2 ...'` gives.
+  EXPECT_NE(plan.waiting[0].reason.find("`gpus>=2` rules out 1"), std::string::npos)
+      << plan.waiting[0].reason;
+  EXPECT_NE(plan.waiting[0].reason.find("nearest: cpu/cpu lacks gpus>=2"), std::string::npos)
       << plan.waiting[0].reason;
 }
 
@@ -71,37 +94,77 @@ TEST(SchedulerTest, NoNodesSaysSo) {
 }
 
 TEST(SchedulerTest, LabelAndVramAndPriceFilter) {
-  auto a100 = Node("a", 1, 8, 32, "a100-40gb", 1.0);
-  a100.gpus[0].vram_gb = 40;
+  auto a100 = Node("a", 1, 8, 32, "a100-40gb", 1.0, 1.0, 40);
   auto h100 = Node("h", 1, 8, 32, "h100-80gb", 3.0);
-  JobRequest j = Job("j", 1);
-  j.min_vram_gb = 48;
-  auto plan = Schedule({a100, h100}, {j});
+  auto plan = Schedule({a100, h100}, {Job("j", 1, 1, 1, 0, 0, {}, 48.0)});
   ASSERT_EQ(plan.placements.size(), 1u);
   EXPECT_EQ(plan.placements[0].node_id, "h");
+  EXPECT_EQ(plan.placements[0].offer_id, "h/h100-80gb");
   EXPECT_DOUBLE_EQ(plan.placements[0].price_per_hour, 3.0);
 
-  j.max_price_per_hour = 2.0;
-  plan = Schedule({a100, h100}, {j});
+  plan = Schedule({a100, h100}, {Job("j", 1, 1, 1, 0, 0, {}, 48.0, 2.0)});
   ASSERT_EQ(plan.waiting.size(), 1u);
   EXPECT_TRUE(plan.waiting[0].never_fits);
-  EXPECT_NE(plan.waiting[0].reason.find("max_price_per_hour"), std::string::npos);
+  EXPECT_NE(plan.waiting[0].reason.find("`price<=2` rules out 1"), std::string::npos)
+      << plan.waiting[0].reason;
 
-  JobRequest k = Job("k", 1);
-  k.gpu_labels = {"a100-40gb"};
-  plan = Schedule({a100, h100}, {k});
+  plan = Schedule({a100, h100}, {Job("k", 1, 1, 1, 0, 0, {"a100"})});
   ASSERT_EQ(plan.placements.size(), 1u);
   EXPECT_EQ(plan.placements[0].node_id, "a");
 }
 
-TEST(SchedulerTest, CheapestThenTightestFit) {
-  auto cheap = Node("cheap", 4, 8, 32, "h100-80gb", 1.0);
-  auto pricey = Node("pricey", 1, 8, 32, "h100-80gb", 2.0);
-  auto plan = Schedule({pricey, cheap}, {Job("j", 1)});
-  EXPECT_EQ(plan.placements[0].node_id, "cheap");
+TEST(SchedulerTest, CpuJobBudgetIsCheckedOnTheCpuPrice) {
+  // 4 CPUs × $0.05 = $0.20/h.
+  auto plan = Schedule({Node("c", 0, 8, 16)}, {Job("ok", 0, 4, 1, 0, 0, {}, {}, 0.25)});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_DOUBLE_EQ(plan.placements[0].price_per_hour, 0.2);
+  plan = Schedule({Node("c", 0, 8, 16)}, {Job("poor", 0, 4, 1, 0, 0, {}, {}, 0.1)});
+  ASSERT_EQ(plan.waiting.size(), 1u);
+  EXPECT_TRUE(plan.waiting[0].never_fits);
+  EXPECT_NE(
+      plan.waiting[0].reason.find("cost more than max_price_per_hour $0.10 (cheapest $0.20/h)"),
+      std::string::npos)
+      << plan.waiting[0].reason;
+}
+
+TEST(SchedulerTest, PlacesByExpectedCostToCompleteNotHourlyPrice) {
+  // slow: $1/GPU-h at a quarter of the reference speed → $4 for a 1-hour job; fast: $2 → $2.
+  auto slow = Node("slow", 1, 8, 32, "t4-16gb", 1.0, 0.25, 16);
+  auto fast = Node("fast", 1, 8, 32, "h100-80gb", 2.0, 1.0);
+  JobRequest j = Job("j", 1);
+  j.work.hours = 1;
+  auto plan = Schedule({slow, fast}, {j});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].node_id, "fast");
+  EXPECT_DOUBLE_EQ(plan.placements[0].estimate.expected_cost, 2.0);
+  j.objective = market::Objective::kPrice;
+  EXPECT_EQ(Schedule({slow, fast}, {j}).placements[0].node_id, "slow");
+  j.objective = market::Objective::kTime;
+  fast.offers[0].price_per_gpu_hour = 10;  // fastest, but no longer cheapest to complete
+  EXPECT_EQ(Schedule({slow, fast}, {j}).placements[0].node_id, "fast");
+  j.objective = market::Objective::kCost;
+  EXPECT_EQ(Schedule({slow, fast}, {j}).placements[0].node_id, "slow");
+}
+
+TEST(SchedulerTest, TightestFitBreaksTies) {
+  auto big = Node("big", 4, 8, 32, "h100-80gb", 1.0);
   auto small = Node("small", 1, 8, 32, "h100-80gb", 1.0);
-  plan = Schedule({cheap, small}, {Job("j", 1)});
+  auto plan = Schedule({big, small}, {Job("j", 1)});
   EXPECT_EQ(plan.placements[0].node_id, "small");
+}
+
+TEST(SchedulerTest, AnAllocationIsOneGpuModel) {
+  // One a100 and one h100 on a node are two offers of one GPU each: a 2-GPU job fits neither.
+  NodeCapacity n = Node("mixed", 1, 8, 32, "a100-80gb", 1.0);
+  NodeCapacity h = Node("mixed", 1, 8, 32, "h100-80gb", 2.0);
+  n.gpus.push_back({1, "h100-80gb", 80, true});
+  n.offers.push_back(h.offers[0]);
+  auto plan = Schedule({n}, {Job("two", 2)});
+  ASSERT_EQ(plan.waiting.size(), 1u);
+  EXPECT_TRUE(plan.waiting[0].never_fits);
+  plan = Schedule({n}, {Job("one", 1, 1, 1, 0, 0, {"h100"})});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].gpus, std::vector<int>{1});
 }
 
 TEST(SchedulerTest, OfflineNodeCountsForNeverFitButTakesNoWork) {

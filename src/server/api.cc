@@ -6,6 +6,7 @@
 #include "market/explain.h"
 #include "market/offer.h"
 #include "market/query.h"
+#include "market/ranking.h"
 #include "spec/job_spec.h"
 
 namespace sluice::server {
@@ -159,6 +160,10 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     if (page.explanation) body["explain"] = market::ToJson(*page.explanation);
     return JsonResponse(200, body);
   }
+  if (coll == "estimate" && parts.size() == 3) {
+    if (m != "POST") return method_not_allowed();
+    return Estimate(req);
+  }
   if (coll == "catalogs" && parts.size() == 3) {
     if (m != "POST") return method_not_allowed();
     std::string name = QueryParam(req, "name");
@@ -249,7 +254,7 @@ HttpResponse Api::SubmitJob(const HttpRequest& req) {
     return ErrorResponse(Status::InvalidArgument("spec: required field is missing"));
   }
   for (auto it = body->begin(); it != body->end(); ++it) {
-    if (it.key() != "spec" && it.key() != "workdir_blob") {
+    if (it.key() != "spec" && it.key() != "workdir_blob" && it.key() != "queue") {
       return ErrorResponse(Status::InvalidArgument("unknown field `" + it.key() + "`"));
     }
   }
@@ -265,9 +270,76 @@ HttpResponse Api::SubmitJob(const HttpRequest& req) {
                                                    " (PUT /v1/blobs/<sha256> first)"));
     }
   }
-  auto job = core_->SubmitJob(*spec, *blob);
+  const Json& queue = body->contains("queue") ? (*body)["queue"] : Json(false);
+  if (!queue.is_boolean()) {
+    return ErrorResponse(Status::InvalidArgument("queue: expected true or false"));
+  }
+  auto job = core_->SubmitJob(*spec, *blob, queue.get<bool>());
   if (!job.ok()) return ErrorResponse(job.status());
   return JsonResponse(201, Json{{"job", JobToJson(*job)}});
+}
+
+HttpResponse Api::Estimate(const HttpRequest& req) {
+  auto body = ParseJson(req.body);
+  if (!body.ok()) return ErrorResponse(body.status());
+  if (!body->is_object() || !body->contains("spec")) {
+    return ErrorResponse(Status::InvalidArgument("spec: required field is missing"));
+  }
+  for (auto it = body->begin(); it != body->end(); ++it) {
+    if (it.key() != "spec" && it.key() != "hours" && it.key() != "objective" &&
+        it.key() != "limit") {
+      return ErrorResponse(Status::InvalidArgument("unknown field `" + it.key() + "`"));
+    }
+  }
+  auto spec = spec::JobSpecFromJson((*body)["spec"]);
+  if (!spec.ok()) {
+    return ErrorResponse(Status::InvalidArgument("spec." + spec.status().message()));
+  }
+  std::optional<double> hours;
+  if (body->contains("hours")) {
+    const Json& h = (*body)["hours"];
+    if (!h.is_number() || !(h.get<double>() > 0) || h.get<double>() > 100000) {
+      return ErrorResponse(
+          Status::InvalidArgument("hours: expected a number of hours in (0, 100000]"));
+    }
+    hours = h.get<double>();
+  }
+  std::optional<market::Objective> objective;
+  if (body->contains("objective")) {
+    const Json& o = (*body)["objective"];
+    auto parsed = o.is_string() ? market::ObjectiveFromName(o.get<std::string>()) : std::nullopt;
+    if (!parsed) {
+      return ErrorResponse(Status::InvalidArgument("objective: expected cost, time or price"));
+    }
+    objective = *parsed;
+  }
+  size_t limit = 10;
+  if (body->contains("limit")) {
+    const Json& l = (*body)["limit"];
+    if (!l.is_number_integer() || l.get<int64_t>() < 1 || l.get<int64_t>() > 1000) {
+      return ErrorResponse(Status::InvalidArgument("limit: expected an integer in [1, 1000]"));
+    }
+    limit = l.get<size_t>();
+  }
+  auto page = core_->Estimate(*spec, hours, objective, limit);
+  if (!page.ok()) return ErrorResponse(page.status());
+  const MarketRequest& r = page->request;
+  Json ranked = Json::array();
+  for (const auto& x : page->ranked) {
+    ranked.push_back({{"offer", market::ToJson(x.offer)},
+                      {"estimate", market::ToJson(x.estimate)},
+                      {"why", market::Why(x.estimate, r.work)},
+                      {"launchable", x.offer.source == market::OfferSource::kAgent}});
+  }
+  Json body_out{{"query", market::ToString(r.query)},
+                {"objective", std::string(market::Name(r.objective))},
+                {"hours", r.work.hours},
+                {"hours_assumed", r.hours_assumed},
+                {"matched", page->matched},
+                {"over_budget", page->over_budget},
+                {"offers", ranked}};
+  if (page->explanation) body_out["explain"] = market::ToJson(*page->explanation);
+  return JsonResponse(200, body_out);
 }
 
 HttpResponse Api::Stream(const HttpRequest& req, const std::string& id,

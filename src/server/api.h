@@ -40,6 +40,7 @@ class Api {
   HttpResponse Route(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
                      bool* streaming);
   HttpResponse SubmitJob(const HttpRequest& req);
+  HttpResponse Estimate(const HttpRequest& req);
   HttpResponse Stream(const HttpRequest& req, const std::string& id,
                       const std::shared_ptr<ResponseWriter>& w, bool* streaming);
 

@@ -69,6 +69,8 @@ int RunServer(const ServerOptions& opt) {
   core_opt.heartbeat_interval_ms = static_cast<int64_t>(opt.heartbeat_interval_s * 1000);
   core_opt.heartbeat_grace_ms = static_cast<int64_t>(opt.heartbeat_grace_s * 1000);
   core_opt.cancel_grace_ms = static_cast<int64_t>(opt.cancel_grace_s * 1000);
+  core_opt.cost_model.storage_price_per_gb_month = opt.storage_price_per_gb_month;
+  core_opt.cost_model.prior_interruptions_per_hour = opt.interruption_prior_per_hour;
   ServerCore core(store->get(), RealClock::Get(), core_opt);
   if (Status s = core.Load(); !s.ok()) {
     std::fprintf(stderr, "sluice server: loading state: %s\n", s.ToString().c_str());

@@ -14,6 +14,9 @@ struct ServerOptions {
   double cancel_grace_s = 10;
   double keep_alive_interval_s = 15;  // WebSocket ping period
   int threads = 2;
+  // The cost model (market/ranking.h) that ranks offers and places jobs.
+  double storage_price_per_gb_month = 0.02;   // what checkpoint storage costs users
+  double interruption_prior_per_hour = 0.05;  // interruptible capacity without history
 };
 
 int RunServer(const ServerOptions& options);

@@ -34,6 +34,54 @@ std::string GpuList(const std::vector<int>& gpus) {
 
 double GiB(uint64_t mib) { return static_cast<double>(mib) / 1024.0; }
 
+// What a node sells when idle (sched::NodeCapacity::offers): one offer per GPU label, or one CPU
+// offer. Every label and capability comes from the probed inventory, never from a claim.
+std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inventory& inv,
+                                      const sched::NodeCapacity& cap) {
+  market::Offer base;
+  base.provider = node.name;
+  base.node = cap.node_id;
+  base.region = node.region;
+  base.cpus = cap.total_cpus;
+  base.memory_gb = cap.total_memory_gb;
+  base.disk_gb = GiB(inv.disk_free_mib);
+  base.price_per_gpu_hour = node.price_per_gpu_hour;
+  base.price_per_cpu_hour = node.price_per_cpu_hour;
+  base.driver_version = inv.driver_version;
+  base.cuda_version = inv.cuda_version;
+  base.toolkits = inv.cuda_toolkits;
+  base.torch_builds = inv.torch_builds;
+  base.verified = market::VerifiedState::kUnverified;  // conformance arrives with issue 5
+  base.source = market::OfferSource::kAgent;
+  if (cap.gpus.empty()) {
+    base.id = cap.node_id + "/cpu";
+    base.perf_score = 0;
+    return {base};
+  }
+  std::map<std::string, market::Offer> by_label;
+  for (const auto& g : cap.gpus) {
+    auto [it, fresh] = by_label.try_emplace(g.label, base);
+    market::Offer& o = it->second;
+    if (fresh) {
+      o.id = cap.node_id + "/" + g.label;
+      o.gpu_label = g.label;
+      o.gpu_model = g.label.substr(0, g.label.rfind('-'));
+      o.vram_gb = g.vram_gb;
+      for (const auto& gi : inv.gpus) {
+        if (gi.index != g.index) continue;
+        o.form_factor = market::FormFactor(gi.name);
+        o.compute_capability = gi.compute_capability;
+      }
+      o.perf_score = market::PerfScore(g.label, o.form_factor);
+    }
+    o.gpus++;
+    o.gpus_available++;
+  }
+  std::vector<market::Offer> out;
+  for (auto& [label, o] : by_label) out.push_back(std::move(o));
+  return out;
+}
+
 }  // namespace
 
 ServerCore::ServerCore(store::Store* store, const Clock* clock, CoreOptions options)
@@ -55,9 +103,13 @@ Status ServerCore::Load() {
     JobState js;
     auto spec = spec::JobSpecFromJson(j.spec);
     if (spec.ok()) js.spec = *spec;
-    if (!js.spec.resources.gpu.empty()) {
-      auto res = market::ResolveGpuLabel(js.spec.resources.gpu);
-      if (res.ok()) js.gpu_labels = res->labels;
+    // It compiled when submitted. Should a label have left the registry since, the job keeps a
+    // query that matches nothing, so it waits with a reason instead of running anywhere.
+    auto market = CompileJob(js.spec);
+    if (market.ok()) {
+      js.market = *std::move(market);
+    } else {
+      js.market.query = *market::ParseQuery("id=''");
     }
     js.order = next_order_++;
     js.record = std::move(j);
@@ -155,8 +207,7 @@ std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
     }
     cap.total_cpus = cap.free_cpus = inv->cpu_cores;
     cap.total_memory_gb = cap.free_memory_gb = GiB(inv->memory_mib);
-    cap.price_per_gpu_hour = ns.record.price_per_gpu_hour;
-    cap.price_per_cpu_hour = ns.record.price_per_cpu_hour;
+    cap.offers = IdleOffers(ns.record, *inv, cap);
     out.push_back(std::move(cap));
   }
   for (const auto& [aid, att] : active_attempts_) {
@@ -183,13 +234,14 @@ Status ServerCore::ScheduleLocked() {
     r.gpus = js.spec.resources.gpus;
     r.cpus = js.spec.resources.cpus;
     r.memory_gb = js.spec.resources.memory_gb;
-    r.gpu_labels = js.gpu_labels;
-    r.min_vram_gb = js.spec.resources.min_vram_gb;
-    r.max_price_per_hour = js.spec.max_price_per_hour;
+    r.query = js.market.query;
+    r.max_price_per_hour = js.market.max_price_per_hour;
+    r.work = js.market.work;
+    r.objective = js.market.objective;
     queue.push_back(std::move(r));
   }
   if (queue.empty()) return Status::Ok();
-  sched::Plan plan = sched::Schedule(CapacityLocked(), queue);
+  sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model);
 
   WriteBatch batch;
   std::vector<proto::Assign> assigns;
@@ -215,6 +267,10 @@ Status ServerCore::ScheduleLocked() {
     std::string msg = "placed on " + node_name + " (" + p.node_id + ")";
     if (!p.gpus.empty()) msg += ", GPUs " + GpuList(p.gpus);
     msg += ", price locked at " + Money(p.price_per_hour);
+    // Why here: the ranking that chose this offer, in the words `sluice estimate` uses.
+    msg += "; best by " + std::string(market::Name(js.market.objective)) + ": " +
+           market::Why(p.estimate, js.market.work);
+    if (js.market.hours_assumed) msg += " (assuming 1 h of work; set expected_hours)";
     batch.events.push_back(EventLocked(p.job_id, "placed", msg));
     batch.jobs.push_back(js.record);
     batch.attempts.push_back(att);
@@ -362,20 +418,28 @@ Status ServerCore::LoseNodeLocked(NodeState& node, const std::string& why) {
 
 // ---------------------------------------------------------------- user API
 
-Result<JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
-                                        const std::string& workdir_blob) {
-  std::vector<std::string> labels;
-  if (!spec.resources.gpu.empty()) {
-    auto res = market::ResolveGpuLabel(spec.resources.gpu);
-    if (!res.ok()) {
-      return Status::InvalidArgument("resources.gpu: " + res.status().message());
-    }
-    labels = res->labels;
-  }
+Result<JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec, const std::string& workdir_blob,
+                                        bool queue_unschedulable) {
+  SLUICE_ASSIGN_OR_RETURN(MarketRequest market, CompileJob(spec));
   std::lock_guard<std::mutex> lock(mu_);
   JobState js;
   js.spec = spec;
-  js.gpu_labels = labels;
+  js.market = std::move(market);
+  if (!queue_unschedulable) {
+    // Refuse what can never run rather than let it queue forever (DESIGN.md §6).
+    sched::JobRequest probe;
+    probe.job_id = "submitted";
+    probe.gpus = spec.resources.gpus;
+    probe.cpus = spec.resources.cpus;
+    probe.memory_gb = spec.resources.memory_gb;
+    probe.query = js.market.query;
+    probe.max_price_per_hour = js.market.max_price_per_hour;
+    probe.work = js.market.work;
+    sched::Plan plan = sched::Schedule(CapacityLocked(), {probe}, options_.cost_model);
+    if (!plan.waiting.empty() && plan.waiting[0].never_fits) {
+      return Status::FailedPrecondition(UnschedulableMessageLocked(js.market, plan.waiting[0]));
+    }
+  }
   js.order = next_order_++;
   JobRecord& job = js.record;
   job.id = NewId("job-");
@@ -394,6 +458,60 @@ Result<JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
   Status s = ScheduleLocked();
   if (!s.ok()) return s;
   return jobs_[id].record;
+}
+
+std::string ServerCore::UnschedulableMessageLocked(const MarketRequest& market,
+                                                   const sched::Waiting& waiting) const {
+  std::string msg = waiting.reason;
+  // Catalog offers are not launchable, but they tell the user where such capacity exists.
+  auto refs = catalog_index_.Search(market.query, {{market::Field::kPrice, false}},
+                                    market::OfferIndex::kNoLimit);
+  if (!refs.empty()) {
+    const market::Offer& o = *refs.front();
+    char price[32];
+    std::snprintf(price, sizeof price, "%.4g", o.price_per_gpu_hour);
+    msg += "\n" + std::to_string(refs.size()) + " catalog offer" + (refs.size() == 1 ? "" : "s") +
+           " match it (listed for comparison, not launchable); the cheapest is " + o.provider +
+           " " + o.node + (o.region.empty() ? "" : " in " + o.region) + " at $" + price + "/GPU-h";
+  }
+  msg +=
+      "\nsee `sluice estimate` for what fits, or submit with `sluice run --queue` to wait for "
+      "a node that can run it";
+  return msg;
+}
+
+Result<EstimatePage> ServerCore::Estimate(const spec::JobSpec& spec, std::optional<double> hours,
+                                          std::optional<market::Objective> objective,
+                                          size_t limit) {
+  EstimatePage page;
+  SLUICE_ASSIGN_OR_RETURN(page.request, CompileJob(spec, hours, objective));
+  const MarketRequest& req = page.request;
+  std::vector<market::Offer> candidates;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& o : AgentOffersLocked()) {
+      if (market::Matches(req.query, o)) candidates.push_back(std::move(o));
+    }
+    for (const auto& ref : catalog_index_.Search(req.query, {}, market::OfferIndex::kNoLimit)) {
+      candidates.push_back(*ref);
+    }
+  }
+  if (req.max_price_per_hour) {
+    // The query bounds the per-GPU price where one price applies; the budget is for the whole
+    // allocation at the price the cost model picks.
+    std::erase_if(candidates, [&](const market::Offer& o) {
+      bool over = market::EstimateCost(o, req.work, options_.cost_model).price_per_hour >
+                  *req.max_price_per_hour + 1e-9;
+      page.over_budget += over;
+      return over;
+    });
+  }
+  page.matched = candidates.size();
+  page.ranked = market::Rank(candidates, req.work, options_.cost_model, req.objective, limit);
+  if (page.matched == 0 && page.over_budget == 0) {
+    page.explanation = market::Explain(req.query, ListOffers(), 3);
+  }
+  return page;
 }
 
 std::vector<JobRecord> ServerCore::ListJobs(std::optional<st::JobState> state, size_t limit) {
@@ -491,51 +609,14 @@ std::vector<market::Offer> ServerCore::AgentOffersLocked() const {
   std::vector<market::Offer> out;
   for (const auto& cap : CapacityLocked()) {
     if (!cap.online) continue;  // offers from disconnected or lost nodes are withdrawn
-    const NodeState& ns = nodes_.at(cap.node_id);
-    auto inv = InventoryFromJson(ns.record.inventory);
-    market::Offer base;
-    base.provider = ns.record.name;
-    base.node = cap.node_id;
-    base.region = ns.record.region;
-    base.cpus = cap.free_cpus;
-    base.memory_gb = cap.free_memory_gb;
-    base.price_per_gpu_hour = cap.price_per_gpu_hour;
-    base.verified = market::VerifiedState::kUnverified;  // conformance arrives with issue 5
-    base.source = market::OfferSource::kAgent;
-    if (inv.ok()) {
-      base.driver_version = inv->driver_version;
-      base.cuda_version = inv->cuda_version;
-      base.disk_gb = GiB(inv->disk_free_mib);
+    for (market::Offer o : cap.offers) {
+      // As free right now.
+      o.gpus_available = 0;
+      for (const auto& g : cap.gpus) o.gpus_available += g.free && g.label == o.gpu_label;
+      o.cpus = cap.free_cpus;
+      o.memory_gb = cap.free_memory_gb;
+      out.push_back(std::move(o));
     }
-    if (cap.gpus.empty()) {
-      base.id = cap.node_id + "/cpu";
-      base.perf_score = 0;
-      out.push_back(base);
-      continue;
-    }
-    // One offer per GPU label on the node.
-    std::map<std::string, market::Offer> by_label;
-    for (const auto& g : cap.gpus) {
-      auto [it, fresh] = by_label.try_emplace(g.label, base);
-      market::Offer& o = it->second;
-      if (fresh) {
-        o.id = cap.node_id + "/" + g.label;
-        o.gpu_label = g.label;
-        o.gpu_model = g.label.substr(0, g.label.rfind('-'));
-        o.vram_gb = g.vram_gb;
-        if (inv.ok()) {
-          for (const auto& gi : inv->gpus) {
-            if (gi.index != g.index) continue;
-            o.form_factor = market::FormFactor(gi.name);
-            o.compute_capability = gi.compute_capability;
-          }
-        }
-        o.perf_score = market::PerfScore(g.label, o.form_factor);
-      }
-      o.gpus++;
-      o.gpus_available += g.free ? 1 : 0;
-    }
-    for (auto& [label, o] : by_label) out.push_back(std::move(o));
   }
   return out;
 }

@@ -26,6 +26,7 @@
 #include "market/offer_index.h"
 #include "market/query.h"
 #include "sched/scheduler.h"
+#include "server/job_market.h"
 #include "spec/job_spec.h"
 #include "store/blob_store.h"
 #include "store/store.h"
@@ -44,6 +45,7 @@ struct CoreOptions {
   int64_t heartbeat_interval_ms = 3000;  // told to agents in `welcome`
   int64_t heartbeat_grace_ms = 15000;    // silence after which a node is lost
   int64_t cancel_grace_ms = 10000;       // SIGTERM -> SIGKILL on the agent
+  market::CostModel cost_model;          // how offers are ranked and jobs placed
 };
 
 struct JobDetail {
@@ -67,6 +69,15 @@ struct OfferPage {
   std::optional<market::Explanation> explanation;  // set when nothing matched
 };
 
+// What `POST /v1/estimate` returns.
+struct EstimatePage {
+  MarketRequest request;
+  std::vector<market::RankedOffer> ranked;  // best first
+  size_t matched = 0;                       // offers matching the query within budget
+  size_t over_budget = 0;                   // matching the query but above max_price_per_hour
+  std::optional<market::Explanation> explanation;  // set when nothing matched
+};
+
 // One item of a job's stream: {"type":"event"|"log"|"end", ...}. Returns false when the reader
 // is gone, and the core drops the subscription. A null item is a liveness probe (Tick sends it so
 // readers that left a job that never ends are dropped too); it must not be written.
@@ -81,8 +92,16 @@ class ServerCore {
   Status Load();
 
   // --- user API ---
-  // Validates (including the GPU label), persists, schedules. Returns the job as stored.
-  Result<store::JobRecord> SubmitJob(const spec::JobSpec& spec, const std::string& workdir_blob);
+  // Validates (including the GPU label), persists, schedules. Returns the job as stored. A job
+  // no registered node could ever run is refused with FailedPrecondition and the explanation,
+  // unless `queue_unschedulable` (it then waits, with the reason, for such a node to join).
+  Result<store::JobRecord> SubmitJob(const spec::JobSpec& spec, const std::string& workdir_blob,
+                                     bool queue_unschedulable = false);
+  // The offers a job could use, ranked by `objective` (issue 3 item 5): live agent offers and
+  // catalog offers alike, each with its cost estimate. `hours` and `objective` override the
+  // spec's.
+  Result<EstimatePage> Estimate(const spec::JobSpec& spec, std::optional<double> hours,
+                                std::optional<market::Objective> objective, size_t limit);
   std::vector<store::JobRecord> ListJobs(std::optional<store::JobState> state, size_t limit);
   Result<JobDetail> GetJob(const std::string& id);
   Result<store::JobRecord> CancelJob(const std::string& id);
@@ -124,8 +143,8 @@ class ServerCore {
   };
   struct JobState {
     store::JobRecord record;
-    std::vector<std::string> gpu_labels;  // resolved from spec.resources.gpu
     spec::JobSpec spec;
+    MarketRequest market;  // compiled from spec
     int64_t order = 0;
     bool never_fits = false;
   };
@@ -154,6 +173,10 @@ class ServerCore {
   void SendLocked(const std::string& node_id, const Json& msg);
   Status LoseNodeLocked(NodeState& node, const std::string& why);
   Json EndItemLocked(const store::JobRecord& job) const;
+  // Why a job cannot be submitted: the scheduler's reason, what the catalogs would offer, and
+  // how to queue it anyway.
+  std::string UnschedulableMessageLocked(const MarketRequest& market,
+                                         const sched::Waiting& waiting) const;
 
   // Constant after construction.
   store::Store* const store_;

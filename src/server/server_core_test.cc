@@ -122,14 +122,131 @@ TEST_F(ServerCoreTest, NonZeroExitFailsJob) {
   EXPECT_EQ(d->job.exit_code, 3);
 }
 
-TEST_F(ServerCoreTest, JobThatCanNeverFitSaysWhyAndWaits) {
+TEST_F(ServerCoreTest, JobThatCanNeverFitIsRefusedWithWhyUnlessQueued) {
   auto link = std::make_shared<RecordingLink>();
   ASSERT_TRUE(core_->AgentHello(link, CpuHello()).ok());
-  auto job = core_->SubmitJob(Spec(1, 2), "");
+  // Refused, with the explanation, and nothing stored.
+  auto refused = core_->SubmitJob(Spec(1, 2), "");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("`gpus>=2` rules out 1"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("sluice run --queue"), std::string::npos);
+  EXPECT_TRUE(core_->ListJobs(std::nullopt, 10).empty());
+  // Asked to queue anyway: it waits with the reason.
+  auto job = core_->SubmitJob(Spec(1, 2), "", /*queue_unschedulable=*/true);
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->state, store::JobState::kQueued);
   EXPECT_NE(job->reason.find("can ever run"), std::string::npos) << job->reason;
   EXPECT_TRUE(link->OfType("assign").empty());
+}
+
+TEST_F(ServerCoreTest, RefusalNamesMatchingCatalogCapacity) {
+  ASSERT_TRUE(core_->AgentHello(std::make_shared<RecordingLink>(), CpuHello()).ok());
+  ASSERT_TRUE(core_
+                  ->ImportCatalog("lam.csv",
+                                  "cloud,instance_type,accelerator_name,accelerator_count,"
+                                  "gpu_memory_gib,vcpus,memory_gib,price,spot_price,region,zone\n"
+                                  "lambda,gpu_8x_h100,H100,8,80,208,1600,23.92,,us-east-1,\n")
+                  .ok());
+  spec::JobSpec s = Spec(1, 8);
+  s.resources.gpu = "h100";
+  auto refused = core_->SubmitJob(s, "");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find(
+                "1 catalog offer match it (listed for comparison, not launchable); the cheapest "
+                "is lambda gpu_8x_h100 in us-east-1 at $2.99/GPU-h"),
+            std::string::npos)
+      << refused.status().message();
+}
+
+// Two GPU nodes: a cheap slow one and a dearer fast one. The scheduler and the estimate agree
+// on the ranking, and the `placed` event says why.
+TEST_F(ServerCoreTest, PlacementAndEstimateRankByExpectedCostToComplete) {
+  auto gpu_hello = [&](std::string name, std::string gpu, uint64_t mib, double price) {
+    proto::Hello h = CpuHello();
+    h.name = name;
+    h.inventory.hostname = name;
+    h.price_per_gpu_hour = price;
+    GpuInfo g;
+    g.name = gpu;
+    g.memory_mib = mib;
+    g.uuid = "GPU-" + name;
+    h.inventory.gpus.push_back(g);
+    return h;
+  };
+  // T4: FP16 65 TFLOPS vs A100's BF16 312 → perf ≈ 0.21; at $0.5/h a 10 h job costs ≈ $24.
+  // H100 SXM: ≈ 3.2× the A100 at $3/h → ≈ $9.5. Cheapest per hour is not cheapest to complete.
+  auto t4 = std::make_shared<RecordingLink>();
+  auto h100 = std::make_shared<RecordingLink>();
+  ASSERT_TRUE(core_->AgentHello(t4, gpu_hello("t4box", "Tesla T4", 15360, 0.5)).ok());
+  ASSERT_TRUE(
+      core_->AgentHello(h100, gpu_hello("h100box", "NVIDIA H100 80GB HBM3", 81559, 3.0)).ok());
+  spec::JobSpec s = Spec(1, 1);
+  s.expected_hours = 10;
+
+  auto est = core_->Estimate(s, std::nullopt, std::nullopt, 10);
+  ASSERT_TRUE(est.ok()) << est.status().ToString();
+  ASSERT_EQ(est->ranked.size(), 2u);
+  EXPECT_EQ(est->ranked[0].offer.gpu_label, "h100-80gb");
+  EXPECT_LT(est->ranked[0].estimate.expected_cost, est->ranked[1].estimate.expected_cost);
+  EXPECT_FALSE(est->request.hours_assumed);
+  auto by_price = core_->Estimate(s, std::nullopt, market::Objective::kPrice, 10);
+  EXPECT_EQ(by_price->ranked[0].offer.gpu_label, "t4-16gb");
+  // --hours overrides the spec; cost scales with it.
+  auto longer = core_->Estimate(s, 20.0, std::nullopt, 10);
+  EXPECT_NEAR(longer->ranked[0].estimate.expected_cost, 2 * est->ranked[0].estimate.expected_cost,
+              1e-9);
+
+  auto job = core_->SubmitJob(s, "");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(h100->OfType("assign").size(), 1u);
+  EXPECT_TRUE(t4->OfType("assign").empty());
+  auto detail = core_->GetJob(job->id);
+  bool said_why = false;
+  for (const auto& ev : detail->events) {
+    if (ev.type == "placed")
+      said_why = ev.message.find("best by cost: $3.00/h") != std::string::npos;
+  }
+  EXPECT_TRUE(said_why);
+  // The job ends; with both nodes free again, a job that asks for the lowest hourly price
+  // goes to the T4.
+  std::string att = h100->OfType("assign")[0]["attempt_id"];
+  ASSERT_TRUE(core_
+                  ->AgentMessage(est->ranked[0].offer.node, h100.get(),
+                                 proto::ToJson(proto::Exited{att, 0, 0, ""}))
+                  .ok());
+  ASSERT_EQ(core_->GetJob(job->id)->job.state, store::JobState::kSucceeded);
+  s.objective = "price";
+  auto cheap = core_->SubmitJob(s, "");
+  ASSERT_TRUE(cheap.ok());
+  EXPECT_EQ(t4->OfType("assign").size(), 1u);
+  EXPECT_EQ(h100->OfType("assign").size(), 1u);
+}
+
+TEST_F(ServerCoreTest, EstimateExplainsAnEmptyResultAndCountsOverBudget) {
+  proto::Hello h = CpuHello();
+  h.price_per_cpu_hour = 0.1;
+  ASSERT_TRUE(core_->AgentHello(std::make_shared<RecordingLink>(), h).ok());
+  spec::JobSpec s = Spec(2, 0);
+  s.max_price_per_hour = 0.1;  // 2 CPUs × $0.1 = $0.2/h: over budget
+  auto over = core_->Estimate(s, std::nullopt, std::nullopt, 10);
+  ASSERT_TRUE(over.ok());
+  EXPECT_EQ(over->matched, 0u);
+  EXPECT_EQ(over->over_budget, 1u);
+  s.max_price_per_hour.reset();
+  s.resources.cpus = 64;
+  auto none = core_->Estimate(s, std::nullopt, std::nullopt, 10);
+  ASSERT_TRUE(none.ok());
+  ASSERT_TRUE(none->explanation.has_value());
+  EXPECT_EQ(market::Summary(*none->explanation), "of 1 offer, `cpus>=64` rules out 1; nearest: " +
+                                                     none->explanation->nearest[0].offer.id +
+                                                     " lacks cpus>=64");
+  EXPECT_TRUE(none->request.hours_assumed);
+  s.resources.gpu = "a10o";
+  auto typo = core_->Estimate(s, std::nullopt, std::nullopt, 10);
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("did you mean"), std::string::npos);
 }
 
 TEST_F(ServerCoreTest, QueuedJobStartsWhenCapacityFrees) {

@@ -33,9 +33,9 @@ constexpr size_t kMaxGpuLabelBytes = 64;
 // already an error and need not be walked (a caller-built Json could be arbitrarily deep).
 constexpr int kMaxJsonDepth = 8;
 
-constexpr std::string_view kTopFields[] = {"name",     "resources",      "run",
-                                           "env",      "workdir",        "max_price_per_hour",
-                                           "priority", "expected_hours", "lifecycle"};
+constexpr std::string_view kTopFields[] = {
+    "name",     "resources",      "run",       "env",      "workdir", "max_price_per_hour",
+    "priority", "expected_hours", "lifecycle", "objective"};
 constexpr std::string_view kResourceFields[] = {"gpu", "min_vram_gb", "gpus", "cpus", "memory_gb"};
 constexpr std::string_view kLifecycleFields[] = {"capacity", "checkpoint_interval",
                                                  "checkpoint_size_gb"};
@@ -201,6 +201,12 @@ class Validator {
                            " hours, got " + v.text);
         }
         spec.expected_hours = hours;
+      } else if (k == "objective") {
+        SLUICE_ASSIGN_OR_RETURN(std::string o, Text(v, k));
+        if (v.kind != Kind::kString || (o != "cost" && o != "time" && o != "price")) {
+          return Error(v.pos, k, "expected one of cost, time, price, got " + Describe(v));
+        }
+        spec.objective = o;
       }
     }
     if (!have_run) return Error(root.pos, "run", "is required: the bash script the job runs");
@@ -547,6 +553,7 @@ Json ToJson(const JobSpec& spec) {
   if (spec.max_price_per_hour) j["max_price_per_hour"] = *spec.max_price_per_hour;
   j["priority"] = spec.priority;
   if (spec.expected_hours) j["expected_hours"] = *spec.expected_hours;
+  if (!spec.objective.empty()) j["objective"] = spec.objective;
   const Lifecycle& lc = spec.lifecycle;
   if (lc != Lifecycle{}) {
     Json lifecycle = Json::object();

@@ -74,6 +74,9 @@ struct JobSpec {
   // How long the job runs on the reference GPU (a100-80gb) with the requested GPU count (for a
   // CPU-only job: on the requested CPUs); (0, 100000]. Used to rank offers by cost and time.
   std::optional<double> expected_hours;
+  // What placement minimises: "cost" (expected cost to complete; empty means this), "time"
+  // (expected time to complete) or "price" (the hourly price).
+  std::string objective;
   Lifecycle lifecycle;
 
   bool operator==(const JobSpec&) const = default;

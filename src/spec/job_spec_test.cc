@@ -114,6 +114,25 @@ TEST(JobSpecYaml, EveryCapacityParses) {
   EXPECT_EQ(CapacityFromName(""), std::nullopt);
 }
 
+TEST(JobSpecYaml, ObjectiveIsCostTimeOrPrice) {
+  for (const char* o : {"cost", "time", "price"}) {
+    auto r = ParseJobSpecYaml("run: x\nobjective: " + std::string(o) + "\n", "job.yaml");
+    ASSERT_TRUE(r.ok()) << o << ": " << r.status().message();
+    EXPECT_EQ(r->objective, o);
+    auto back = JobSpecFromJson(ToJson(*r));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->objective, o);
+  }
+  auto none = ParseJobSpecYaml("run: x\n", "job.yaml");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->objective, "");
+  EXPECT_FALSE(ToJson(*none).contains("objective"));
+  auto bad = ParseJobSpecYaml("run: x\nobjective: fastest\n", "job.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "job.yaml:2:12: objective: expected one of cost, time, price, got string \"fastest\"");
+}
+
 TEST(JobSpecYaml, ExpectedHoursAndCheckpointSizeBounds) {
   struct Case {
     std::string yaml;

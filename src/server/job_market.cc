@@ -1,0 +1,66 @@
+#include "server/job_market.h"
+
+#include "market/gpu_labels.h"
+
+namespace sluice::server {
+
+Result<MarketRequest> CompileJob(const spec::JobSpec& spec, std::optional<double> hours,
+                                 std::optional<market::Objective> objective) {
+  MarketRequest req;
+  const auto& res = spec.resources;
+  std::vector<std::string> labels;
+  if (!res.gpu.empty()) {
+    auto resolved = market::ResolveGpuLabel(res.gpu);
+    if (!resolved.ok()) {
+      return Status::InvalidArgument("resources.gpu: " + resolved.status().message());
+    }
+    labels = resolved->labels;
+  }
+  market::PriceBasis basis = market::PriceBasis::kOnDemand;
+  switch (spec.lifecycle.capacity) {
+    case spec::Capacity::kOnDemand:
+      break;
+    case spec::Capacity::kInterruptible:
+      basis = market::PriceBasis::kInterruptible;
+      req.work.interruptible = true;
+      break;
+    case spec::Capacity::kInterruptibleThenOnDemand:
+      basis = market::PriceBasis::kEither;
+      req.work.interruptible = true;
+      req.work.fallback_on_demand = true;
+      break;
+  }
+  // The spec's defaults (1 CPU, 1 GB) add no condition: every machine has that much, and a
+  // catalog row that does not list CPUs or memory must not be ruled out by a default the user
+  // never wrote. The scheduler still accounts for them on the node.
+  const int cpus = res.cpus > spec::Resources{}.cpus ? res.cpus : 0;
+  const double memory_gb = res.memory_gb > spec::Resources{}.memory_gb ? res.memory_gb : 0;
+  SLUICE_ASSIGN_OR_RETURN(
+      req.query, market::QueryFromResources(labels, res.min_vram_gb, res.gpus, cpus, memory_gb,
+                                            spec.max_price_per_hour, basis));
+  req.work.gpus = res.gpus;
+  req.work.cpus = res.cpus;
+  if (hours) {
+    req.work.hours = *hours;
+  } else if (spec.expected_hours) {
+    req.work.hours = *spec.expected_hours;
+  } else {
+    req.work.hours = kDefaultExpectedHours;
+    req.hours_assumed = true;
+  }
+  if (spec.lifecycle.checkpoint_interval_s) {
+    req.work.checkpoint_interval_hours = *spec.lifecycle.checkpoint_interval_s / 3600.0;
+  }
+  req.work.checkpoint_size_gb = spec.lifecycle.checkpoint_size_gb;
+  if (objective) {
+    req.objective = *objective;
+  } else if (!spec.objective.empty()) {
+    auto named = market::ObjectiveFromName(spec.objective);
+    if (!named) return Status::InvalidArgument("objective: expected cost, time or price");
+    req.objective = *named;
+  }
+  req.max_price_per_hour = spec.max_price_per_hour;
+  return req;
+}
+
+}  // namespace sluice::server
