@@ -260,6 +260,36 @@ TEST_F(E2ETest, EstimateRanksAgentAndCatalogOffersByExpectedCost) {
   })) << cluster_.Cli({"job", id}).out;
 }
 
+// What `cmd` prints, trimmed; "" when it fails. The test's own view of this machine.
+std::string ShellOutput(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[256];
+  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  return pclose(p) == 0 ? Trim(out) : "";
+}
+
+TEST_F(E2ETest, SoftwareFactsComeFromTheMachine) {
+  cluster_.probe_software = true;
+  cluster_.StartAgent("sw");
+  Json nodes = cluster_.CliJson({"nodes"});
+  ASSERT_TRUE(nodes.is_array() && nodes.size() == 1u);
+  const Json& inv = nodes[0]["inventory"];
+  EXPECT_EQ(inv.value("python_version", ""),
+            ShellOutput("python3 -c \"import sys; print('%d.%d.%d' % sys.version_info[:3])\""));
+  std::string torch = ShellOutput("python3 -c 'import torch; print(torch.__version__)'");
+  Json offers = cluster_.CliJson({"offers"});
+  ASSERT_EQ(offers.size(), 1u);
+  if (torch.empty()) {
+    EXPECT_TRUE(offers[0]["torch_builds"].empty());
+  } else {
+    EXPECT_EQ(offers[0]["torch_builds"], Json::array({torch}));
+    // Queryable like any other fact.
+    EXPECT_EQ(cluster_.CliJson({"offers", "torch=" + torch}).size(), 1u);
+  }
+}
+
 TEST_F(E2ETest, GpuInventoryFromRecordedNvidiaSmiShowsInOffers) {
   std::string fixture =
       std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/tests/fixtures/nvidia-smi/h100-sxm5-80gb-1.txt";

@@ -244,6 +244,7 @@ Daemon* Cluster::StartAgent(const std::string& name, std::vector<std::string> ex
                                    name,
                                    "--keep-alive-interval",
                                    "1"};
+  if (!probe_software) argv.push_back("--skip-software-probe");
   for (const auto& e : extra) argv.push_back(e);
   agents_[name] = std::make_unique<Daemon>(argv, std::map<std::string, std::string>{},
                                            dir_ + "/agent-" + name + ".log");

@@ -64,8 +64,11 @@ class Cluster {
   void StartServer(std::vector<std::string> extra = {});
   void KillServer(int sig);
   // Starts an agent named `name` with its own data dir and waits until it is online.
+  // Agents skip the software probe (python/torch imports take seconds) unless a test sets
+  // probe_software before starting them.
   Daemon* StartAgent(const std::string& name, std::vector<std::string> extra = {},
                      bool wait_online = true);
+  bool probe_software = false;
 
   // Runs the CLI against this cluster's server with the admin token.
   CommandResult Cli(std::vector<std::string> args,

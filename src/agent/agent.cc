@@ -549,6 +549,7 @@ int Agent::Run() {
   ProbeOptions popt;
   popt.data_dir = opt_.data_dir;
   popt.nvidia_smi_file = opt_.nvidia_smi_file;
+  popt.skip_software = opt_.skip_software_probe;
   auto inv = TryProbeHost(popt);
   if (!inv.ok()) {
     std::fprintf(stderr, "sluice agent: probe: %s\n", inv.status().message().c_str());

@@ -20,6 +20,7 @@ struct AgentOptions {
   double price_per_cpu_hour = 0;
   std::string region;
   std::string nvidia_smi_file;        // probe GPUs from a recorded file (tests, dry runs)
+  bool skip_software_probe = false;   // offer no toolkits/PyTorch (faster start: no python run)
   double keep_alive_interval_s = 15;  // WebSocket ping period
   double max_backoff_s = 5;           // reconnect backoff ceiling
   double stop_grace_s = 5;            // on SIGTERM: jobs get this long after their SIGTERM

@@ -165,7 +165,7 @@ void AddSoftware(Inventory& inv) {
 
 Result<Inventory> TryProbeHost(const ProbeOptions& opts) {
   SLUICE_ASSIGN_OR_RETURN(Inventory inv, TryProbeHardware(opts));
-  AddSoftware(inv);
+  if (!opts.skip_software) AddSoftware(inv);
   return inv;
 }
 
@@ -177,7 +177,7 @@ Inventory ProbeHost(const ProbeOptions& opts) {
     r = TryProbeHardware(no_gpus);  // cannot fail without GPU probing
   }
   Inventory inv = std::move(r).value();
-  AddSoftware(inv);
+  if (!opts.skip_software) AddSoftware(inv);
   return inv;
 }
 

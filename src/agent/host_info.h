@@ -16,6 +16,7 @@ struct ProbeOptions {
   std::string data_dir = ".";   // disk_free_mib is measured on the filesystem holding this
   std::string nvidia_smi_file;  // when set, GPUs come from this recorded output
   bool skip_gpus = false;       // no GPU probing at all (gpu_source "none")
+  bool skip_software = false;   // no toolkit/Python/PyTorch probing (they are reported empty)
 };
 
 // Fills every field; never fails. An unreadable fact is left empty/zero, and GPU probing falls

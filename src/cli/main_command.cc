@@ -95,6 +95,9 @@ int Main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   agent_cmd->add_option("--region", aopt.region, "Region label shown in offers");
+  agent_cmd->add_flag("--skip-software-probe", aopt.skip_software_probe,
+                      "Do not probe CUDA toolkits, Python and PyTorch (importing torch takes "
+                      "seconds); offers then list no toolkits or PyTorch builds");
   agent_cmd->add_option("--from-nvidia-smi", aopt.nvidia_smi_file,
                         "Take GPUs from recorded `nvidia-smi -q -x` or `-q` output (testing)");
   agent_cmd
