@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 
 namespace sluice::market {
 namespace {
@@ -194,6 +196,48 @@ TEST(RankingTest, WhySpellsOutTheArithmetic) {
   char total[32];
   std::snprintf(total, sizeof total, "= $%.2f", e.expected_cost);
   EXPECT_NE(why.find(total), std::string::npos) << why;
+}
+
+// Property: on random offers, Rank returns the top k in exactly the order the objective defines,
+// recomputed here from the formula (on-demand: cost = gpus × price × hours ÷ perf).
+TEST(RankingTest, RandomOffersRankInTheObjectivesOrder) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> price(0.2, 8), perf(0, 4);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<Offer> offers;
+    const int n = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < n; ++i) {
+      // Prices on a coarse grid so ties happen and the id tie-break is exercised.
+      double p = std::round(price(rng) * 4) / 4;
+      double f = rng() % 5 == 0 ? 0 : std::round(perf(rng) * 4) / 4;  // some unknown perf
+      offers.push_back(MakeOffer("o" + std::to_string(i), p, f));
+    }
+    Workload w = Gpus(1 + static_cast<int>(rng() % 8), 1 + static_cast<double>(rng() % 48));
+    for (Objective obj : {Objective::kCost, Objective::kTime, Objective::kPrice}) {
+      // The oracle's sort key: (unknown perf last unless by price, primary, secondary, id).
+      auto key = [&](const Offer& o) {
+        const double hourly = w.gpus * o.price_per_gpu_hour;
+        const bool known = o.perf_score > 0;
+        const double hours = known ? w.hours / o.perf_score : 0;
+        const double cost = hourly * hours;
+        if (obj == Objective::kPrice)
+          return std::make_tuple(0, hourly, known ? 0.0 : 1.0, cost, o.id);
+        if (!known) return std::make_tuple(1, hourly, 0.0, 0.0, o.id);
+        if (obj == Objective::kTime) return std::make_tuple(0, hours, cost, 0.0, o.id);
+        return std::make_tuple(0, cost, hours, 0.0, o.id);
+      };
+      std::vector<Offer> oracle = offers;
+      std::sort(oracle.begin(), oracle.end(),
+                [&](const Offer& a, const Offer& b) { return key(a) < key(b); });
+      const size_t k = 1 + rng() % offers.size();
+      auto ranked = Rank(offers, w, CostModel{}, obj, k);
+      ASSERT_EQ(ranked.size(), k);
+      for (size_t i = 0; i < k; ++i) {
+        ASSERT_EQ(ranked[i].offer.id, oracle[i].id)
+            << "round " << round << " objective " << Name(obj) << " position " << i;
+      }
+    }
+  }
 }
 
 TEST(RankingTest, ObjectiveNames) {
