@@ -105,6 +105,41 @@ CREATE TABLE catalogs (
 );
 )sql";
 
+// v5: preemption (issue 4). SQLite cannot change a CHECK constraint in place, so attempts is
+// rebuilt to admit 'preempted' and gains its number within the job and the checkpoint it
+// restored; jobs gain their latest complete checkpoint and preemption count. Nothing references
+// attempts, so dropping the old table is safe with foreign keys on.
+constexpr std::string_view kV5 = R"sql(
+CREATE TABLE attempts_v5 (
+  id TEXT PRIMARY KEY NOT NULL,
+  job_id TEXT NOT NULL REFERENCES jobs (id),
+  node_id TEXT NOT NULL,
+  gpus TEXT NOT NULL,
+  cpus INTEGER NOT NULL,
+  memory_gb REAL NOT NULL,
+  price_per_hour REAL NOT NULL,
+  state TEXT NOT NULL CHECK (state IN
+      ('starting', 'running', 'succeeded', 'failed', 'cancelled', 'lost', 'preempted')),
+  created_ms INTEGER NOT NULL,
+  started_ms INTEGER NOT NULL,
+  ended_ms INTEGER NOT NULL,
+  exit_code INTEGER,
+  cause TEXT NOT NULL,
+  number INTEGER NOT NULL DEFAULT 1,
+  checkpoint_restored TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO attempts_v5 (id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state,
+    created_ms, started_ms, ended_ms, exit_code, cause)
+  SELECT id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, created_ms,
+    started_ms, ended_ms, exit_code, cause FROM attempts;
+DROP TABLE attempts;
+ALTER TABLE attempts_v5 RENAME TO attempts;
+CREATE INDEX attempts_by_job ON attempts (job_id, created_ms);
+CREATE INDEX attempts_by_state ON attempts (state);
+ALTER TABLE jobs ADD COLUMN checkpoint TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -150,6 +185,7 @@ const std::vector<Migration>& Migrations() {
       {2, "logs and events", kV2},
       {3, "jobs.cancel_requested", kV3},
       {4, "catalogs", kV4},
+      {5, "preempted attempts, attempt numbers, job checkpoints", kV5},
   };
   return kSteps;
 }

@@ -59,6 +59,52 @@ TEST(MigrationsTest, NewDatabaseIsAtTheCurrentVersion) {
   EXPECT_EQ(raw.Count("SELECT count(*) FROM schema_version"), CurrentSchemaVersion());
 }
 
+TEST(MigrationsTest, VersionFourAttemptsSurviveTheRebuildAndMayBePreempted) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/db";
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(Migrate(raw.get(), 4).ok());
+    raw.Exec(
+        "INSERT INTO jobs (id, name, spec, workdir_blob, state, priority, submitted_ms, "
+        "started_ms, finished_ms, exit_code, reason, attempt_id) VALUES ('job-a', 'a', '{}', '', "
+        "'running', 0, 5, 6, 0, NULL, '', 'att-a')");
+    raw.Exec(
+        "INSERT INTO attempts (id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, "
+        "state, created_ms, started_ms, ended_ms, exit_code, cause) VALUES ('att-a', 'job-a', "
+        "'node-1', '[0,1]', 2, 4.0, 3.5, 'running', 5, 6, 0, NULL, '')");
+    // v4 refuses the state v5 adds.
+    EXPECT_NE(sqlite3_exec(raw.get(), "UPDATE attempts SET state = 'preempted'", nullptr, nullptr,
+                           nullptr),
+              SQLITE_OK);
+  }
+  auto store = OpenSqliteStore(path);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto atts = (*store)->AttemptsForJob("job-a");
+  ASSERT_TRUE(atts.ok()) << atts.status().ToString();
+  ASSERT_EQ(atts->size(), 1u);
+  AttemptRecord a = (*atts)[0];
+  EXPECT_EQ(a.gpus, (std::vector<int>{0, 1}));
+  EXPECT_DOUBLE_EQ(a.price_per_hour, 3.5);
+  EXPECT_EQ(a.number, 1);  // defaults for rows older than the column
+  EXPECT_EQ(a.checkpoint_restored, "");
+  a.state = AttemptState::kPreempted;
+  a.cause = "preempted: node reclaimed";
+  WriteBatch b;
+  b.attempts = {a};
+  auto job = (*store)->GetJob("job-a");
+  ASSERT_TRUE(job.ok() && job->has_value());
+  JobRecord j = **job;
+  EXPECT_EQ(j.checkpoint, "");
+  j.checkpoint = std::string(64, 'a');
+  j.preemptions = 1;
+  b.jobs = {j};
+  ASSERT_TRUE((*store)->Write(b).ok());
+  EXPECT_EQ((*(*store)->AttemptsForJob("job-a"))[0].state, AttemptState::kPreempted);
+  EXPECT_EQ((*(*store)->GetJob("job-a"))->preemptions, 1);
+  EXPECT_EQ((*(*store)->GetJob("job-a"))->checkpoint, std::string(64, 'a'));
+}
+
 TEST(MigrationsTest, VersionOneDatabaseIsUpgradedKeepingItsRows) {
   ScratchDir dir;
   const std::string path = dir.path() + "/db";

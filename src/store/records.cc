@@ -18,13 +18,14 @@ constexpr std::array<std::pair<JobState, std::string_view>, 7> kJobStates = {{
     {JobState::kLost, "lost"},
 }};
 
-constexpr std::array<std::pair<AttemptState, std::string_view>, 6> kAttemptStates = {{
+constexpr std::array<std::pair<AttemptState, std::string_view>, 7> kAttemptStates = {{
     {AttemptState::kStarting, "starting"},
     {AttemptState::kRunning, "running"},
     {AttemptState::kSucceeded, "succeeded"},
     {AttemptState::kFailed, "failed"},
     {AttemptState::kCancelled, "cancelled"},
     {AttemptState::kLost, "lost"},
+    {AttemptState::kPreempted, "preempted"},
 }};
 
 constexpr std::array<std::pair<NodeState, std::string_view>, 3> kNodeStates = {{
@@ -94,6 +95,7 @@ bool IsTerminal(AttemptState s) {
     case AttemptState::kFailed:
     case AttemptState::kCancelled:
     case AttemptState::kLost:
+    case AttemptState::kPreempted:
       return true;
   }
   return false;

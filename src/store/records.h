@@ -14,7 +14,15 @@
 namespace sluice::store {
 
 enum class JobState { kQueued, kStarting, kRunning, kSucceeded, kFailed, kCancelled, kLost };
-enum class AttemptState { kStarting, kRunning, kSucceeded, kFailed, kCancelled, kLost };
+enum class AttemptState {
+  kStarting,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+  kLost,
+  kPreempted,  // stopped to give its capacity back; the job was requeued
+};
 // kOnline: connected. kOffline: disconnected but within its heartbeat grace (e.g. after a server
 // restart). kLost: past the grace; its attempts were marked lost.
 enum class NodeState { kOnline, kOffline, kLost };
@@ -63,6 +71,8 @@ struct JobRecord {
   std::string reason;             // why it waits, failed or was lost; shown to the user
   std::string attempt_id;         // the current (or last) attempt, empty before placement
   bool cancel_requested = false;  // a cancel is on its way to the agent; ends as kCancelled
+  std::string checkpoint;         // manifest digest of the latest complete checkpoint, or empty
+  int preemptions = 0;            // attempts that ended preempted or with their node lost
   bool operator==(const JobRecord&) const = default;
 };
 
@@ -79,7 +89,9 @@ struct AttemptRecord {
   int64_t started_ms = 0;
   int64_t ended_ms = 0;
   std::optional<int> exit_code;
-  std::string cause;  // "exited", "cancelled", "node lost", ...
+  std::string cause;                // "exited", "cancelled", "node lost", ...
+  int number = 1;                   // 1 for the job's first attempt, 2 for the next, ...
+  std::string checkpoint_restored;  // manifest digest restored before it started, or empty
   bool operator==(const AttemptRecord&) const = default;
 };
 

@@ -119,23 +119,25 @@ constexpr const char* kUpsertNode =
     "price_per_cpu_hour = excluded.price_per_cpu_hour, region = excluded.region";
 constexpr const char* kUpsertJob =
     "INSERT INTO jobs (id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "
-    "finished_ms, exit_code, reason, attempt_id, cancel_requested) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, spec = excluded.spec, "
     "workdir_blob = excluded.workdir_blob, state = excluded.state, priority = excluded.priority, "
     "submitted_ms = excluded.submitted_ms, started_ms = excluded.started_ms, "
     "finished_ms = excluded.finished_ms, exit_code = excluded.exit_code, "
     "reason = excluded.reason, attempt_id = excluded.attempt_id, "
-    "cancel_requested = excluded.cancel_requested";
+    "cancel_requested = excluded.cancel_requested, checkpoint = excluded.checkpoint, "
+    "preemptions = excluded.preemptions";
 constexpr const char* kUpsertAttempt =
     "INSERT INTO attempts (id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, "
-    "created_ms, started_ms, ended_ms, exit_code, cause) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "created_ms, started_ms, ended_ms, exit_code, cause, number, checkpoint_restored) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, node_id = excluded.node_id, "
     "gpus = excluded.gpus, cpus = excluded.cpus, memory_gb = excluded.memory_gb, "
     "price_per_hour = excluded.price_per_hour, state = excluded.state, "
     "created_ms = excluded.created_ms, started_ms = excluded.started_ms, "
-    "ended_ms = excluded.ended_ms, exit_code = excluded.exit_code, cause = excluded.cause";
+    "ended_ms = excluded.ended_ms, exit_code = excluded.exit_code, cause = excluded.cause, "
+    "number = excluded.number, checkpoint_restored = excluded.checkpoint_restored";
 constexpr const char* kInsertEvent =
     "INSERT INTO events (job_id, ts_ms, type, message) VALUES (?, ?, ?, ?)";
 // ON CONFLICT on the named key rather than INSERT OR IGNORE: OR IGNORE would also silently
@@ -149,15 +151,16 @@ constexpr const char* kSelectTokens =
 constexpr const char* kSelectNodes =
     "SELECT id, name, inventory, state, registered_ms, last_seen_ms, price_per_gpu_hour, "
     "price_per_cpu_hour, region FROM nodes ORDER BY registered_ms, rowid";
-#define SLUICE_JOB_COLUMNS                                                           \
-  "SELECT id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, " \
-  "finished_ms, exit_code, reason, attempt_id, cancel_requested FROM jobs "
+#define SLUICE_JOB_COLUMNS                                                                 \
+  "SELECT id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "       \
+  "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions " \
+  "FROM jobs "
 constexpr const char* kSelectJobs = SLUICE_JOB_COLUMNS "ORDER BY submitted_ms, rowid";
 constexpr const char* kSelectJob = SLUICE_JOB_COLUMNS "WHERE id = ?";
 #undef SLUICE_JOB_COLUMNS
 #define SLUICE_ATTEMPT_COLUMNS                                                             \
   "SELECT id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, created_ms, " \
-  "started_ms, ended_ms, exit_code, cause FROM attempts "
+  "started_ms, ended_ms, exit_code, cause, number, checkpoint_restored FROM attempts "
 constexpr const char* kSelectAttemptsForJob =
     SLUICE_ATTEMPT_COLUMNS "WHERE job_id = ? ORDER BY created_ms, rowid";
 constexpr const char* kSelectActiveAttempts =
@@ -247,6 +250,8 @@ Result<JobRecord> ReadJob(const Query& q) {
   j.reason = q.ColText(10);
   j.attempt_id = q.ColText(11);
   j.cancel_requested = q.ColInt(12) != 0;
+  j.checkpoint = q.ColText(13);
+  j.preemptions = static_cast<int>(q.ColInt(14));
   return j;
 }
 
@@ -266,6 +271,8 @@ Result<AttemptRecord> ReadAttempt(const Query& q) {
   a.ended_ms = q.ColInt(10);
   a.exit_code = q.ColOptInt(11);
   a.cause = q.ColText(12);
+  a.number = static_cast<int>(q.ColInt(13));
+  a.checkpoint_restored = q.ColText(14);
   return a;
 }
 
@@ -441,6 +448,7 @@ class SqliteStore final : public Store {
       q.Text(j.id).Text(j.name).Text(DumpJson(j.spec)).Text(j.workdir_blob).Text(Name(j.state));
       q.Int(j.priority).Int(j.submitted_ms).Int(j.started_ms).Int(j.finished_ms);
       q.OptInt(j.exit_code).Text(j.reason).Text(j.attempt_id).Int(j.cancel_requested ? 1 : 0);
+      q.Text(j.checkpoint).Int(j.preemptions);
       SLUICE_RETURN_IF_ERROR(q.Run("write job " + j.id));
     }
     for (const AttemptRecord& a : b.attempts) {
@@ -448,7 +456,8 @@ class SqliteStore final : public Store {
       Query q(db_, s);
       q.Text(a.id).Text(a.job_id).Text(a.node_id).Text(GpusToText(a.gpus)).Int(a.cpus);
       q.Real(a.memory_gb).Real(a.price_per_hour).Text(Name(a.state)).Int(a.created_ms);
-      q.Int(a.started_ms).Int(a.ended_ms).OptInt(a.exit_code).Text(a.cause);
+      q.Int(a.started_ms).Int(a.ended_ms).OptInt(a.exit_code).Text(a.cause).Int(a.number);
+      q.Text(a.checkpoint_restored);
       SLUICE_RETURN_IF_ERROR(q.Run("write attempt " + a.id));
     }
     for (const JobEvent& e : b.events) {
