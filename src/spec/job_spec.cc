@@ -37,11 +37,14 @@ constexpr std::string_view kTopFields[] = {
     "name",     "resources",      "run",       "env",      "workdir", "max_price_per_hour",
     "priority", "expected_hours", "lifecycle", "objective"};
 constexpr std::string_view kResourceFields[] = {"gpu", "min_vram_gb", "gpus", "cpus", "memory_gb"};
-constexpr std::string_view kLifecycleFields[] = {"capacity", "checkpoint_interval",
-                                                 "checkpoint_size_gb"};
+constexpr std::string_view kLifecycleFields[] = {
+    "capacity", "checkpoint_interval", "checkpoint_size_gb", "max_restarts", "grace_period"};
 // The JSON form also takes the interval as whole seconds, which is how ToJson writes it.
-constexpr std::string_view kLifecycleJsonFields[] = {"capacity", "checkpoint_interval",
-                                                     "checkpoint_interval_s", "checkpoint_size_gb"};
+constexpr std::string_view kLifecycleJsonFields[] = {
+    "capacity",           "checkpoint_interval", "checkpoint_interval_s",
+    "checkpoint_size_gb", "max_restarts",        "grace_period"};
+constexpr int kMaxRestarts = 1000;
+constexpr int64_t kMaxGracePeriodS = 3600;
 
 constexpr std::pair<Capacity, std::string_view> kCapacityNames[] = {
     {Capacity::kOnDemand, "on-demand"},
@@ -302,6 +305,18 @@ class Validator {
                        "must be between 0 and " + Fmt(kMaxCheckpointSizeGb) + ", got " + lv.text);
         }
         lc.checkpoint_size_gb = gb;
+      } else if (key.text == "max_restarts") {
+        SLUICE_ASSIGN_OR_RETURN(int64_t n, Int(lv, path, "a non-negative integer"));
+        if (n < 0 || n > kMaxRestarts) {
+          return Error(lv.pos, path, "must be between 0 and 1000, got " + lv.text);
+        }
+        lc.max_restarts = static_cast<int>(n);
+      } else if (key.text == "grace_period") {
+        SLUICE_ASSIGN_OR_RETURN(int64_t s, DurationValue(lv, path));
+        if (s < 0 || s > kMaxGracePeriodS) {
+          return Error(lv.pos, path, "must be at most 1h, got " + lv.text);
+        }
+        lc.grace_period_s = s;
       }
     }
     return Status::Ok();
@@ -560,6 +575,8 @@ Json ToJson(const JobSpec& spec) {
     lifecycle["capacity"] = std::string(Name(lc.capacity));
     if (lc.checkpoint_interval_s) lifecycle["checkpoint_interval_s"] = *lc.checkpoint_interval_s;
     lifecycle["checkpoint_size_gb"] = lc.checkpoint_size_gb;
+    lifecycle["max_restarts"] = lc.max_restarts;
+    lifecycle["grace_period"] = lc.grace_period_s;
     j["lifecycle"] = std::move(lifecycle);
   }
   return j;

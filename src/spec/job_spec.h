@@ -59,6 +59,11 @@ struct Lifecycle {
   // estimate the work an interruption loses. Unset: the job does not say.
   std::optional<int64_t> checkpoint_interval_s;
   double checkpoint_size_gb = 0;  // the size of one checkpoint, to price checkpoint storage
+  // How many times the job may be started again after a preemption or a lost node (0..1000);
+  // one more and the job fails with that reason.
+  int max_restarts = 3;
+  // Between SIGTERM and SIGKILL when the job is preempted (0 s .. 1 h): time to save and exit.
+  int64_t grace_period_s = 30;
 
   bool operator==(const Lifecycle&) const = default;
 };

@@ -114,6 +114,31 @@ TEST(JobSpecYaml, EveryCapacityParses) {
   EXPECT_EQ(CapacityFromName(""), std::nullopt);
 }
 
+TEST(JobSpecYaml, MaxRestartsAndGracePeriod) {
+  auto r = ParseJobSpecYaml("run: x\nlifecycle: {max_restarts: 5, grace_period: 2m}\n", "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->lifecycle.max_restarts, 5);
+  EXPECT_EQ(r->lifecycle.grace_period_s, 120);
+  auto back = JobSpecFromJson(ToJson(*r));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->lifecycle, r->lifecycle);
+  auto defaults = ParseJobSpecYaml("run: x\n", "job.yaml");
+  EXPECT_EQ(defaults->lifecycle.max_restarts, 3);
+  EXPECT_EQ(defaults->lifecycle.grace_period_s, 30);
+  auto zero = ParseJobSpecYaml("run: x\nlifecycle: {max_restarts: 0, grace_period: 0}\n", "j.yaml");
+  ASSERT_TRUE(zero.ok()) << zero.status().message();
+  EXPECT_EQ(zero->lifecycle.max_restarts, 0);
+  auto bad = ParseJobSpecYaml("run: x\nlifecycle: {max_restarts: -1}\n", "job.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "job.yaml:2:27: lifecycle.max_restarts: must be between 0 and 1000, got -1");
+  auto long_grace = ParseJobSpecYaml("run: x\nlifecycle: {grace_period: 2h}\n", "job.yaml");
+  ASSERT_FALSE(long_grace.ok());
+  EXPECT_NE(long_grace.status().message().find("lifecycle.grace_period: must be at most 1h"),
+            std::string::npos)
+      << long_grace.status().message();
+}
+
 TEST(JobSpecYaml, ObjectiveIsCostTimeOrPrice) {
   for (const char* o : {"cost", "time", "price"}) {
     auto r = ParseJobSpecYaml("run: x\nobjective: " + std::string(o) + "\n", "job.yaml");
@@ -603,7 +628,8 @@ TEST(JobSpecJson, NewFieldsRoundTripInTheDocumentedShape) {
   const Json j = ToJson(spec);
   EXPECT_EQ(j["expected_hours"], 3.5);
   EXPECT_EQ(j["lifecycle"], Json::parse(R"({"capacity": "interruptible",
-      "checkpoint_interval_s": 1800, "checkpoint_size_gb": 2})"));
+      "checkpoint_interval_s": 1800, "checkpoint_size_gb": 2, "max_restarts": 3,
+      "grace_period": 30})"));
   auto back = JobSpecFromJson(j);
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(*back, spec);
@@ -615,7 +641,7 @@ TEST(JobSpecJson, NewFieldsRoundTripInTheDocumentedShape) {
   cap_only.lifecycle.capacity = Capacity::kInterruptibleThenOnDemand;
   const Json cj = ToJson(cap_only);
   EXPECT_EQ(cj["lifecycle"], Json::parse(R"({"capacity": "interruptible-then-on-demand",
-      "checkpoint_size_gb": 0})"));
+      "checkpoint_size_gb": 0, "max_restarts": 3, "grace_period": 30})"));
   EXPECT_FALSE(cj.contains("expected_hours"));
   auto cap_back = JobSpecFromJson(cj);
   ASSERT_TRUE(cap_back.ok()) << cap_back.status().message();
