@@ -9,6 +9,7 @@ packages=(
   libsqlite3-dev libssl-dev libpugixml-dev libarchive-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 procps
+  python3-torch  # examples/pytorch and its test
 )
 
 missing=()
