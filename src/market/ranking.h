@@ -10,8 +10,9 @@
 //                    checkpoints every τ hours (τ = the whole run without checkpoints) and r
 //                    hours to restart elsewhere, each τ-segment takes (e^{λτ} − 1)(1/λ + r)
 //                    hours on average (exponential interruptions; work since the last
-//                    checkpoint is lost), so overhead = (e^{λτ} − 1)(1 + λr) ÷ (λτ) − 1
-//                    (≈ λτ/2 + λr when small). λ = 0 on on-demand capacity.
+//                    checkpoint is lost), so for whole segments overhead = (e^{λτ} − 1)(1 + λr)
+//                    ÷ (λτ) − 1 (≈ λτ/2 + λr when small); a shorter last segment is counted
+//                    at its own length. λ = 0 on on-demand capacity.
 //   expected_cost  = price_per_hour × expected_hours + storage
 //   storage        = checkpoint_size_gb × storage price (per GB-month) × expected_hours ÷ 730
 //
