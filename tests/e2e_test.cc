@@ -164,7 +164,7 @@ run: |
   EXPECT_EQ(cluster_.Cli({"logs", id}).out, "started\nfinished\n");
 }
 
-TEST_F(E2ETest, KilledAgentIsMarkedLostAndItsJobToo) {
+TEST_F(E2ETest, KilledAgentIsMarkedLostAndItsJobRunsAgainElsewhere) {
   Daemon* agent = cluster_.StartAgent("a1");
   std::string spec =
       Spec("sleepy", "name: sleepy\nrun: echo up; sleep 300 & echo \"child=$!\"; wait\n");
@@ -182,15 +182,27 @@ TEST_F(E2ETest, KilledAgentIsMarkedLostAndItsJobToo) {
         return nodes.is_array() && !nodes.empty() && nodes[0].value("state", "") == "lost";
       },
       std::chrono::seconds(15)));
-  EXPECT_TRUE(WaitUntil([&] { return JobState(cluster_, id) == "lost"; }));
+  // The attempt is lost; the job is requeued, and a new agent picks it up as attempt 2.
+  EXPECT_TRUE(WaitUntil([&] { return JobState(cluster_, id) == "queued"; }));
   Json j = GetJob(cluster_, id);
-  EXPECT_TRUE(Contains(j["job"].value("reason", ""), "lost")) << j.dump();
-  // The agent comes back: it kills what the dead instance left behind, so nothing runs twice.
+  ASSERT_EQ(j["attempts"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["attempts"][0]["state"], "lost");
+  EXPECT_TRUE(Contains(j["attempts"][0].value("cause", ""), "lost")) << j.dump();
+  cluster_.StartAgent("a2");
+  ASSERT_TRUE(WaitUntil([&] {
+    Json k = GetJob(cluster_, id);
+    return k.is_object() && k["attempts"].size() == 2u && k["job"]["state"] == "running";
+  })) << GetJob(cluster_, id).dump();
+  EXPECT_EQ(GetJob(cluster_, id)["attempts"][1]["number"], 2);
+  // The first agent comes back: it kills what the dead instance left behind, so the job never
+  // runs twice at once.
   cluster_.StartAgent("a1");
   for (pid_t p : PidsIn(out, "child=")) {
     EXPECT_TRUE(WaitUntil([&] { return ProcessGone(p); }, std::chrono::seconds(10))) << p;
   }
-  EXPECT_EQ(JobState(cluster_, id), "lost");
+  Json after = GetJob(cluster_, id);
+  EXPECT_EQ(after["attempts"].size(), 2u);
+  EXPECT_EQ(after["job"]["state"], "running");
 }
 
 TEST_F(E2ETest, JobThatCanNeverFitSaysWhy) {

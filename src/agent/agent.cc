@@ -372,8 +372,13 @@ void Agent::OnMessage(std::string_view text) {
   std::string attempt_id = msg->value("attempt_id", "");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = attempts_.find(attempt_id);
-  if (type == "cancel") {
+  if (type == "cancel" || type == "preempt") {
+    // Both stop the process group the same way (SIGTERM, grace, SIGKILL); the server knows
+    // which it asked for and records the attempt as cancelled or preempted.
     if (it == attempts_.end()) return;
+    if (type == "preempt") {
+      Log("preempting %s: %s", attempt_id, msg->value("cause", ""));
+    }
     auto& a = *it->second;
     int64_t grace = msg->value("grace_ms", int64_t{10000});
     if (a.proc)

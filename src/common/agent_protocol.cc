@@ -98,7 +98,10 @@ Json ToJson(const Assign& m) {
               {"gpus", m.gpus},
               {"cpus", m.cpus},
               {"memory_gb", m.memory_gb},
-              {"workdir_blob", m.workdir_blob}};
+              {"workdir_blob", m.workdir_blob},
+              {"attempt", m.attempt},
+              {"checkpoint", m.checkpoint},
+              {"checkpoint_interval_ms", m.checkpoint_interval_ms}};
 }
 
 Result<Assign> AssignFromJson(const Json& j) {
@@ -112,15 +115,20 @@ Result<Assign> AssignFromJson(const Json& j) {
   m.cpus = static_cast<int>(cpus);
   SLUICE_ASSIGN_OR_RETURN(m.memory_gb, GetNumberOr(j, "memory_gb", 0));
   SLUICE_ASSIGN_OR_RETURN(m.workdir_blob, GetStringOr(j, "workdir_blob", ""));
+  SLUICE_ASSIGN_OR_RETURN(int64_t attempt, GetIntOr(j, "attempt", 1));
+  if (attempt < 1 || attempt > 1'000'000) return Status::InvalidArgument("attempt: out of range");
+  m.attempt = static_cast<int>(attempt);
+  SLUICE_ASSIGN_OR_RETURN(m.checkpoint, GetStringOr(j, "checkpoint", ""));
+  SLUICE_ASSIGN_OR_RETURN(m.checkpoint_interval_ms, GetIntOr(j, "checkpoint_interval_ms", 0));
+  if (m.checkpoint_interval_ms < 0) {
+    return Status::InvalidArgument("checkpoint_interval_ms: must not be negative");
+  }
   return m;
 }
 
 Json ToJson(const Exited& m) {
-  return Json{{"type", "exited"},
-              {"attempt_id", m.attempt_id},
-              {"exit_code", m.exit_code},
-              {"signal", m.signal},
-              {"error", m.error}};
+  return Json{{"type", "exited"},   {"attempt_id", m.attempt_id}, {"exit_code", m.exit_code},
+              {"signal", m.signal}, {"error", m.error},           {"checkpoint", m.checkpoint}};
 }
 
 Result<Exited> ExitedFromJson(const Json& j) {
@@ -132,6 +140,7 @@ Result<Exited> ExitedFromJson(const Json& j) {
   SLUICE_ASSIGN_OR_RETURN(int64_t sig, GetIntOr(j, "signal", 0));
   m.signal = static_cast<int>(sig);
   SLUICE_ASSIGN_OR_RETURN(m.error, GetStringOr(j, "error", ""));
+  SLUICE_ASSIGN_OR_RETURN(m.checkpoint, GetStringOr(j, "checkpoint", ""));
   return m;
 }
 

@@ -50,7 +50,10 @@ struct Assign {
   std::vector<int> gpus;
   int cpus = 0;
   double memory_gb = 0;
-  std::string workdir_blob;  // sha256 of the workdir archive, empty for none
+  std::string workdir_blob;            // sha256 of the workdir archive, empty for none
+  int attempt = 1;                     // SLUICE_ATTEMPT: 1, 2, ... across the job's restarts
+  std::string checkpoint;              // manifest digest to restore before starting, empty for none
+  int64_t checkpoint_interval_ms = 0;  // how often to save SLUICE_CHECKPOINT_DIR; 0 = only at exit
 };
 
 struct LogEntry {
@@ -65,6 +68,9 @@ struct Exited {
   int exit_code = 0;
   int signal = 0;
   std::string error;  // non-empty when the job could not be started
+  // Manifest digest of the checkpoint saved after the job stopped, empty when there was none or
+  // it could not be saved (the server keeps the previous complete one).
+  std::string checkpoint;
 };
 
 Json ToJson(const Hello& m);

@@ -96,7 +96,10 @@ Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& qu
         if (!market::Matches(job->query, idle)) continue;
         if (OverBudget(*job, market::EstimateCost(idle, work, model).price_per_hour)) continue;
         could_ever = true;
-        if (!n.online) continue;
+        if (!n.online || std::find(job->avoid_nodes.begin(), job->avoid_nodes.end(), n.node_id) !=
+                             job->avoid_nodes.end()) {
+          continue;
+        }
         // The offer as it stands now: only free GPUs, CPUs and memory count.
         market::Offer now = idle;
         std::vector<int> free = FreeGpus(n, idle);

@@ -51,6 +51,9 @@ struct JobRequest {
   std::optional<double> max_price_per_hour;
   market::Workload work;  // hours, capacity, checkpoints; gpus and cpus are taken from above
   market::Objective objective = market::Objective::kCost;
+  // Nodes not to place on now (a node that just preempted this job, for a cooldown). They still
+  // count for "could it ever run".
+  std::vector<std::string> avoid_nodes;
 };
 
 struct Placement {

@@ -110,6 +110,26 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
                                     {"message", m + " is not allowed on " + req.path}}}});
   };
 
+  if (coll == "blobs" && parts.size() == 4 && parts[3] == "missing") {
+    // Which of these blobs the server lacks, so a checkpoint upload sends only what changed.
+    if (m != "POST") return method_not_allowed();
+    auto body = ParseJson(req.body);
+    if (!body.ok()) return ErrorResponse(body.status());
+    if (!body->is_object() || !body->contains("digests") || !(*body)["digests"].is_array() ||
+        (*body)["digests"].size() > 10000) {
+      return ErrorResponse(
+          Status::InvalidArgument("digests: expected an array of at most 10000 digests"));
+    }
+    Json missing = Json::array();
+    for (const auto& d : (*body)["digests"]) {
+      if (!d.is_string() || !store::BlobStore::IsValidDigest(d.get<std::string>())) {
+        return ErrorResponse(
+            Status::InvalidArgument("digests: each must be 64 lowercase hex characters"));
+      }
+      if (!blobs_->Has(d.get<std::string>())) missing.push_back(d);
+    }
+    return JsonResponse(200, Json{{"missing", missing}});
+  }
   if (coll == "blobs" && parts.size() == 4) {
     const std::string& digest = parts[3];
     if (!store::BlobStore::IsValidDigest(digest)) {
@@ -124,8 +144,7 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
       r.body = std::move(*data);
       return r;
     }
-    if (role != Role::kAdmin)
-      return ErrorResponse(Status::PermissionDenied("admin token required"));
+    // Users upload workdirs; agents upload checkpoints.
     if (m == "PUT") {
       Status s = blobs_->PutVerified(digest, req.body);
       if (!s.ok()) return ErrorResponse(s);
@@ -174,6 +193,31 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
                                   {"offers", imported->offers.size()},
                                   {"unmapped_gpu_names", imported->unmapped_gpu_names},
                                   {"warnings", imported->warnings}});
+  }
+  if (coll == "nodes" && parts.size() == 5 && parts[4] == "reclaim") {
+    if (m != "POST") return method_not_allowed();
+    auto body = ParseJson(req.body.empty() ? "{}" : req.body);
+    if (!body.ok()) return ErrorResponse(body.status());
+    if (!body->is_object()) return ErrorResponse(Status::InvalidArgument("expected an object"));
+    std::vector<int> gpus;
+    if (body->contains("gpus")) {
+      const Json& g = (*body)["gpus"];
+      if (!g.is_array() || g.size() > 1024) {
+        return ErrorResponse(Status::InvalidArgument("gpus: expected an array of GPU indices"));
+      }
+      for (const auto& i : g) {
+        if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() > 1023) {
+          return ErrorResponse(Status::InvalidArgument("gpus: expected GPU indices 0..1023"));
+        }
+        gpus.push_back(i.get<int>());
+      }
+    }
+    auto cause = GetStringOr(*body, "cause", "reclaimed by the provider");
+    if (!cause.ok()) return ErrorResponse(cause.status());
+    if (cause->size() > 200) return ErrorResponse(Status::InvalidArgument("cause: too long"));
+    auto preempted = core_->ReclaimNode(parts[3], gpus, *cause);
+    if (!preempted.ok()) return ErrorResponse(preempted.status());
+    return JsonResponse(200, Json{{"preempted", *preempted}});
   }
   if (coll == "nodes" && parts.size() == 3) {
     if (m != "GET") return method_not_allowed();

@@ -34,6 +34,10 @@ std::string GpuList(const std::vector<int>& gpus) {
 
 double GiB(uint64_t mib) { return static_cast<double>(mib) / 1024.0; }
 
+// An attempt's cause while its preemption is under way. Stored with the attempt, so an exit that
+// arrives after a server restart is still recognised as the end of a preemption.
+constexpr std::string_view kPreemptingPrefix = "preempting: ";
+
 // What a node sells when idle (sched::NodeCapacity::offers): one offer per GPU label, or one CPU
 // offer. Every label and capability comes from the probed inventory, never from a claim.
 std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inventory& inv,
@@ -113,6 +117,11 @@ Status ServerCore::Load() {
     }
     js.order = next_order_++;
     js.record = std::move(j);
+    if (!st::IsTerminal(js.record.state)) {
+      // Attempt numbers continue across restarts (SLUICE_ATTEMPT).
+      SLUICE_ASSIGN_OR_RETURN(auto atts, store_->AttemptsForJob(js.record.id));
+      js.attempts = static_cast<int>(atts.size());
+    }
     jobs_[js.record.id] = std::move(js);
   }
   SLUICE_ASSIGN_OR_RETURN(auto catalogs, store_->LoadCatalogs());
@@ -238,6 +247,10 @@ Status ServerCore::ScheduleLocked() {
     r.max_price_per_hour = js.market.max_price_per_hour;
     r.work = js.market.work;
     r.objective = js.market.objective;
+    auto avoid = avoid_.find(id);
+    if (avoid != avoid_.end() && avoid->second.second > clock_->MonotonicMillis()) {
+      r.avoid_nodes.push_back(avoid->second.first);
+    }
     queue.push_back(std::move(r));
   }
   if (queue.empty()) return Status::Ok();
@@ -259,6 +272,8 @@ Status ServerCore::ScheduleLocked() {
     att.price_per_hour = p.price_per_hour;
     att.state = AttemptState::kStarting;
     att.created_ms = now;
+    att.number = ++js.attempts;
+    att.checkpoint_restored = js.record.checkpoint;
     js.record.state = st::JobState::kStarting;
     js.record.attempt_id = att.id;
     js.record.reason.clear();
@@ -271,6 +286,12 @@ Status ServerCore::ScheduleLocked() {
     msg += "; best by " + std::string(market::Name(js.market.objective)) + ": " +
            market::Why(p.estimate, js.market.work);
     if (js.market.hours_assumed) msg += " (assuming 1 h of work; set expected_hours)";
+    if (att.number > 1) {
+      msg = "attempt " + std::to_string(att.number) + " " + msg +
+            (att.checkpoint_restored.empty()
+                 ? "; no checkpoint saved, so it starts from the beginning"
+                 : "; resumes from checkpoint " + att.checkpoint_restored.substr(0, 12));
+    }
     batch.events.push_back(EventLocked(p.job_id, "placed", msg));
     batch.jobs.push_back(js.record);
     batch.attempts.push_back(att);
@@ -284,6 +305,9 @@ Status ServerCore::ScheduleLocked() {
     a.cpus = att.cpus;
     a.memory_gb = att.memory_gb;
     a.workdir_blob = js.record.workdir_blob;
+    a.attempt = att.number;
+    a.checkpoint = att.checkpoint_restored;
+    a.checkpoint_interval_ms = js.spec.lifecycle.checkpoint_interval_s.value_or(0) * 1000;
     assigns.push_back(std::move(a));
     assign_nodes.push_back(p.node_id);
     max_log_seq_[att.id] = 0;
@@ -308,6 +332,7 @@ Status ServerCore::ScheduleLocked() {
       active_attempts_.erase(att.id);
       max_log_seq_.erase(att.id);
       jobs_[att.job_id].record.state = st::JobState::kQueued;
+      jobs_[att.job_id].attempts--;
     }
     return s;
   }
@@ -329,6 +354,35 @@ void ServerCore::FinishAttemptLocked(AttemptRecord& att, AttemptState state,
   if (jit != jobs_.end() && jit->second.record.attempt_id == att.id &&
       !st::IsTerminal(jit->second.record.state)) {
     JobRecord& job = jit->second.record;
+    if ((state == AttemptState::kLost || state == AttemptState::kPreempted) &&
+        !job.cancel_requested) {
+      // Capacity went away under the job, not the job's fault: run it again elsewhere, from its
+      // last complete checkpoint, unless its restarts are used up (DESIGN.md §6, §7).
+      const int max_restarts = jit->second.spec.lifecycle.max_restarts;
+      if (job.preemptions < max_restarts) {
+        job.preemptions++;
+        job.state = st::JobState::kQueued;
+        job.reason = "requeued after " + cause;
+        batch.jobs.push_back(job);
+        avoid_[job.id] = {att.node_id, clock_->MonotonicMillis() + options_.preempt_cooldown_ms};
+        batch.events.push_back(EventLocked(
+            job.id, "requeued",
+            "attempt " + std::to_string(att.number) + " " + std::string(st::Name(state)) + " (" +
+                cause + "); restart " + std::to_string(job.preemptions) + " of " +
+                std::to_string(max_restarts) + ", " +
+                (job.checkpoint.empty() ? "from the beginning (no checkpoint saved)"
+                                        : "from checkpoint " + job.checkpoint.substr(0, 12))));
+        return;
+      }
+      job.state = st::JobState::kFailed;
+      job.exit_code = exit_code;
+      job.finished_ms = now;
+      job.reason = "max_restarts (" + std::to_string(max_restarts) + ") exhausted; the last " +
+                   "attempt was " + std::string(st::Name(state)) + ": " + cause;
+      batch.jobs.push_back(job);
+      batch.events.push_back(EventLocked(job.id, "failed", job.reason));
+      return;
+    }
     switch (state) {
       case AttemptState::kSucceeded:
         job.state = st::JobState::kSucceeded;
@@ -370,6 +424,7 @@ void ServerCore::MarkRunningLocked(AttemptRecord& att, const std::string& node_n
 }
 
 Status ServerCore::ApplyExitLocked(AttemptRecord& att, const proto::Exited& ex, WriteBatch& batch) {
+  if (!ex.checkpoint.empty()) SaveCheckpointLocked(att, ex.checkpoint, batch);
   const JobState& js = jobs_[att.job_id];
   AttemptState state;
   std::string cause;
@@ -381,6 +436,9 @@ Status ServerCore::ApplyExitLocked(AttemptRecord& att, const proto::Exited& ex, 
   } else if (js.record.cancel_requested) {
     state = AttemptState::kCancelled;
     cause = "cancelled by user";
+  } else if (att.cause.rfind(kPreemptingPrefix, 0) == 0) {
+    state = AttemptState::kPreempted;
+    cause = "preempted: " + att.cause.substr(kPreemptingPrefix.size());
   } else if (ex.exit_code == 0) {
     state = AttemptState::kSucceeded;
     cause = "exited";
@@ -871,6 +929,11 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
     ns.link->Send(Json{{"type", "log_ack"}, {"attempt_id", attempt_id}, {"seq", max_seq}});
     return Status::Ok();
   }
+  if (type == "checkpoint") {
+    SLUICE_ASSIGN_OR_RETURN(std::string manifest, GetString(msg, "manifest"));
+    SaveCheckpointLocked(att, manifest, batch);
+    return CommitLocked(batch);
+  }
   if (type == "exited") {
     SLUICE_ASSIGN_OR_RETURN(proto::Exited ex, proto::ExitedFromJson(msg));
     SLUICE_RETURN_IF_ERROR(ApplyExitLocked(att, ex, batch));
@@ -897,6 +960,71 @@ void ServerCore::AgentDisconnected(const std::string& node_id, const AgentLink* 
   }
 }
 
+Status ServerCore::PreemptLocked(AttemptRecord& att, const std::string& cause) {
+  if (att.cause.rfind(kPreemptingPrefix, 0) == 0) return Status::Ok();  // already under way
+  const JobState& js = jobs_[att.job_id];
+  att.cause = std::string(kPreemptingPrefix) + cause;
+  WriteBatch batch;
+  batch.attempts.push_back(att);
+  const int64_t grace_ms = js.spec.lifecycle.grace_period_s * 1000;
+  batch.events.push_back(EventLocked(att.job_id, "preempting",
+                                     "attempt " + std::to_string(att.number) + " on " +
+                                         nodes_[att.node_id].record.name + " is being preempted (" +
+                                         cause + "): SIGTERM, then SIGKILL after " +
+                                         std::to_string(grace_ms / 1000) + "s"));
+  SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+  SendLocked(
+      att.node_id,
+      Json{{"type", "preempt"}, {"attempt_id", att.id}, {"grace_ms", grace_ms}, {"cause", cause}});
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> ServerCore::ReclaimNode(const std::string& node,
+                                                         const std::vector<int>& gpus,
+                                                         const std::string& cause) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const NodeState* found = nullptr;
+  for (const auto& [id, ns] : nodes_) {
+    if (id == node || ns.record.name == node) {
+      if (found != nullptr) {
+        return Status::InvalidArgument("`" + node + "` names several nodes; use the node id");
+      }
+      found = &ns;
+    }
+  }
+  if (found == nullptr) return Status::NotFound("no node " + node);
+  std::vector<std::string> preempted;
+  for (auto& [aid, att] : active_attempts_) {
+    if (att.node_id != found->record.id) continue;
+    bool hit = gpus.empty();
+    for (int g : gpus) hit |= std::find(att.gpus.begin(), att.gpus.end(), g) != att.gpus.end();
+    if (!hit) continue;
+    SLUICE_RETURN_IF_ERROR(PreemptLocked(att, cause));
+    preempted.push_back(aid);
+  }
+  return preempted;
+}
+
+void ServerCore::SaveCheckpointLocked(const AttemptRecord& att, const std::string& manifest,
+                                      WriteBatch& batch) {
+  JobState& js = jobs_[att.job_id];
+  if (js.record.attempt_id != att.id || manifest == js.record.checkpoint) return;
+  // The agent sends the manifest only after every chunk and the manifest itself were stored, so
+  // a manifest present in the blob store is a complete checkpoint; anything else is refused and
+  // the previous complete one stays current.
+  if (!store::BlobStore::IsValidDigest(manifest) || (blobs_ != nullptr && !blobs_->Has(manifest))) {
+    batch.events.push_back(EventLocked(att.job_id, "checkpoint_rejected",
+                                       "checkpoint " + manifest.substr(0, 12) +
+                                           " is not in the blob store; keeping the previous one"));
+    return;
+  }
+  js.record.checkpoint = manifest;
+  batch.jobs.push_back(js.record);
+  batch.events.push_back(EventLocked(
+      att.job_id, "checkpoint",
+      "attempt " + std::to_string(att.number) + " saved checkpoint " + manifest.substr(0, 12)));
+}
+
 void ServerCore::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = subscribers_.begin(); it != subscribers_.end();) {
@@ -910,6 +1038,17 @@ void ServerCore::Tick() {
       (void)LoseNodeLocked(ns, "no heartbeat for " + std::to_string(silent / 1000) + "s");
     }
   }
+  // A cooldown that ended may let a waiting job go back to that node.
+  bool expired = false;
+  for (auto it = avoid_.begin(); it != avoid_.end();) {
+    if (it->second.second <= now) {
+      expired = true;
+      it = avoid_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (expired) (void)ScheduleLocked();
 }
 
 // ---------------------------------------------------------------- views
@@ -927,6 +1066,8 @@ Json JobToJson(const JobRecord& j) {
            {"attempt_id", j.attempt_id},
            {"cancel_requested", j.cancel_requested},
            {"workdir_blob", j.workdir_blob},
+           {"checkpoint", j.checkpoint},
+           {"preemptions", j.preemptions},
            {"spec", j.spec}};
   return out;
 }
@@ -944,7 +1085,9 @@ Json AttemptToJson(const AttemptRecord& a) {
               {"started_ms", a.started_ms},
               {"ended_ms", a.ended_ms},
               {"exit_code", a.exit_code ? Json(*a.exit_code) : Json(nullptr)},
-              {"cause", a.cause}};
+              {"cause", a.cause},
+              {"number", a.number},
+              {"checkpoint_restored", a.checkpoint_restored}};
 }
 
 Json EventToJson(const st::JobEvent& e) {

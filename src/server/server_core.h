@@ -46,6 +46,7 @@ struct CoreOptions {
   int64_t heartbeat_grace_ms = 15000;    // silence after which a node is lost
   int64_t cancel_grace_ms = 10000;       // SIGTERM -> SIGKILL on the agent
   market::CostModel cost_model;          // how offers are ranked and jobs placed
+  int64_t preempt_cooldown_ms = 60000;   // a preempted job avoids that node this long
 };
 
 struct JobDetail {
@@ -130,8 +131,20 @@ class ServerCore {
   Status AgentMessage(const std::string& node_id, const AgentLink* link, const Json& msg);
   void AgentDisconnected(const std::string& node_id, const AgentLink* link);
 
-  // Marks nodes lost whose heartbeats stopped past the grace. Called periodically.
+  // Marks nodes lost whose heartbeats stopped past the grace, and places jobs whose cooldown
+  // on a preempting node ended. Called periodically.
   void Tick();
+
+  // --- preemption (issue 4) ---
+  // The provider takes back a node, or some of its GPUs (`gpus` empty: all): every attempt on
+  // them is preempted (notice → SIGTERM → grace → SIGKILL → checkpoint → requeue). Returns the
+  // preempted attempt ids. `node` is a node id or name.
+  Result<std::vector<std::string>> ReclaimNode(const std::string& node,
+                                               const std::vector<int>& gpus,
+                                               const std::string& cause);
+
+  // Where checkpoint manifests must exist before the server accepts them as complete.
+  void SetBlobStore(store::BlobStore* blobs) { blobs_ = blobs; }
 
   const CoreOptions& options() const { return options_; }
 
@@ -145,6 +158,7 @@ class ServerCore {
     store::JobRecord record;
     spec::JobSpec spec;
     MarketRequest market;  // compiled from spec
+    int attempts = 0;      // attempts made so far; the next one is attempts + 1
     int64_t order = 0;
     bool never_fits = false;
   };
@@ -173,6 +187,11 @@ class ServerCore {
   void SendLocked(const std::string& node_id, const Json& msg);
   Status LoseNodeLocked(NodeState& node, const std::string& why);
   Json EndItemLocked(const store::JobRecord& job) const;
+  // Tells the agent to stop `att` for `cause`; the exit that follows ends it as preempted.
+  Status PreemptLocked(store::AttemptRecord& att, const std::string& cause);
+  // Accepts `manifest` as the job's latest complete checkpoint if its blob exists.
+  void SaveCheckpointLocked(const store::AttemptRecord& att, const std::string& manifest,
+                            store::WriteBatch& batch);
   // Why a job cannot be submitted: the scheduler's reason, what the catalogs would offer, and
   // how to queue it anyway.
   std::string UnschedulableMessageLocked(const MarketRequest& market,
@@ -195,6 +214,9 @@ class ServerCore {
   // truth, the index the fast path). Agent offers change with every placement and are few, so
   // they are filtered directly.
   market::OfferIndex catalog_index_;
+  // Job id → (node id, monotonic ms until which the job avoids that node after a preemption).
+  std::map<std::string, std::pair<std::string, int64_t>> avoid_;
+  store::BlobStore* blobs_ = nullptr;
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
 };

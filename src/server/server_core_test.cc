@@ -293,10 +293,132 @@ TEST_F(ServerCoreTest, SilentNodeIsLostAfterGrace) {
   core_->Tick();
   EXPECT_EQ(core_->ListNodes()[0].node.state, store::NodeState::kLost);
   EXPECT_TRUE(link->closed);
+  // The attempt is lost; the job is requeued to run again (from its last checkpoint).
   auto d = core_->GetJob(job->id);
-  EXPECT_EQ(d->job.state, store::JobState::kLost);
-  EXPECT_NE(d->job.reason.find("no heartbeat"), std::string::npos);
+  EXPECT_EQ(d->attempts[0].state, store::AttemptState::kLost);
+  EXPECT_EQ(d->job.state, store::JobState::kQueued);
+  EXPECT_EQ(d->job.preemptions, 1);
+  std::string requeued;
+  for (const auto& e : d->events) {
+    if (e.type == "requeued") requeued = e.message;
+  }
+  EXPECT_NE(requeued.find("no heartbeat"), std::string::npos) << requeued;
+  // It now waits for a node, and says so.
+  EXPECT_NE(d->job.reason.find("no nodes are registered"), std::string::npos) << d->job.reason;
   EXPECT_TRUE(core_->ListOffers().empty());
+}
+
+TEST_F(ServerCoreTest, LostNodeFailsTheJobOnceRestartsAreUsedUp) {
+  auto link = std::make_shared<RecordingLink>();
+  ASSERT_TRUE(core_->AgentHello(link, CpuHello()).ok());
+  spec::JobSpec s = Spec();
+  s.lifecycle.max_restarts = 0;
+  auto job = core_->SubmitJob(s, "");
+  clock_.Advance(11'000);
+  core_->Tick();
+  auto d = core_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, store::JobState::kFailed);
+  EXPECT_NE(d->job.reason.find("max_restarts (0) exhausted"), std::string::npos) << d->job.reason;
+}
+
+// Reclaim → preempt notice to the agent → exit with a final checkpoint → requeued, avoiding the
+// reclaimed node → attempt 2 elsewhere restores that checkpoint.
+TEST_F(ServerCoreTest, ReclaimPreemptsRequeuesElsewhereAndResumesFromTheCheckpoint) {
+  store::BlobStore blobs((dir_ / "blobs").string());
+  core_->SetBlobStore(&blobs);
+  auto l1 = std::make_shared<RecordingLink>();
+  auto l2 = std::make_shared<RecordingLink>();
+  proto::Hello h1 = CpuHello();
+  h1.name = "one";
+  auto n1 = core_->AgentHello(l1, h1);
+  spec::JobSpec s = Spec(4);  // only fits an idle node
+  s.lifecycle.grace_period_s = 7;
+  s.lifecycle.checkpoint_interval_s = 60;
+  auto job = core_->SubmitJob(s, "");
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(l1->OfType("assign").size(), 1u);
+  Json first = l1->OfType("assign")[0];
+  EXPECT_EQ(first["attempt"], 1);
+  EXPECT_EQ(first["checkpoint"], "");
+  EXPECT_EQ(first["checkpoint_interval_ms"], 60000);
+  std::string att1 = first["attempt_id"];
+  ASSERT_TRUE(core_->AgentMessage(*n1, l1.get(), Msg("started", att1)).ok());
+  proto::Hello h2 = CpuHello();
+  h2.name = "two";
+  auto n2 = core_->AgentHello(l2, h2);
+
+  auto preempted = core_->ReclaimNode("one", {}, "maintenance");
+  ASSERT_TRUE(preempted.ok()) << preempted.status().ToString();
+  EXPECT_EQ(*preempted, std::vector<std::string>{att1});
+  ASSERT_EQ(l1->OfType("preempt").size(), 1u);
+  EXPECT_EQ(l1->OfType("preempt")[0]["grace_ms"], 7000);
+  EXPECT_EQ(core_->GetJob(job->id)->job.state, store::JobState::kRunning);  // until it exits
+
+  // The agent saved a checkpoint (its blob is in the store) and reports the exit with it.
+  const std::string manifest = Sha256Hex("manifest");
+  ASSERT_TRUE(blobs.PutVerified(manifest, "manifest").ok());
+  proto::Exited ex{att1, 143, 0, ""};
+  ex.checkpoint = manifest;
+  ASSERT_TRUE(core_->AgentMessage(*n1, l1.get(), proto::ToJson(ex)).ok());
+  auto d = core_->GetJob(job->id);
+  EXPECT_EQ(d->attempts[0].state, store::AttemptState::kPreempted);
+  EXPECT_EQ(d->attempts[0].cause, "preempted: maintenance");
+  EXPECT_EQ(d->job.checkpoint, manifest);
+  EXPECT_EQ(d->job.preemptions, 1);
+  // Placed again at once, on the other node (the reclaimed one is avoided for the cooldown).
+  ASSERT_EQ(l2->OfType("assign").size(), 1u);
+  EXPECT_EQ(l1->OfType("assign").size(), 1u);
+  Json second = l2->OfType("assign")[0];
+  EXPECT_EQ(second["attempt"], 2);
+  EXPECT_EQ(second["checkpoint"], manifest);
+  d = core_->GetJob(job->id);
+  EXPECT_EQ(d->attempts[1].number, 2);
+  EXPECT_EQ(d->attempts[1].checkpoint_restored, manifest);
+  EXPECT_EQ(d->attempts[1].node_id, *n2);
+  bool requeued_event = false;
+  for (const auto& e : d->events) requeued_event |= e.type == "requeued";
+  EXPECT_TRUE(requeued_event);
+  // The state survives a restart, attempt numbering too.
+  Open();
+  d = core_->GetJob(job->id);
+  EXPECT_EQ(d->job.checkpoint, manifest);
+  EXPECT_EQ(d->attempts.size(), 2u);
+}
+
+TEST_F(ServerCoreTest, ACheckpointNotInTheBlobStoreIsRefused) {
+  store::BlobStore blobs((dir_ / "blobs").string());
+  core_->SetBlobStore(&blobs);
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto job = core_->SubmitJob(Spec(), "");
+  std::string att = link->OfType("assign")[0]["attempt_id"];
+  const std::string good = Sha256Hex("good");
+  ASSERT_TRUE(blobs.PutVerified(good, "good").ok());
+  Json msg{{"type", "checkpoint"}, {"attempt_id", att}, {"manifest", good}};
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), msg).ok());
+  EXPECT_EQ(core_->GetJob(job->id)->job.checkpoint, good);
+  // A half-uploaded one (manifest never stored) does not replace the complete one.
+  msg["manifest"] = Sha256Hex("never uploaded");
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), msg).ok());
+  EXPECT_EQ(core_->GetJob(job->id)->job.checkpoint, good);
+}
+
+TEST_F(ServerCoreTest, CooldownEndsAndTheJobMayReturnToTheNode) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto job = core_->SubmitJob(Spec(), "");
+  std::string att = link->OfType("assign")[0]["attempt_id"];
+  ASSERT_TRUE(core_->ReclaimNode(*node, {}, "test").ok());
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 143, 0, ""})).ok());
+  EXPECT_EQ(core_->GetJob(job->id)->job.state, store::JobState::kQueued);
+  EXPECT_EQ(link->OfType("assign").size(), 1u);  // the only node is cooling down
+  clock_.Advance(61'000);
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), Json{{"type", "heartbeat"}}).ok());
+  core_->Tick();
+  ASSERT_EQ(link->OfType("assign").size(), 2u);
+  EXPECT_EQ(link->OfType("assign")[1]["attempt"], 2);
+  EXPECT_EQ(core_->ReclaimNode("nope", {}, "x").status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(ServerCoreTest, RestartKeepsStateAndReconcilesExitOnce) {
@@ -351,7 +473,11 @@ TEST_F(ServerCoreTest, AgentThatForgotItsAttemptGetsItLostAndStaleOnesKilled) {
   h.attempts.push_back(stale);
   ASSERT_TRUE(core_->AgentHello(link2, h).ok());
   EXPECT_TRUE(link->closed);  // the older link for the node is replaced
-  EXPECT_EQ(core_->GetJob(job->id)->job.state, store::JobState::kLost);
+  auto d = core_->GetJob(job->id);
+  EXPECT_EQ(d->attempts[0].state, store::AttemptState::kLost);
+  // Requeued; the node that lost it is avoided for a cooldown, so it waits.
+  EXPECT_EQ(d->job.state, store::JobState::kQueued);
+  EXPECT_TRUE(link2->OfType("assign").empty());
   auto cancels = link2->OfType("cancel");
   ASSERT_EQ(cancels.size(), 1u);
   EXPECT_EQ(cancels[0]["attempt_id"], "att-unknown");
