@@ -426,5 +426,107 @@ TEST_F(E2ETest, RequestsWithoutAValidTokenAreRefused) {
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
+// A heartbeat grace with room for a loaded 2-core machine: the training job and importing torch
+// compete with the rest of the suite, and a node wrongly declared lost would fail the test for
+// the wrong reason.
+class RecoveryE2ETest : public E2ETest {
+ protected:
+  void SetUp() override {
+    cluster_.StartServer(
+        {"--heartbeat-interval", "0.3", "--heartbeat-grace", "6", "--cancel-grace", "1"});
+  }
+};
+
+// Issue 4's promise, end to end: the example PyTorch job is preempted by its provider, then
+// loses its agent to SIGKILL, and still finishes with weights bit-identical to an uninterrupted
+// run, each attempt resuming from the checkpoint the previous one saved to the server.
+TEST_F(RecoveryE2ETest, PyTorchJobSurvivesReclaimAndALostAgentBitIdentically) {
+  const std::string example = std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/examples/pytorch";
+  const std::string args = "train.py --steps 200 --checkpoint-every 20";
+  std::string reference = ShellOutput(
+      "cd " + example + " && d=$(mktemp -d) && SLUICE_CHECKPOINT_DIR=$d /usr/bin/python3 " + args +
+      " | grep '^final sha256'; rm -rf \"$d\"");
+  ASSERT_FALSE(reference.empty()) << "the example did not run: is python3-torch installed?";
+
+  cluster_.StartAgent("a1");
+  cluster_.StartAgent("a2");
+  cluster_.StartAgent("a3");
+  std::string spec = Spec("train",
+                          "name: train\nresources: {cpus: 1, memory_gb: 0.5}\n"
+                          "workdir: " +
+                              example +
+                              "\n"
+                              "run: /usr/bin/python3 " +
+                              args +
+                              " --step-delay 0.05\n"
+                              "lifecycle: {checkpoint_interval: 1s, grace_period: 20s, "
+                              "max_restarts: 5}\n");
+  std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
+  ASSERT_TRUE(Contains(id, "job-")) << id;
+  auto logs = [&] { return cluster_.Cli({"logs", id}).out; };
+  auto node_name = [&](const std::string& node_id) {
+    for (const auto& n : cluster_.CliJson({"nodes"})) {
+      if (n.value("id", "") == node_id) return n.value("name", "");
+    }
+    return std::string();
+  };
+  auto attempts = [&] { return GetJob(cluster_, id)["attempts"]; };
+
+  // 1. The provider reclaims the node of attempt 1 once it has checkpointed past step 60.
+  ASSERT_TRUE(WaitUntil([&] { return Contains(logs(), "step 60 "); }, std::chrono::seconds(60)))
+      << logs();
+  std::string first = attempts()[0].value("node_id", "");
+  CommandResult reclaim = cluster_.Cli({"node", "reclaim", first, "--cause", "maintenance"});
+  ASSERT_EQ(reclaim.exit_code, 0) << reclaim.err;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        Json a = attempts();
+        return a.size() == 2u && a[1].value("state", "") == "running";
+      },
+      std::chrono::seconds(60)))
+      << GetJob(cluster_, id).dump(2);
+  Json a = attempts();
+  EXPECT_EQ(a[0]["state"], "preempted");
+  EXPECT_EQ(a[0]["cause"], "preempted: maintenance");
+  EXPECT_EQ(a[0]["exit_code"], 143);  // it saved and exited on SIGTERM
+  EXPECT_NE(a[1]["node_id"], first);
+  EXPECT_FALSE(a[1].value("checkpoint_restored", "").empty());
+
+  // 2. The agent running attempt 2 is killed outright after it resumed and moved on.
+  ASSERT_TRUE(
+      WaitUntil([&] { return Contains(logs(), "resumed from step"); }, std::chrono::seconds(60)))
+      << logs();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        std::string l = logs();
+        return Contains(l.substr(l.find("resumed from step")), "step 140 ");
+      },
+      std::chrono::seconds(60)))
+      << logs();
+  std::string second = a[1].value("node_id", "");
+  cluster_.agent(node_name(second))->Signal(SIGKILL);
+
+  // 3. Attempt 3 runs on the remaining node from the latest periodic checkpoint and finishes.
+  ASSERT_TRUE(
+      WaitUntil([&] { return JobState(cluster_, id) == "succeeded"; }, std::chrono::seconds(90)))
+      << GetJob(cluster_, id).dump(2) << logs();
+  a = attempts();
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[1]["state"], "lost");
+  EXPECT_EQ(a[2]["state"], "succeeded");
+  EXPECT_NE(a[2]["node_id"], first);
+  EXPECT_NE(a[2]["node_id"], second);
+  EXPECT_EQ(a[2]["number"], 3);
+  EXPECT_FALSE(a[2].value("checkpoint_restored", "").empty());
+  std::string out = logs();
+  size_t pos = out.rfind("final sha256");
+  ASSERT_NE(pos, std::string::npos) << out;
+  EXPECT_EQ(Trim(out.substr(pos, out.find('\n', pos) - pos)), reference);
+  // Each restart says where it resumed, in the job's events.
+  std::string shown = cluster_.Cli({"job", id}).out;
+  EXPECT_TRUE(Contains(shown, "requeued")) << shown;
+  EXPECT_TRUE(Contains(shown, "restarts:  2 of 5")) << shown;
+}
+
 }  // namespace
 }  // namespace sluice::testing

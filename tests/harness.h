@@ -84,6 +84,11 @@ class Cluster {
   const std::string& join_token() const { return join_token_; }
   std::string server_data_dir() const { return dir_ + "/server"; }
   Daemon* server() { return server_.get(); }
+  // The agent started under `name`, or nullptr.
+  Daemon* agent(const std::string& name) {
+    auto it = agents_.find(name);
+    return it == agents_.end() ? nullptr : it->second.get();
+  }
   std::string ServerLog() const;
 
  private:

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/checkpoint_sync.h"
 #include "agent/host_info.h"
 #include "agent/process.h"
 #include "common/agent_protocol.h"
@@ -82,6 +83,16 @@ std::string ProcessStartTime(pid_t pid) {
   return "";
 }
 
+// Server-issued ids are [A-Za-z0-9-]; anything else is replaced so an id can never name a path
+// outside the agent's data dir.
+std::string SafeName(std::string_view id) {
+  std::string out;
+  for (char c : id) {
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
+  }
+  return out.empty() ? "_" : out;
+}
+
 struct Attempt {
   std::string id;
   std::string job_id;
@@ -97,6 +108,13 @@ struct Attempt {
   bool lost = false;            // orphaned by a previous agent instance and killed
   bool cancel_pending = false;  // cancelled before the process existed
   bool started_sent = false;
+  // Checkpoints (issue 4): SLUICE_CHECKPOINT_DIR, saved to the server's blob store.
+  std::string checkpoint_dir;
+  std::string pending_checkpoint;  // a periodic save not yet reported to the server
+  std::string final_checkpoint;    // saved after the process ended; goes with `exited`
+  std::string last_checkpoint;     // the latest manifest reported, to skip unchanged saves
+  bool exiting = false;            // the process ended; the final save is under way
+  std::mutex upload_mu;            // one save at a time, so the final one is reported last
 };
 
 class Agent {
@@ -107,6 +125,14 @@ class Agent {
  private:
   std::string AttemptsDir() const { return opt_.data_dir + "/attempts"; }
   std::string WorkDir(const std::string& id) const { return opt_.data_dir + "/work/" + id; }
+  // One directory per job, reused across its attempts on this node.
+  std::string CheckpointDir(const std::string& job_id) const {
+    return opt_.data_dir + "/checkpoints/" + SafeName(job_id);
+  }
+  // Saves `a`'s checkpoint directory; the manifest digest, or "" when there is nothing to save
+  // or the save failed (logged; the server keeps the previous complete checkpoint).
+  std::string SaveCheckpoint(Attempt& a);
+  void CheckpointLoop(std::weak_ptr<Attempt> weak, int64_t interval_ms);
   void RecoverAttempts();
   void PersistLocked(const Attempt& a);
   void ConnectionLoop();
@@ -160,6 +186,7 @@ void Agent::RecoverAttempts() {
     if (a->id.empty()) continue;
     if (j->contains("exit_code") && (*j)["exit_code"].is_number_integer()) {
       a->exit = ExitInfo{(*j)["exit_code"].get<int>(), j->value("signal", 0)};
+      a->final_checkpoint = j->value("checkpoint", "");
     } else if (a->error.empty()) {
       // It was running when the previous agent died. PR_SET_PDEATHSIG took the shell; kill
       // whatever is left of its group. Safe against pid reuse: Linux never hands out a pid that
@@ -185,6 +212,7 @@ void Agent::PersistLocked(const Attempt& a) {
   if (a.exit) {
     j["exit_code"] = a.exit->exit_code;
     j["signal"] = a.exit->signal;
+    j["checkpoint"] = a.final_checkpoint;
   }
   Status s = WriteFileAtomic(AttemptsDir() + "/" + a.id + ".json", DumpJson(j));
   if (!s.ok()) Log("%s", s.ToString());
@@ -197,6 +225,9 @@ void Agent::ForgetLocked(const std::string& attempt_id) {
   std::error_code ec;
   fs::remove(AttemptsDir() + "/" + attempt_id + ".json", ec);
   fs::remove_all(WorkDir(attempt_id), ec);
+  // The final checkpoint is on the server (the exit that carried it was acknowledged), and a
+  // later attempt here restores from there.
+  if (!it->second->checkpoint_dir.empty()) fs::remove_all(it->second->checkpoint_dir, ec);
   // ~Process joins its monitor thread, so it must not run on that thread (a callback may hold
   // the last reference for a moment) nor under mu_: a worker waits until the callbacks are
   // done, then drops the attempt.
@@ -217,6 +248,51 @@ void Agent::SpawnLocked(std::function<void()> fn) {
     --active_workers_;
     cv_.notify_all();
   }).detach();
+}
+
+std::string Agent::SaveCheckpoint(Attempt& a) {
+  if (a.checkpoint_dir.empty()) return "";
+  std::lock_guard<std::mutex> one_at_a_time(a.upload_mu);
+  std::error_code ec;
+  if (fs::is_empty(a.checkpoint_dir, ec) || ec) return "";  // the job saved nothing (yet)
+  checkpoint::HttpBlobTransport transport(url_, token_);
+  auto r = checkpoint::UploadCheckpoint(a.checkpoint_dir, transport);
+  if (!r.ok()) {
+    Log("saving the checkpoint of %s failed: %s", a.id, r.status().message());
+    return "";
+  }
+  if (r->files == 0) return "";
+  Log("saved checkpoint of %s: %s", a.id,
+      std::to_string(r->files) + " files, " + std::to_string(r->total_bytes) + " bytes, " +
+          std::to_string(r->uploaded_bytes) + " sent");
+  return r->manifest_digest;
+}
+
+// Every `interval_ms` while the attempt runs: save SLUICE_CHECKPOINT_DIR and report the
+// manifest if it changed.
+void Agent::CheckpointLoop(std::weak_ptr<Attempt> weak, int64_t interval_ms) {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval_ms);
+      cv_.wait_until(lock, deadline, [&] {
+        auto a = weak.lock();
+        return stopping_ || !a || a->exiting;
+      });
+      auto a = weak.lock();
+      if (stopping_ || !a || a->exiting) return;
+    }
+    auto a = weak.lock();
+    if (!a) return;
+    std::string manifest = SaveCheckpoint(*a);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!manifest.empty() && manifest != a->last_checkpoint && !a->exiting) {
+      a->last_checkpoint = manifest;
+      a->pending_checkpoint = manifest;
+      dirty_ = true;
+      cv_.notify_all();
+    }
+  }
 }
 
 std::map<std::string, std::string> Agent::JobEnv(const proto::Assign& a) const {
@@ -254,6 +330,7 @@ std::map<std::string, std::string> Agent::JobEnv(const proto::Assign& a) const {
   env["SLUICE_CPUS"] = std::to_string(a.cpus);
   env["SLUICE_JOB_ID"] = a.job_id;
   env["SLUICE_ATTEMPT_ID"] = a.attempt_id;
+  env["SLUICE_ATTEMPT"] = std::to_string(a.attempt);
   env["SLUICE_NODE_ID"] = node_id_;
   return env;
 }
@@ -288,12 +365,45 @@ void Agent::StartAttempt(proto::Assign assign) {
       prepared = UnpackArchive(resp->body, dir, kMaxWorkdirBytes, kMaxWorkdirEntries);
     }
   }
+  // The job's checkpoint directory: the server's latest complete checkpoint, or empty. Local
+  // leftovers of an earlier attempt are never trusted over the server's account.
+  const std::string ckpt = CheckpointDir(assign.job_id);
+  bool resumed = false;
+  std::string restore_warning;
+  if (prepared.ok()) {
+    if (!assign.checkpoint.empty()) {
+      checkpoint::HttpBlobTransport transport(url_, token_);
+      Status r = checkpoint::RestoreCheckpoint(assign.checkpoint, ckpt, transport);
+      resumed = r.ok();
+      if (!r.ok()) {
+        restore_warning = "sluice: could not restore checkpoint " +
+                          assign.checkpoint.substr(0, 12) + " (" + r.message() +
+                          "); starting without it";
+        Log("%s", restore_warning);
+      }
+    }
+    if (!resumed) {
+      fs::remove_all(ckpt, ec);
+      fs::create_directories(ckpt, ec);
+      if (ec) prepared = Status::Internal("cannot create " + ckpt + ": " + ec.message());
+    }
+  }
   std::shared_ptr<Attempt> a;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = attempts_.find(assign.attempt_id);
     if (it == attempts_.end()) return;
     a = it->second;
+    a->checkpoint_dir = ckpt;
+    a->last_checkpoint = resumed ? assign.checkpoint : "";
+    if (!restore_warning.empty()) {
+      proto::LogEntry e;
+      e.seq = a->next_seq++;
+      e.stream = "stderr";
+      e.ts_ms = RealClock::Get()->NowMillis();
+      e.text = restore_warning;
+      a->lines.push_back(std::move(e));
+    }
     if (a->cancel_pending && prepared.ok()) prepared = Status::Cancelled("cancelled before start");
     if (!prepared.ok()) {
       a->error = prepared.message();
@@ -307,6 +417,8 @@ void Agent::StartAttempt(proto::Assign assign) {
   spec.script = assign.run;
   spec.cwd = dir;
   spec.env = JobEnv(assign);
+  spec.env["SLUICE_CHECKPOINT_DIR"] = ckpt;
+  if (resumed) spec.env["SLUICE_RESUMED"] = "1";
   std::weak_ptr<Attempt> weak = a;
   auto on_line = [this, weak](OutputStream stream, std::string_view line) {
     auto att = weak.lock();
@@ -325,10 +437,19 @@ void Agent::StartAttempt(proto::Assign assign) {
     auto att = weak.lock();
     if (!att) return;
     std::lock_guard<std::mutex> lock(mu_);
-    att->exit = info;
-    PersistLocked(*att);
-    dirty_ = true;
+    att->exiting = true;
     cv_.notify_all();
+    // The final checkpoint is saved before the exit is reported, so the server requeues the
+    // job with it (issue 4: ... SIGKILL → final checkpoint upload → attempt ended).
+    SpawnLocked([this, att, info] {
+      std::string manifest = SaveCheckpoint(*att);
+      std::lock_guard<std::mutex> lock(mu_);
+      att->final_checkpoint = manifest;
+      att->exit = info;
+      PersistLocked(*att);
+      dirty_ = true;
+      cv_.notify_all();
+    });
   };
   std::lock_guard<std::mutex> lock(mu_);
   auto proc = Process::Start(spec, on_line, on_exit);
@@ -340,6 +461,11 @@ void Agent::StartAttempt(proto::Assign assign) {
     a->pgid = a->proc->pgid();
     a->start_time = ProcessStartTime(a->pgid);
     PersistLocked(*a);
+    if (assign.checkpoint_interval_ms > 0) {
+      SpawnLocked([this, weak, interval = assign.checkpoint_interval_ms] {
+        CheckpointLoop(weak, interval);
+      });
+    }
   }
   dirty_ = true;
   cv_.notify_all();
@@ -418,10 +544,16 @@ void Agent::FlushLocked(WsClient& ws) {
       ws.Send(DumpJson(proto::LogMessage(id, batch)));
       a->sent_seq = batch.back().seq;
     }
+    if (!a->pending_checkpoint.empty() && !a->exit_sent) {
+      ws.Send(DumpJson(
+          Json{{"type", "checkpoint"}, {"attempt_id", id}, {"manifest", a->pending_checkpoint}}));
+      a->pending_checkpoint.clear();
+    }
     bool finished = a->exit.has_value() || !a->error.empty();
     if (finished && !a->exit_sent && !a->lost) {
       proto::Exited ex;
       ex.attempt_id = id;
+      ex.checkpoint = a->final_checkpoint;
       ex.exit_code = a->exit ? a->exit->exit_code : -1;
       ex.signal = a->exit ? a->exit->signal : 0;
       ex.error = a->error;

@@ -47,5 +47,8 @@ int OffersCommand(const GlobalFlags& g, const std::string& query, const std::str
 int EstimateCommand(const GlobalFlags& g, const EstimateFlags& f);
 int CatalogImportCommand(const GlobalFlags& g, const std::vector<std::string>& files);
 int NodesCommand(const GlobalFlags& g);
+// Preempts what runs on a node (or on some of its GPUs): the provider takes it back.
+int NodeReclaimCommand(const GlobalFlags& g, const std::string& node, const std::vector<int>& gpus,
+                       const std::string& cause);
 
 }  // namespace sluice::cli

@@ -275,14 +275,29 @@ int JobCommand(const GlobalFlags& g, const std::string& id) {
             << "exit code: " << ExitText(j) << "\n";
   if (!j.value("reason", "").empty()) std::cout << "reason:    " << j.value("reason", "") << "\n";
   std::cout << "submitted: " << Age(j.value("submitted_ms", int64_t{0})) << " ago\n";
+  const Json& spec = j["spec"];
+  int max_restarts = 3;
+  if (spec.is_object() && spec.contains("lifecycle") && spec["lifecycle"].is_object()) {
+    max_restarts = spec["lifecycle"].value("max_restarts", 3);
+  }
+  std::cout << "restarts:  " << j.value("preemptions", 0) << " of " << max_restarts
+            << " (after preemption or a lost node)\n";
+  std::string ckpt = j.value("checkpoint", "");
+  std::cout << "checkpoint: " << (ckpt.empty() ? "none saved" : ckpt.substr(0, 12)) << "\n";
   std::cout << "\nattempts:\n";
-  Table at({"ATTEMPT", "NODE", "GPUS", "PRICE/H", "STATE", "EXIT", "CAUSE"});
+  Table at({"#", "ATTEMPT", "NODE", "GPUS", "PRICE/H", "STARTED", "ENDED", "STATE", "EXIT",
+            "RESTORED", "CAUSE"});
   for (const auto& a : (*resp)["attempts"]) {
     std::string gpus;
     for (const auto& g2 : a["gpus"])
       gpus += (gpus.empty() ? "" : ",") + std::to_string(g2.get<int>());
-    at.Add({a.value("id", ""), a.value("node_id", ""), gpus.empty() ? "-" : gpus,
-            Dollars(a.value("price_per_hour", 0.0)), a.value("state", ""), ExitText(a),
+    std::string restored = a.value("checkpoint_restored", "");
+    int64_t started = a.value("started_ms", int64_t{0});
+    int64_t ended = a.value("ended_ms", int64_t{0});
+    at.Add({std::to_string(a.value("number", 1)), a.value("id", ""), a.value("node_id", ""),
+            gpus.empty() ? "-" : gpus, Dollars(a.value("price_per_hour", 0.0)),
+            started ? Age(started) + " ago" : "-", ended ? Age(ended) + " ago" : "-",
+            a.value("state", ""), ExitText(a), restored.empty() ? "-" : restored.substr(0, 12),
             a.value("cause", "")});
   }
   if (at.empty())
@@ -293,6 +308,31 @@ int JobCommand(const GlobalFlags& g, const std::string& id) {
   for (const auto& e : (*resp)["events"]) {
     std::cout << "  " << Age(e.value("ts_ms", int64_t{0})) << " ago  " << e.value("event", "")
               << ": " << e.value("message", "") << "\n";
+  }
+  return 0;
+}
+
+int NodeReclaimCommand(const GlobalFlags& g, const std::string& node, const std::vector<int>& gpus,
+                       const std::string& cause) {
+  auto api = Connect(g);
+  if (!api.ok()) return Fail(api.status());
+  Json body = Json::object();
+  if (!gpus.empty()) body["gpus"] = gpus;
+  if (!cause.empty()) body["cause"] = cause;
+  auto resp = (*api)->Post("/v1/nodes/" + node + "/reclaim", body);
+  if (!resp.ok()) return Fail(resp.status());
+  if (g.json) {
+    std::cout << DumpJson(*resp, 2) << "\n";
+    return 0;
+  }
+  const Json& pre = (*resp)["preempted"];
+  if (pre.empty()) {
+    std::cout << "nothing runs there; nothing to preempt\n";
+    return 0;
+  }
+  for (const auto& a : pre) {
+    std::cout << "preempting " << a.get<std::string>()
+              << " (SIGTERM now, SIGKILL after its grace period; its job is requeued)\n";
   }
   return 0;
 }

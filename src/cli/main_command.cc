@@ -234,6 +234,20 @@ int Main(int argc, char** argv) {
   auto* nodes = app.add_subcommand("nodes", "List registered nodes");
   AddClientFlags(nodes, &g);
   nodes->callback([&] { rc = NodesCommand(g); });
+  auto* node_cmd = app.add_subcommand("node", "Act on one node (provider operations)");
+  node_cmd->require_subcommand(1);
+  std::string reclaim_node, reclaim_cause;
+  std::vector<int> reclaim_gpus;
+  auto* reclaim = node_cmd->add_subcommand(
+      "reclaim",
+      "Take a node (or some of its GPUs) back: the attempts there are preempted (SIGTERM, "
+      "grace period, SIGKILL, final checkpoint) and their jobs requeued elsewhere");
+  reclaim->add_option("node", reclaim_node, "Node id or name")->required();
+  reclaim->add_option("--gpus", reclaim_gpus, "Only the attempts using these GPU indices")
+      ->delimiter(',');
+  reclaim->add_option("--cause", reclaim_cause, "Why, recorded with the attempt");
+  AddClientFlags(reclaim, &g);
+  reclaim->callback([&] { rc = NodeReclaimCommand(g, reclaim_node, reclaim_gpus, reclaim_cause); });
 
   try {
     app.parse(argc, argv);
