@@ -528,5 +528,81 @@ TEST_F(RecoveryE2ETest, PyTorchJobSurvivesReclaimAndALostAgentBitIdentically) {
   EXPECT_TRUE(Contains(shown, "restarts:  2 of 5")) << shown;
 }
 
+// The two preemption sources that start on the node: a cloud spot-termination notice (a local
+// HTTP server plays the instance-metadata service) and the provider's SIGUSR1 to the agent. Both
+// take the same path as a server-side reclaim, and the job resumes from its checkpoint.
+TEST_F(RecoveryE2ETest, SpotNoticeAndProviderSignalPreemptAndTheJobResumes) {
+  const std::string meta = cluster_.WriteFile("meta/latest/meta-data/spot/.keep", "");
+  const std::string meta_root = meta.substr(0, meta.find("/latest/"));
+  const std::string meta_log = meta_root + "/../metadata.log";
+  Daemon metadata({"/usr/bin/python3", "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
+                   "--directory", meta_root},
+                  {}, meta_log);
+  std::string port;
+  ASSERT_TRUE(WaitUntil([&] {
+    std::string log = metadata.Log();
+    size_t at = log.find(" port ");
+    if (at == std::string::npos) return false;
+    port = std::to_string(std::atoi(log.c_str() + at + 6));
+    return port != "0";
+  })) << metadata.Log();
+
+  cluster_.StartAgent(
+      "spot",
+      {"--spot-metadata-url", "http://127.0.0.1:" + port + "/latest/meta-data/spot/instance-action",
+       "--spot-poll-interval", "0.1"});
+  std::string spec = Spec("count", R"(name: count
+lifecycle: {checkpoint_interval: 1s, grace_period: 5s}
+run: |
+  n=$(cat "$SLUICE_CHECKPOINT_DIR/n" 2>/dev/null || echo 0)
+  echo "attempt=$SLUICE_ATTEMPT resumed=${SLUICE_RESUMED:-0} from=$n"
+  trap 'echo $n > "$SLUICE_CHECKPOINT_DIR/n.tmp" && mv "$SLUICE_CHECKPOINT_DIR/n.tmp" "$SLUICE_CHECKPOINT_DIR/n"; exit 143' TERM
+  while true; do n=$((n+1)); echo $n > "$SLUICE_CHECKPOINT_DIR/n.tmp"; mv "$SLUICE_CHECKPOINT_DIR/n.tmp" "$SLUICE_CHECKPOINT_DIR/n"; sleep 0.02; done
+)");
+  std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
+  auto attempts = [&] { return GetJob(cluster_, id)["attempts"]; };
+  ASSERT_TRUE(WaitUntil([&] { return Contains(cluster_.Cli({"logs", id}).out, "attempt=1"); }));
+  cluster_.StartAgent("b1");
+  cluster_.StartAgent("b2");
+
+  // The cloud announces the spot instance's end.
+  cluster_.WriteFile("meta/latest/meta-data/spot/instance-action",
+                     R"({"action": "terminate", "time": "2026-11-30T01:00:00Z"})");
+  ASSERT_TRUE(WaitUntil([&] {
+    Json a = attempts();
+    return a.size() == 2u && a[1].value("state", "") == "running";
+  })) << GetJob(cluster_, id).dump(2);
+  Json a = attempts();
+  EXPECT_EQ(a[0]["state"], "preempted");
+  EXPECT_TRUE(Contains(a[0].value("cause", ""), "preempted: spot termination notice")) << a[0];
+  EXPECT_TRUE(Contains(a[0].value("cause", ""), "terminate")) << a[0];
+  ASSERT_TRUE(WaitUntil([&] {
+    return Contains(cluster_.Cli({"logs", id}).out, "attempt=2 resumed=1");
+  })) << cluster_.Cli({"logs", id}).out;
+
+  // The provider signals the agent now running it.
+  std::string second;
+  for (const auto& n : cluster_.CliJson({"nodes"})) {
+    if (n.value("id", "") == a[1].value("node_id", "")) second = n.value("name", "");
+  }
+  ASSERT_NE(cluster_.agent(second), nullptr) << second;
+  cluster_.agent(second)->Signal(SIGUSR1);
+  ASSERT_TRUE(WaitUntil([&] {
+    Json b = attempts();
+    return b.size() == 3u && b[2].value("state", "") == "running";
+  })) << GetJob(cluster_, id).dump(2);
+  a = attempts();
+  EXPECT_EQ(a[1]["state"], "preempted");
+  EXPECT_EQ(a[1]["cause"], "preempted: the provider signalled the agent (SIGUSR1)");
+  ASSERT_TRUE(WaitUntil([&] {
+    return Contains(cluster_.Cli({"logs", id}).out, "attempt=3 resumed=1");
+  })) << cluster_.Cli({"logs", id}).out;
+  // It resumed from where it was, not from zero.
+  std::string out = cluster_.Cli({"logs", id}).out;
+  size_t at = out.find("attempt=3 resumed=1 from=");
+  EXPECT_GT(std::atoi(out.c_str() + at + 25), 0) << out;
+  EXPECT_EQ(cluster_.Cli({"cancel", id}).exit_code, 0);
+}
+
 }  // namespace
 }  // namespace sluice::testing

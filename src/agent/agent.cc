@@ -114,6 +114,9 @@ struct Attempt {
   std::string final_checkpoint;    // saved after the process ended; goes with `exited`
   std::string last_checkpoint;     // the latest manifest reported, to skip unchanged saves
   bool exiting = false;            // the process ended; the final save is under way
+  int64_t grace_ms = 30000;        // the job's grace period, for preemptions the agent starts
+  std::string notice;              // a preemption this agent started, not yet told the server
+  bool noticed = false;            // preempted from this side already
   std::mutex upload_mu;            // one save at a time, so the final one is reported last
 };
 
@@ -133,6 +136,11 @@ class Agent {
   // or the save failed (logged; the server keeps the previous complete checkpoint).
   std::string SaveCheckpoint(Attempt& a);
   void CheckpointLoop(std::weak_ptr<Attempt> weak, int64_t interval_ms);
+  // Preempts every running attempt from this side (the node is going away): tells the server
+  // why, then SIGTERM, grace, SIGKILL, final checkpoint, exit, as for a server preemption.
+  void PreemptAllLocked(const std::string& cause);
+  // Polls opt_.spot_metadata_url until the agent stops; a termination notice preempts all.
+  void SpotNoticeLoop();
   void RecoverAttempts();
   void PersistLocked(const Attempt& a);
   void ConnectionLoop();
@@ -295,6 +303,43 @@ void Agent::CheckpointLoop(std::weak_ptr<Attempt> weak, int64_t interval_ms) {
   }
 }
 
+void Agent::PreemptAllLocked(const std::string& cause) {
+  for (auto& [id, a] : attempts_) {
+    if (!a->proc || !a->proc->running() || a->exiting || a->noticed) continue;
+    Log("preempting %s: %s", id, cause);
+    a->noticed = true;
+    a->notice = cause;
+    a->proc->Terminate(std::chrono::milliseconds(a->grace_ms));
+  }
+  dirty_ = true;
+  cv_.notify_all();
+}
+
+void Agent::SpotNoticeLoop() {
+  auto url = ParseUrl(opt_.spot_metadata_url);
+  if (!url.ok()) {
+    Log("--spot-metadata-url: %s", url.status().message());
+    return;
+  }
+  // The whole URL path is the resource polled, not a prefix.
+  std::string path = url->base_path.empty() ? "/" : url->base_path;
+  url->base_path.clear();
+  const auto interval =
+      std::chrono::milliseconds(static_cast<int64_t>(opt_.spot_poll_interval_s * 1000));
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, interval, [&] { return stopping_; })) return;
+    }
+    HttpClient http(*url, "", std::chrono::seconds(2));
+    auto resp = http.Request("GET", path);
+    if (!resp.ok() || resp->status != 200) continue;  // 404: no notice; errors: try again
+    std::string body = Trim(resp->body.substr(0, 200));
+    std::lock_guard<std::mutex> lock(mu_);
+    PreemptAllLocked("spot termination notice" + (body.empty() ? "" : ": " + body));
+  }
+}
+
 std::map<std::string, std::string> Agent::JobEnv(const proto::Assign& a) const {
   std::map<std::string, std::string> env;
   auto inherit = [&](const char* key, const char* fallback) {
@@ -395,6 +440,7 @@ void Agent::StartAttempt(proto::Assign assign) {
     if (it == attempts_.end()) return;
     a = it->second;
     a->checkpoint_dir = ckpt;
+    a->grace_ms = assign.grace_ms;
     a->last_checkpoint = resumed ? assign.checkpoint : "";
     if (!restore_warning.empty()) {
       proto::LogEntry e;
@@ -543,6 +589,10 @@ void Agent::FlushLocked(WsClient& ws) {
     if (!batch.empty()) {
       ws.Send(DumpJson(proto::LogMessage(id, batch)));
       a->sent_seq = batch.back().seq;
+    }
+    if (!a->notice.empty() && !a->exit_sent) {
+      ws.Send(DumpJson(Json{{"type", "preempt_notice"}, {"attempt_id", id}, {"cause", a->notice}}));
+      a->notice.clear();
     }
     if (!a->pending_checkpoint.empty() && !a->exit_sent) {
       ws.Send(DumpJson(
@@ -704,12 +754,22 @@ int Agent::Run() {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGUSR1);  // the provider takes the node back: preempt its jobs
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
   std::thread conn([this] { ConnectionLoop(); });
+  if (!opt_.spot_metadata_url.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    SpawnLocked([this] { SpotNoticeLoop(); });
+  }
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  for (;;) {
+    sigwait(&stop_signals, &sig);
+    if (sig != SIGUSR1) break;
+    std::lock_guard<std::mutex> lock(mu_);
+    PreemptAllLocked("the provider signalled the agent (SIGUSR1)");
+  }
   bool fatal;
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -24,6 +24,10 @@ struct AgentOptions {
   double keep_alive_interval_s = 15;  // WebSocket ping period
   double max_backoff_s = 5;           // reconnect backoff ceiling
   double stop_grace_s = 5;            // on SIGTERM: jobs get this long after their SIGTERM
+  // Cloud spot-termination notices: polled with GET; HTTP 200 means the instance is about to go
+  // (AWS style, http://169.254.169.254/latest/meta-data/spot/instance-action), 404 means not.
+  std::string spot_metadata_url;
+  double spot_poll_interval_s = 5;
 };
 
 // Runs until SIGINT/SIGTERM (exit 0) or a fatal error such as a rejected join token (exit 1).

@@ -95,6 +95,15 @@ int Main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   agent_cmd->add_option("--region", aopt.region, "Region label shown in offers");
+  agent_cmd->add_option("--spot-metadata-url", aopt.spot_metadata_url,
+                        "Poll this URL for a cloud spot-termination notice (HTTP 200 = the "
+                        "instance goes: running jobs are preempted), e.g. "
+                        "http://169.254.169.254/latest/meta-data/spot/instance-action");
+  agent_cmd
+      ->add_option("--spot-poll-interval", aopt.spot_poll_interval_s,
+                   "Seconds between polls of --spot-metadata-url")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
   agent_cmd->add_flag("--skip-software-probe", aopt.skip_software_probe,
                       "Do not probe CUDA toolkits, Python and PyTorch (importing torch takes "
                       "seconds); offers then list no toolkits or PyTorch builds");

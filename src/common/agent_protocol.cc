@@ -101,7 +101,8 @@ Json ToJson(const Assign& m) {
               {"workdir_blob", m.workdir_blob},
               {"attempt", m.attempt},
               {"checkpoint", m.checkpoint},
-              {"checkpoint_interval_ms", m.checkpoint_interval_ms}};
+              {"checkpoint_interval_ms", m.checkpoint_interval_ms},
+              {"grace_ms", m.grace_ms}};
 }
 
 Result<Assign> AssignFromJson(const Json& j) {
@@ -122,6 +123,10 @@ Result<Assign> AssignFromJson(const Json& j) {
   SLUICE_ASSIGN_OR_RETURN(m.checkpoint_interval_ms, GetIntOr(j, "checkpoint_interval_ms", 0));
   if (m.checkpoint_interval_ms < 0) {
     return Status::InvalidArgument("checkpoint_interval_ms: must not be negative");
+  }
+  SLUICE_ASSIGN_OR_RETURN(m.grace_ms, GetIntOr(j, "grace_ms", 30000));
+  if (m.grace_ms < 0 || m.grace_ms > 3'600'000) {
+    return Status::InvalidArgument("grace_ms: must be between 0 and 3600000");
   }
   return m;
 }

@@ -54,6 +54,7 @@ struct Assign {
   int attempt = 1;                     // SLUICE_ATTEMPT: 1, 2, ... across the job's restarts
   std::string checkpoint;              // manifest digest to restore before starting, empty for none
   int64_t checkpoint_interval_ms = 0;  // how often to save SLUICE_CHECKPOINT_DIR; 0 = only at exit
+  int64_t grace_ms = 30000;            // SIGTERM → SIGKILL when the agent itself preempts the job
 };
 
 struct LogEntry {

@@ -248,8 +248,10 @@ Status ServerCore::ScheduleLocked() {
     r.work = js.market.work;
     r.objective = js.market.objective;
     auto avoid = avoid_.find(id);
-    if (avoid != avoid_.end() && avoid->second.second > clock_->MonotonicMillis()) {
-      r.avoid_nodes.push_back(avoid->second.first);
+    if (avoid != avoid_.end()) {
+      for (const auto& [node, until] : avoid->second) {
+        if (until > clock_->MonotonicMillis()) r.avoid_nodes.push_back(node);
+      }
     }
     queue.push_back(std::move(r));
   }
@@ -308,6 +310,7 @@ Status ServerCore::ScheduleLocked() {
     a.attempt = att.number;
     a.checkpoint = att.checkpoint_restored;
     a.checkpoint_interval_ms = js.spec.lifecycle.checkpoint_interval_s.value_or(0) * 1000;
+    a.grace_ms = js.spec.lifecycle.grace_period_s * 1000;
     assigns.push_back(std::move(a));
     assign_nodes.push_back(p.node_id);
     max_log_seq_[att.id] = 0;
@@ -364,7 +367,7 @@ void ServerCore::FinishAttemptLocked(AttemptRecord& att, AttemptState state,
         job.state = st::JobState::kQueued;
         job.reason = "requeued after " + cause;
         batch.jobs.push_back(job);
-        avoid_[job.id] = {att.node_id, clock_->MonotonicMillis() + options_.preempt_cooldown_ms};
+        avoid_[job.id][att.node_id] = clock_->MonotonicMillis() + options_.preempt_cooldown_ms;
         batch.events.push_back(EventLocked(
             job.id, "requeued",
             "attempt " + std::to_string(att.number) + " " + std::string(st::Name(state)) + " (" +
@@ -929,6 +932,13 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
     ns.link->Send(Json{{"type", "log_ack"}, {"attempt_id", attempt_id}, {"seq", max_seq}});
     return Status::Ok();
   }
+  if (type == "preempt_notice") {
+    // The node itself is going (a cloud spot notice, the provider's signal): the agent is
+    // already stopping the job, so nothing is sent back.
+    SLUICE_ASSIGN_OR_RETURN(std::string cause, GetStringOr(msg, "cause", "notice from the agent"));
+    if (cause.size() > 300) cause = cause.substr(0, 300);
+    return PreemptLocked(att, cause, /*tell_agent=*/false);
+  }
   if (type == "checkpoint") {
     SLUICE_ASSIGN_OR_RETURN(std::string manifest, GetString(msg, "manifest"));
     SaveCheckpointLocked(att, manifest, batch);
@@ -960,7 +970,7 @@ void ServerCore::AgentDisconnected(const std::string& node_id, const AgentLink* 
   }
 }
 
-Status ServerCore::PreemptLocked(AttemptRecord& att, const std::string& cause) {
+Status ServerCore::PreemptLocked(AttemptRecord& att, const std::string& cause, bool tell_agent) {
   if (att.cause.rfind(kPreemptingPrefix, 0) == 0) return Status::Ok();  // already under way
   const JobState& js = jobs_[att.job_id];
   att.cause = std::string(kPreemptingPrefix) + cause;
@@ -973,6 +983,7 @@ Status ServerCore::PreemptLocked(AttemptRecord& att, const std::string& cause) {
                                          cause + "): SIGTERM, then SIGKILL after " +
                                          std::to_string(grace_ms / 1000) + "s"));
   SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+  if (!tell_agent) return Status::Ok();
   SendLocked(
       att.node_id,
       Json{{"type", "preempt"}, {"attempt_id", att.id}, {"grace_ms", grace_ms}, {"cause", cause}});
@@ -1040,13 +1051,16 @@ void ServerCore::Tick() {
   }
   // A cooldown that ended may let a waiting job go back to that node.
   bool expired = false;
-  for (auto it = avoid_.begin(); it != avoid_.end();) {
-    if (it->second.second <= now) {
-      expired = true;
-      it = avoid_.erase(it);
-    } else {
-      ++it;
+  for (auto job = avoid_.begin(); job != avoid_.end();) {
+    for (auto it = job->second.begin(); it != job->second.end();) {
+      if (it->second <= now) {
+        expired = true;
+        it = job->second.erase(it);
+      } else {
+        ++it;
+      }
     }
+    job = job->second.empty() ? avoid_.erase(job) : std::next(job);
   }
   if (expired) (void)ScheduleLocked();
 }

@@ -188,7 +188,8 @@ class ServerCore {
   Status LoseNodeLocked(NodeState& node, const std::string& why);
   Json EndItemLocked(const store::JobRecord& job) const;
   // Tells the agent to stop `att` for `cause`; the exit that follows ends it as preempted.
-  Status PreemptLocked(store::AttemptRecord& att, const std::string& cause);
+  // `tell_agent` false: the agent reported the preemption itself and is already stopping it.
+  Status PreemptLocked(store::AttemptRecord& att, const std::string& cause, bool tell_agent = true);
   // Accepts `manifest` as the job's latest complete checkpoint if its blob exists.
   void SaveCheckpointLocked(const store::AttemptRecord& att, const std::string& manifest,
                             store::WriteBatch& batch);
@@ -214,8 +215,9 @@ class ServerCore {
   // truth, the index the fast path). Agent offers change with every placement and are few, so
   // they are filtered directly.
   market::OfferIndex catalog_index_;
-  // Job id → (node id, monotonic ms until which the job avoids that node after a preemption).
-  std::map<std::string, std::pair<std::string, int64_t>> avoid_;
+  // Job id → node id → monotonic ms until which the job avoids that node after it was preempted
+  // or lost there.
+  std::map<std::string, std::map<std::string, int64_t>> avoid_;
   store::BlobStore* blobs_ = nullptr;
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
