@@ -604,5 +604,41 @@ run: |
   EXPECT_EQ(cluster_.Cli({"cancel", id}).exit_code, 0);
 }
 
+// Market rule (DESIGN.md §6): an on-demand job that can only run on CPUs held by an
+// interruptible attempt preempts it, runs at the on-demand price, and the preempted job resumes
+// from its checkpoint once there is room again.
+TEST_F(RecoveryE2ETest, OnDemandArrivalPreemptsInterruptibleWork) {
+  cluster_.StartAgent(
+      "n1", {"--price-per-cpu-hour", "0.1", "--interruptible-price-per-cpu-hour", "0.03"});
+  Json nodes = cluster_.CliJson({"nodes"});
+  ASSERT_EQ(nodes.size(), 1u);
+  const std::string cpus = std::to_string(nodes[0]["inventory"].value("cpu_cores", 1));
+  std::string spot =
+      Spec("spot", "name: spot\nresources: {cpus: " + cpus +
+                       "}\n"
+                       "lifecycle: {capacity: interruptible, grace_period: 5s}\n"
+                       "run: |\n"
+                       "  n=$(cat \"$SLUICE_CHECKPOINT_DIR/n\" 2>/dev/null || echo 0)\n"
+                       "  echo \"attempt=$SLUICE_ATTEMPT from=$n\"\n"
+                       "  trap 'echo $n > \"$SLUICE_CHECKPOINT_DIR/n\"; exit 143' TERM\n"
+                       "  while [ $n -lt 40 ]; do n=$((n+1)); sleep 0.05; done\n");
+  std::string spot_id = JobId(cluster_.Cli({"run", spot, "--detach"}));
+  ASSERT_TRUE(WaitUntil([&] {
+    return Contains(cluster_.Cli({"logs", spot_id}).out, "attempt=1");
+  }));
+  Json first = GetJob(cluster_, spot_id)["attempts"][0];
+  EXPECT_EQ(first["interruptible"], true);
+
+  std::string urgent =
+      Spec("urgent", "name: urgent\nresources: {cpus: " + cpus + "}\nrun: echo on-demand ran\n");
+  CommandResult r = cluster_.Cli({"run", urgent, "--follow"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "on-demand ran")) << r.out;
+  Json a = GetJob(cluster_, spot_id)["attempts"];
+  ASSERT_GE(a.size(), 1u);
+  EXPECT_EQ(a[0]["state"], "preempted");
+  EXPECT_TRUE(Contains(a[0].value("cause", ""), "making room for on-demand job")) << a[0];
+}
+
 }  // namespace
 }  // namespace sluice::testing

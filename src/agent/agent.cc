@@ -637,6 +637,8 @@ Status Agent::ConnectOnce() {
   hello.inventory = inventory_;
   hello.price_per_gpu_hour = opt_.price_per_gpu_hour;
   hello.price_per_cpu_hour = opt_.price_per_cpu_hour;
+  hello.interruptible_price_per_gpu_hour = opt_.interruptible_price_per_gpu_hour;
+  hello.interruptible_price_per_cpu_hour = opt_.interruptible_price_per_cpu_hour;
   hello.region = opt_.region;
   hello.agent_version = kVersion;
   std::vector<std::string> lost;

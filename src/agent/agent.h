@@ -17,6 +17,8 @@ struct AgentOptions {
   std::string data_dir;
   std::string name;  // defaults to the hostname
   double price_per_gpu_hour = 0;
+  double interruptible_price_per_gpu_hour = 0;  // 0: sell no interruptible capacity
+  double interruptible_price_per_cpu_hour = 0;
   double price_per_cpu_hour = 0;
   std::string region;
   std::string nvidia_smi_file;        // probe GPUs from a recorded file (tests, dry runs)

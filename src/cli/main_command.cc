@@ -94,6 +94,17 @@ int Main(int argc, char** argv) {
                    "USD per CPU-hour, for CPU-only jobs")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  agent_cmd
+      ->add_option("--interruptible-price-per-gpu-hour", aopt.interruptible_price_per_gpu_hour,
+                   "Also sell GPUs as interruptible capacity at this USD per GPU-hour: "
+                   "on-demand jobs may preempt jobs placed on it (0: do not)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  agent_cmd
+      ->add_option("--interruptible-price-per-cpu-hour", aopt.interruptible_price_per_cpu_hour,
+                   "The same for CPU-only jobs, per CPU-hour")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   agent_cmd->add_option("--region", aopt.region, "Region label shown in offers");
   agent_cmd->add_option("--spot-metadata-url", aopt.spot_metadata_url,
                         "Poll this URL for a cloud spot-termination notice (HTTP 200 = the "

@@ -50,6 +50,8 @@ Json ToJson(const Hello& m) {
               {"inventory", ToJson(m.inventory)},
               {"price_per_gpu_hour", m.price_per_gpu_hour},
               {"price_per_cpu_hour", m.price_per_cpu_hour},
+              {"interruptible_price_per_gpu_hour", m.interruptible_price_per_gpu_hour},
+              {"interruptible_price_per_cpu_hour", m.interruptible_price_per_cpu_hour},
               {"region", m.region},
               {"agent_version", m.agent_version},
               {"attempts", attempts}};
@@ -64,6 +66,13 @@ Result<Hello> HelloFromJson(const Json& j) {
   SLUICE_ASSIGN_OR_RETURN(m.inventory, InventoryFromJson(j["inventory"]));
   SLUICE_ASSIGN_OR_RETURN(m.price_per_gpu_hour, GetNumberOr(j, "price_per_gpu_hour", 0));
   SLUICE_ASSIGN_OR_RETURN(m.price_per_cpu_hour, GetNumberOr(j, "price_per_cpu_hour", 0));
+  SLUICE_ASSIGN_OR_RETURN(m.interruptible_price_per_gpu_hour,
+                          GetNumberOr(j, "interruptible_price_per_gpu_hour", 0));
+  SLUICE_ASSIGN_OR_RETURN(m.interruptible_price_per_cpu_hour,
+                          GetNumberOr(j, "interruptible_price_per_cpu_hour", 0));
+  if (m.interruptible_price_per_gpu_hour < 0 || m.interruptible_price_per_cpu_hour < 0) {
+    return Status::InvalidArgument("interruptible prices: must not be negative");
+  }
   if (m.price_per_gpu_hour < 0 || m.price_per_cpu_hour < 0) {
     return Status::InvalidArgument("price_per_gpu_hour/price_per_cpu_hour: must not be negative");
   }

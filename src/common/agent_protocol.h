@@ -37,6 +37,8 @@ struct Hello {
   Inventory inventory;
   double price_per_gpu_hour = 0;
   double price_per_cpu_hour = 0;
+  double interruptible_price_per_gpu_hour = 0;  // 0: no interruptible capacity sold
+  double interruptible_price_per_cpu_hour = 0;
   std::string region;
   std::string agent_version;
   std::vector<AttemptReport> attempts;

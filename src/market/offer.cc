@@ -61,6 +61,7 @@ Json ToJson(const Offer& o) {
   j["price_per_gpu_hour"] = o.price_per_gpu_hour;
   j["interruptible_price_per_gpu_hour"] = o.interruptible_price_per_gpu_hour;
   j["price_per_cpu_hour"] = o.price_per_cpu_hour;
+  j["interruptible_price_per_cpu_hour"] = o.interruptible_price_per_cpu_hour;
   if (o.interruptions_per_hour >= 0) {
     j["interruptions_per_hour"] = o.interruptions_per_hour;
   } else {

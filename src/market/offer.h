@@ -39,6 +39,7 @@ struct Offer {
   double price_per_gpu_hour = 0;                // on-demand, USD
   double interruptible_price_per_gpu_hour = 0;  // 0 = not offered
   double price_per_cpu_hour = 0;  // agents: what a CPU-only job pays per CPU; 0 = not sold by CPU
+  double interruptible_price_per_cpu_hour = 0;  // the same on interruptible capacity; 0 = none
   // Interruptions per hour observed on this offer's interruptible capacity; < 0 = no history
   // (the cost model then uses its prior, and says so).
   double interruptions_per_hour = -1;

@@ -989,7 +989,7 @@ Result<Query> QueryFromResources(const std::vector<std::string>& gpu_labels,
     // The job's budget is for all its GPUs; offers are priced per GPU-hour.
     const double per_gpu = *max_price_per_hour / gpus;
     SLUICE_RETURN_IF_ERROR(add(price_field, Op::kLe, {FormatNumber(per_gpu)}));
-  } else if (basis == PriceBasis::kInterruptible) {
+  } else if (basis == PriceBasis::kInterruptible && gpus > 0) {
     SLUICE_RETURN_IF_ERROR(add(Field::kSpotPrice, Op::kGt, {"0"}));
   }
   return q;

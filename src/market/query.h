@@ -136,7 +136,8 @@ std::vector<std::string> QueryFieldNames();
 // Which per-GPU price a job's budget bounds (the spec's lifecycle.capacity).
 enum class PriceBasis {
   kOnDemand,       // `price<=`
-  kInterruptible,  // `spot_price<=` (or `spot_price>0` without a budget): offers must sell it
+  kInterruptible,  // `spot_price<=` (or `spot_price>0` without a budget): offers must sell it;
+                   // CPU-only jobs get no term (spot_price is per GPU), the caller checks
   kEither,         // no price term: either price may apply, so the caller checks the budget
                    // against the price the ranking picks
 };

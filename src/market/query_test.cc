@@ -643,7 +643,7 @@ TEST(OfferTest, NamesAndJsonCarryEveryField) {
   EXPECT_EQ(Name(VerifiedState::kDeverified), "deverified");
   const Offer o = Fleet()[0];
   const Json j = ToJson(o);
-  EXPECT_EQ(j.size(), 31u);
+  EXPECT_EQ(j.size(), 32u);
   EXPECT_EQ(j["id"], "A");
   EXPECT_EQ(j["price_per_cpu_hour"], 0.0);
   EXPECT_TRUE(j["interruptions_per_hour"].is_null());  // no history

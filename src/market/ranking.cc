@@ -78,11 +78,26 @@ std::optional<Objective> ObjectiveFromName(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+// CPU work is priced per CPU where the offer sells CPUs, else as the whole instance.
+bool SoldByCpu(const Offer& offer) {
+  return offer.price_per_cpu_hour > 0 || offer.interruptible_price_per_cpu_hour > 0;
+}
+}  // namespace
+
+bool SellsInterruptible(const Offer& offer, const Workload& work) {
+  if (work.gpus <= 0 && SoldByCpu(offer)) return offer.interruptible_price_per_cpu_hour > 0;
+  return offer.interruptible_price_per_gpu_hour > 0;
+}
+
 double AllocationPrice(const Offer& offer, const Workload& work, bool interruptible) {
   const double per_gpu =
       interruptible ? offer.interruptible_price_per_gpu_hour : offer.price_per_gpu_hour;
   if (work.gpus > 0) return work.gpus * per_gpu;
-  if (offer.price_per_cpu_hour > 0) return work.cpus * offer.price_per_cpu_hour;
+  if (SoldByCpu(offer)) {
+    return work.cpus *
+           (interruptible ? offer.interruptible_price_per_cpu_hour : offer.price_per_cpu_hour);
+  }
   return offer.gpus * per_gpu;  // a GPU instance rented whole for CPU work
 }
 
@@ -91,7 +106,7 @@ CostEstimate EstimateCost(const Offer& offer, const Workload& work, const CostMo
   // Interruptible work on an offer without interruptible capacity runs on-demand: only
   // `fallback_on_demand` work is ever matched with such offers (the query excludes them
   // otherwise), and on-demand capacity is not interrupted.
-  e.interruptible = work.interruptible && offer.interruptible_price_per_gpu_hour > 0;
+  e.interruptible = work.interruptible && SellsInterruptible(offer, work);
   e.price_per_hour = AllocationPrice(offer, work, e.interruptible);
   if (work.gpus > 0) {
     e.perf = offer.perf_score;

@@ -73,6 +73,9 @@ struct CostEstimate {
 // The hourly price of `work`'s allocation on `offer`: GPUs × per-GPU price; for CPU-only work,
 // CPUs × the per-CPU price, or the whole instance where the offer is not sold by CPU.
 double AllocationPrice(const Offer& offer, const Workload& work, bool interruptible);
+// Whether `offer` sells `work`'s allocation as interruptible capacity (per GPU, per CPU for CPU
+// work where the offer is sold by CPU, else the whole instance).
+bool SellsInterruptible(const Offer& offer, const Workload& work);
 
 CostEstimate EstimateCost(const Offer& offer, const Workload& work, const CostModel& model);
 

@@ -53,6 +53,22 @@ TEST(RankingTest, CpuWorkIsPricedPerCpuOrByTheWholeInstance) {
   EXPECT_DOUBLE_EQ(AllocationPrice(MakeOffer("inst", 1.5, 1), w, false), 12.0);
 }
 
+TEST(RankingTest, CpuWorkOnInterruptibleCapacityUsesTheInterruptibleCpuPrice) {
+  Workload w;
+  w.cpus = 4;
+  w.interruptible = true;
+  Offer node = MakeOffer("node", 0, 0);
+  node.gpus = 0;
+  node.price_per_cpu_hour = 0.05;
+  EXPECT_FALSE(SellsInterruptible(node, w));
+  EXPECT_FALSE(EstimateCost(node, w, CostModel{}).interruptible);
+  node.interruptible_price_per_cpu_hour = 0.02;
+  EXPECT_TRUE(SellsInterruptible(node, w));
+  CostEstimate e = EstimateCost(node, w, CostModel{});
+  EXPECT_TRUE(e.interruptible);
+  EXPECT_DOUBLE_EQ(e.price_per_hour, 0.08);
+}
+
 TEST(RankingTest, InterruptibleUsesTheSpotPriceAndThePriorWithoutHistory) {
   Workload w = Gpus(1, 10);
   w.interruptible = true;

@@ -20,6 +20,16 @@ struct GpuSlot {
   bool free = true;
 };
 
+// An attempt holding resources on a node.
+struct RunningAttempt {
+  std::string attempt_id;
+  std::vector<int> gpus;
+  int cpus = 0;
+  double memory_gb = 0;
+  bool interruptible = false;  // on interruptible capacity: on-demand work may preempt it
+  bool preempting = false;     // a preemption is already under way; it will free its resources
+};
+
 struct NodeCapacity {
   std::string node_id;
   std::string name;
@@ -36,6 +46,7 @@ struct NodeCapacity {
   // offer from the slots and free counts above, so jobs are matched by the very predicate the
   // market query uses.
   std::vector<market::Offer> offers;
+  std::vector<RunningAttempt> running;  // what holds the GPUs, CPUs and memory not free above
 };
 
 struct JobRequest {
@@ -71,16 +82,30 @@ struct Waiting {
   std::string reason;       // one line a user can act on
 };
 
+// Interruptible attempts to preempt so an on-demand job can be placed (DESIGN.md §6: "an
+// on-demand job may preempt interruptible attempts on a node if that is the only way to place
+// it"). The job itself waits until they have stopped.
+struct Preemption {
+  std::string job_id;  // the on-demand job that needs the room
+  std::string node_id;
+  std::vector<std::string> attempt_ids;
+};
+
 struct Plan {
   std::vector<Placement> placements;
   std::vector<Waiting> waiting;
+  std::vector<Preemption> preemptions;
 };
 
-// Jobs are considered by priority (high first), then submission order. A job that does not fit
+// Jobs are considered by priority (high first), on-demand before interruptible, then submission
+// order. A job that does not fit
 // now does not block smaller jobs behind it (backfill); GPUs, CPUs and memory placed earlier in
 // the same plan are no longer free for later jobs. Among the offers that match the job's query
 // now, the job's objective picks (market::CompareEstimates: expected cost to complete by
 // default), then the tightest fit (fewest free GPUs left, then CPUs), then node and offer id.
+// An on-demand job that fits nowhere now, but would fit on a node once some interruptible
+// attempts there stop, gets a Preemption of the fewest such attempts (unless attempts already
+// being preempted will make the room), and waits.
 Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& queue,
               const market::CostModel& model = {});
 

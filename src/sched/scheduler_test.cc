@@ -184,5 +184,79 @@ TEST(SchedulerTest, BusyGpusAreSkipped) {
   EXPECT_EQ(plan.placements[0].gpus, std::vector<int>{1});
 }
 
+// A 2-GPU node whose GPUs are held by attempts: `interruptible` says on which capacity.
+NodeCapacity BusyNode(bool interruptible, bool preempting = false) {
+  NodeCapacity n = Node("busy", 2, 8, 32);
+  for (int i = 0; i < 2; ++i) {
+    n.gpus[i].free = false;
+    n.running.push_back({"att-" + std::to_string(i), {i}, 1, 1, interruptible, preempting});
+  }
+  n.free_cpus = 6;
+  n.free_memory_gb = 30;
+  return n;
+}
+
+TEST(SchedulerTest, OnDemandJobPreemptsTheFewestInterruptibleAttempts) {
+  Plan plan = Schedule({BusyNode(true)}, {Job("od", 1)});
+  EXPECT_TRUE(plan.placements.empty());
+  ASSERT_EQ(plan.preemptions.size(), 1u);
+  EXPECT_EQ(plan.preemptions[0].job_id, "od");
+  EXPECT_EQ(plan.preemptions[0].node_id, "busy");
+  EXPECT_EQ(plan.preemptions[0].attempt_ids, std::vector<std::string>{"att-0"});
+  ASSERT_EQ(plan.waiting.size(), 1u);
+  EXPECT_FALSE(plan.waiting[0].never_fits);
+  EXPECT_NE(plan.waiting[0].reason.find("preempted"), std::string::npos);
+  // Two GPUs need both.
+  plan = Schedule({BusyNode(true)}, {Job("od2", 2)});
+  ASSERT_EQ(plan.preemptions.size(), 1u);
+  EXPECT_EQ(plan.preemptions[0].attempt_ids, (std::vector<std::string>{"att-0", "att-1"}));
+}
+
+TEST(SchedulerTest, OnlyInterruptibleAttemptsAndOnlyForOnDemandJobs) {
+  EXPECT_TRUE(Schedule({BusyNode(false)}, {Job("od", 1)}).preemptions.empty());
+  JobRequest spot = Job("spot", 1);
+  spot.work.interruptible = true;
+  spot.work.fallback_on_demand = true;  // may run on on-demand offers, yet never preempts
+  EXPECT_TRUE(Schedule({BusyNode(true)}, {spot}).preemptions.empty());
+}
+
+TEST(SchedulerTest, RoomAlreadyBeingFreedIsWaitedFor) {
+  Plan plan = Schedule({BusyNode(true, /*preempting=*/true)}, {Job("od", 1)});
+  EXPECT_TRUE(plan.preemptions.empty());
+  ASSERT_EQ(plan.waiting.size(), 1u);
+  EXPECT_NE(plan.waiting[0].reason.find("preempted interruptible attempts to stop"),
+            std::string::npos);
+  // Two on-demand jobs in one plan do not both count on the same victims.
+  plan = Schedule({BusyNode(true)}, {Job("a", 2, 1, 1, 0, 1), Job("b", 2, 1, 1, 0, 2)});
+  ASSERT_EQ(plan.preemptions.size(), 1u);
+  EXPECT_EQ(plan.preemptions[0].job_id, "a");
+}
+
+TEST(SchedulerTest, OnDemandGoesFirstAmongEquals) {
+  JobRequest spot = Job("spot", 1, 1, 1, 0, /*order=*/1);
+  spot.work.interruptible = true;
+  spot.work.fallback_on_demand = true;
+  Plan plan = Schedule({Node("n", 1, 4, 8)}, {spot, Job("od", 1, 1, 1, 0, /*order=*/2)});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].job_id, "od");
+}
+
+TEST(SchedulerTest, InterruptibleOnlyWorkNeedsInterruptibleCapacity) {
+  JobRequest spot = Job("spot", 0, 2);
+  spot.work.interruptible = true;
+  NodeCapacity n = Node("cpu", 0, 4, 8);
+  Plan plan = Schedule({n}, {spot});
+  ASSERT_EQ(plan.waiting.size(), 1u);
+  EXPECT_TRUE(plan.waiting[0].never_fits);
+  EXPECT_NE(plan.waiting[0].reason.find("1 matching offer sell no interruptible capacity"),
+            std::string::npos)
+      << plan.waiting[0].reason;
+  n.offers[0].interruptible_price_per_cpu_hour = 0.01;
+  plan = Schedule({n}, {spot});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_TRUE(plan.placements[0].estimate.interruptible);
+  EXPECT_DOUBLE_EQ(plan.placements[0].price_per_hour, 0.02);
+}
+
 }  // namespace
 }  // namespace sluice::sched

@@ -51,6 +51,8 @@ std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inven
   base.disk_gb = GiB(inv.disk_free_mib);
   base.price_per_gpu_hour = node.price_per_gpu_hour;
   base.price_per_cpu_hour = node.price_per_cpu_hour;
+  base.interruptible_price_per_gpu_hour = node.interruptible_price_per_gpu_hour;
+  base.interruptible_price_per_cpu_hour = node.interruptible_price_per_cpu_hour;
   base.driver_version = inv.driver_version;
   base.cuda_version = inv.cuda_version;
   base.toolkits = inv.cuda_toolkits;
@@ -222,6 +224,8 @@ std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
   for (const auto& [aid, att] : active_attempts_) {
     for (auto& cap : out) {
       if (cap.node_id != att.node_id) continue;
+      cap.running.push_back({aid, att.gpus, att.cpus, att.memory_gb, att.interruptible,
+                             att.cause.rfind(kPreemptingPrefix, 0) == 0});
       for (auto& g : cap.gpus) {
         if (std::find(att.gpus.begin(), att.gpus.end(), g.index) != att.gpus.end()) g.free = false;
       }
@@ -275,6 +279,7 @@ Status ServerCore::ScheduleLocked() {
     att.state = AttemptState::kStarting;
     att.created_ms = now;
     att.number = ++js.attempts;
+    att.interruptible = p.estimate.interruptible;
     att.checkpoint_restored = js.record.checkpoint;
     js.record.state = st::JobState::kStarting;
     js.record.attempt_id = att.id;
@@ -341,6 +346,16 @@ Status ServerCore::ScheduleLocked() {
   }
   for (size_t i = 0; i < assigns.size(); ++i)
     SendLocked(assign_nodes[i], proto::ToJson(assigns[i]));
+  // On-demand work displacing interruptible attempts (DESIGN.md §6); the job is placed once
+  // they have stopped and freed the room.
+  for (const auto& pre : plan.preemptions) {
+    for (const auto& aid : pre.attempt_ids) {
+      auto it = active_attempts_.find(aid);
+      if (it == active_attempts_.end()) continue;
+      SLUICE_RETURN_IF_ERROR(
+          PreemptLocked(it->second, "making room for on-demand job " + pre.job_id));
+    }
+  }
   return Status::Ok();
 }
 
@@ -818,6 +833,8 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   ns.record.last_seen_ms = now;
   ns.record.price_per_gpu_hour = hello.price_per_gpu_hour;
   ns.record.price_per_cpu_hour = hello.price_per_cpu_hour;
+  ns.record.interruptible_price_per_gpu_hour = hello.interruptible_price_per_gpu_hour;
+  ns.record.interruptible_price_per_cpu_hour = hello.interruptible_price_per_cpu_hour;
   ns.record.region = hello.region;
 
   // Reconcile: the agent's account of its attempts against ours.
@@ -1101,7 +1118,8 @@ Json AttemptToJson(const AttemptRecord& a) {
               {"exit_code", a.exit_code ? Json(*a.exit_code) : Json(nullptr)},
               {"cause", a.cause},
               {"number", a.number},
-              {"checkpoint_restored", a.checkpoint_restored}};
+              {"checkpoint_restored", a.checkpoint_restored},
+              {"interruptible", a.interruptible}};
 }
 
 Json EventToJson(const st::JobEvent& e) {

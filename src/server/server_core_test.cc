@@ -586,5 +586,44 @@ TEST_F(ServerCoreTest, OffersMergeAgentAndCatalogInOneOrderAndReimportReplaces) 
   EXPECT_EQ(core_->SearchOffers(*q, *sort, 10).matched, 1u);  // the agent is not connected
 }
 
+TEST_F(ServerCoreTest, OnDemandJobPreemptsInterruptibleWorkAndTakesItsPlace) {
+  auto link = std::make_shared<RecordingLink>();
+  proto::Hello h = CpuHello();
+  h.price_per_cpu_hour = 0.10;
+  h.interruptible_price_per_cpu_hour = 0.03;
+  auto node = core_->AgentHello(link, h);
+  spec::JobSpec spot = Spec(4);
+  spot.lifecycle.capacity = spec::Capacity::kInterruptible;
+  auto cheap = core_->SubmitJob(spot, "");
+  ASSERT_TRUE(cheap.ok()) << cheap.status().ToString();
+  ASSERT_EQ(link->OfType("assign").size(), 1u);
+  std::string att = link->OfType("assign")[0]["attempt_id"];
+  auto d = core_->GetJob(cheap->id);
+  EXPECT_TRUE(d->attempts[0].interruptible);
+  EXPECT_DOUBLE_EQ(d->attempts[0].price_per_hour, 0.12);  // 4 CPUs × $0.03, locked
+
+  // An on-demand job that only fits by taking those CPUs preempts the interruptible attempt.
+  auto urgent = core_->SubmitJob(Spec(4), "");
+  ASSERT_TRUE(urgent.ok());
+  ASSERT_EQ(link->OfType("preempt").size(), 1u);
+  EXPECT_EQ(link->OfType("preempt")[0]["attempt_id"], att);
+  EXPECT_NE(link->OfType("preempt")[0]["cause"].get<std::string>().find(urgent->id),
+            std::string::npos);
+  EXPECT_EQ(core_->GetJob(urgent->id)->job.state, store::JobState::kQueued);
+  // Another scheduling round does not preempt again while it stops.
+  ASSERT_TRUE(core_->SubmitJob(Spec(1), "", true).ok());
+  EXPECT_EQ(link->OfType("preempt").size(), 1u);
+
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 143, 0, ""})).ok());
+  EXPECT_EQ(core_->GetJob(cheap->id)->attempts[0].state, store::AttemptState::kPreempted);
+  // The freed room goes to the on-demand job, at the on-demand price; the preempted one waits.
+  auto u = core_->GetJob(urgent->id);
+  ASSERT_EQ(u->attempts.size(), 1u);
+  EXPECT_FALSE(u->attempts[0].interruptible);
+  EXPECT_DOUBLE_EQ(u->attempts[0].price_per_hour, 0.40);
+  EXPECT_EQ(core_->GetJob(cheap->id)->job.state, store::JobState::kQueued);
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -140,6 +140,15 @@ ALTER TABLE jobs ADD COLUMN checkpoint TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// v6: interruptible capacity sold by agent nodes, and whether an attempt runs on it (only those
+// may be preempted to make room for on-demand work, DESIGN.md §6).
+constexpr std::string_view kV6 = R"sql(
+ALTER TABLE nodes ADD COLUMN interruptible_price_per_gpu_hour REAL NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN interruptible_price_per_cpu_hour REAL NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN interruptible INTEGER NOT NULL DEFAULT 0
+    CHECK (interruptible IN (0, 1));
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -186,6 +195,7 @@ const std::vector<Migration>& Migrations() {
       {3, "jobs.cancel_requested", kV3},
       {4, "catalogs", kV4},
       {5, "preempted attempts, attempt numbers, job checkpoints", kV5},
+      {6, "interruptible node prices, interruptible attempts", kV6},
   };
   return kSteps;
 }

@@ -51,8 +51,10 @@ struct NodeRecord {
   NodeState state = NodeState::kOnline;
   int64_t registered_ms = 0;
   int64_t last_seen_ms = 0;
-  double price_per_gpu_hour = 0;  // USD
-  double price_per_cpu_hour = 0;  // USD, used when the node offers CPU capacity only
+  double price_per_gpu_hour = 0;                // USD
+  double price_per_cpu_hour = 0;                // USD, used when the node offers CPU capacity only
+  double interruptible_price_per_gpu_hour = 0;  // 0: the node sells no interruptible capacity
+  double interruptible_price_per_cpu_hour = 0;
   std::string region;
   bool operator==(const NodeRecord&) const = default;
 };
@@ -92,6 +94,7 @@ struct AttemptRecord {
   std::string cause;                // "exited", "cancelled", "node lost", ...
   int number = 1;                   // 1 for the job's first attempt, 2 for the next, ...
   std::string checkpoint_restored;  // manifest digest restored before it started, or empty
+  bool interruptible = false;       // on interruptible capacity: on-demand work may preempt it
   bool operator==(const AttemptRecord&) const = default;
 };
 

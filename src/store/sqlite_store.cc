@@ -112,11 +112,14 @@ constexpr const char* kUpsertToken =
     "created_ms = excluded.created_ms";
 constexpr const char* kUpsertNode =
     "INSERT INTO nodes (id, name, inventory, state, registered_ms, last_seen_ms, "
-    "price_per_gpu_hour, price_per_cpu_hour, region) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "price_per_gpu_hour, price_per_cpu_hour, region, interruptible_price_per_gpu_hour, "
+    "interruptible_price_per_cpu_hour) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, inventory = excluded.inventory, "
     "state = excluded.state, registered_ms = excluded.registered_ms, "
     "last_seen_ms = excluded.last_seen_ms, price_per_gpu_hour = excluded.price_per_gpu_hour, "
-    "price_per_cpu_hour = excluded.price_per_cpu_hour, region = excluded.region";
+    "price_per_cpu_hour = excluded.price_per_cpu_hour, region = excluded.region, "
+    "interruptible_price_per_gpu_hour = excluded.interruptible_price_per_gpu_hour, "
+    "interruptible_price_per_cpu_hour = excluded.interruptible_price_per_cpu_hour";
 constexpr const char* kUpsertJob =
     "INSERT INTO jobs (id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "
     "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions) "
@@ -130,14 +133,15 @@ constexpr const char* kUpsertJob =
     "preemptions = excluded.preemptions";
 constexpr const char* kUpsertAttempt =
     "INSERT INTO attempts (id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, "
-    "created_ms, started_ms, ended_ms, exit_code, cause, number, checkpoint_restored) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "created_ms, started_ms, ended_ms, exit_code, cause, number, checkpoint_restored, "
+    "interruptible) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, node_id = excluded.node_id, "
     "gpus = excluded.gpus, cpus = excluded.cpus, memory_gb = excluded.memory_gb, "
     "price_per_hour = excluded.price_per_hour, state = excluded.state, "
     "created_ms = excluded.created_ms, started_ms = excluded.started_ms, "
     "ended_ms = excluded.ended_ms, exit_code = excluded.exit_code, cause = excluded.cause, "
-    "number = excluded.number, checkpoint_restored = excluded.checkpoint_restored";
+    "number = excluded.number, checkpoint_restored = excluded.checkpoint_restored, "
+    "interruptible = excluded.interruptible";
 constexpr const char* kInsertEvent =
     "INSERT INTO events (job_id, ts_ms, type, message) VALUES (?, ?, ?, ?)";
 // ON CONFLICT on the named key rather than INSERT OR IGNORE: OR IGNORE would also silently
@@ -150,7 +154,8 @@ constexpr const char* kSelectTokens =
     "SELECT id, kind, sha256, created_ms FROM tokens ORDER BY created_ms, rowid";
 constexpr const char* kSelectNodes =
     "SELECT id, name, inventory, state, registered_ms, last_seen_ms, price_per_gpu_hour, "
-    "price_per_cpu_hour, region FROM nodes ORDER BY registered_ms, rowid";
+    "price_per_cpu_hour, region, interruptible_price_per_gpu_hour, "
+    "interruptible_price_per_cpu_hour FROM nodes ORDER BY registered_ms, rowid";
 #define SLUICE_JOB_COLUMNS                                                                 \
   "SELECT id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "       \
   "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions " \
@@ -160,7 +165,8 @@ constexpr const char* kSelectJob = SLUICE_JOB_COLUMNS "WHERE id = ?";
 #undef SLUICE_JOB_COLUMNS
 #define SLUICE_ATTEMPT_COLUMNS                                                             \
   "SELECT id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, created_ms, " \
-  "started_ms, ended_ms, exit_code, cause, number, checkpoint_restored FROM attempts "
+  "started_ms, ended_ms, exit_code, cause, number, checkpoint_restored, interruptible "    \
+  "FROM attempts "
 constexpr const char* kSelectAttemptsForJob =
     SLUICE_ATTEMPT_COLUMNS "WHERE job_id = ? ORDER BY created_ms, rowid";
 constexpr const char* kSelectActiveAttempts =
@@ -232,6 +238,8 @@ Result<NodeRecord> ReadNode(const Query& q) {
   n.price_per_gpu_hour = q.ColReal(6);
   n.price_per_cpu_hour = q.ColReal(7);
   n.region = q.ColText(8);
+  n.interruptible_price_per_gpu_hour = q.ColReal(9);
+  n.interruptible_price_per_cpu_hour = q.ColReal(10);
   return n;
 }
 
@@ -273,6 +281,7 @@ Result<AttemptRecord> ReadAttempt(const Query& q) {
   a.cause = q.ColText(12);
   a.number = static_cast<int>(q.ColInt(13));
   a.checkpoint_restored = q.ColText(14);
+  a.interruptible = q.ColInt(15) != 0;
   return a;
 }
 
@@ -439,7 +448,8 @@ class SqliteStore final : public Store {
       Query q(db_, s);
       q.Text(n.id).Text(n.name).Text(DumpJson(n.inventory)).Text(Name(n.state));
       q.Int(n.registered_ms).Int(n.last_seen_ms).Real(n.price_per_gpu_hour);
-      q.Real(n.price_per_cpu_hour).Text(n.region);
+      q.Real(n.price_per_cpu_hour).Text(n.region).Real(n.interruptible_price_per_gpu_hour);
+      q.Real(n.interruptible_price_per_cpu_hour);
       SLUICE_RETURN_IF_ERROR(q.Run("write node " + n.id));
     }
     for (const JobRecord& j : b.jobs) {
@@ -457,7 +467,7 @@ class SqliteStore final : public Store {
       q.Text(a.id).Text(a.job_id).Text(a.node_id).Text(GpusToText(a.gpus)).Int(a.cpus);
       q.Real(a.memory_gb).Real(a.price_per_hour).Text(Name(a.state)).Int(a.created_ms);
       q.Int(a.started_ms).Int(a.ended_ms).OptInt(a.exit_code).Text(a.cause).Int(a.number);
-      q.Text(a.checkpoint_restored);
+      q.Text(a.checkpoint_restored).Int(a.interruptible ? 1 : 0);
       SLUICE_RETURN_IF_ERROR(q.Run("write attempt " + a.id));
     }
     for (const JobEvent& e : b.events) {
