@@ -118,6 +118,7 @@ Status ServerCore::Load() {
       js.market.query = *market::ParseQuery("id=''");
     }
     js.order = next_order_++;
+    js.queued_since_mono = clock_->MonotonicMillis();
     js.record = std::move(j);
     if (!st::IsTerminal(js.record.state)) {
       // Attempt numbers continue across restarts (SLUICE_ATTEMPT).
@@ -237,6 +238,17 @@ std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
 }
 
 Status ServerCore::ScheduleLocked() {
+  WriteBatch batch;
+  // Interruptible-then-on-demand jobs that have waited or been preempted enough may now use
+  // on-demand capacity; the switch is an event, never silent (DESIGN.md §6).
+  for (auto& [id, js] : jobs_) {
+    if (js.record.state != st::JobState::kQueued || js.fell_back) continue;
+    std::string why = FallbackReasonLocked(js);
+    if (why.empty()) continue;
+    js.fell_back = true;
+    batch.events.push_back(
+        EventLocked(id, "fallback", "falling back to on-demand capacity: " + why));
+  }
   std::vector<sched::JobRequest> queue;
   for (const auto& [id, js] : jobs_) {
     if (js.record.state != st::JobState::kQueued) continue;
@@ -251,6 +263,9 @@ Status ServerCore::ScheduleLocked() {
     r.max_price_per_hour = js.market.max_price_per_hour;
     r.work = js.market.work;
     r.objective = js.market.objective;
+    if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand) {
+      r.work.fallback_on_demand = js.fell_back;
+    }
     auto avoid = avoid_.find(id);
     if (avoid != avoid_.end()) {
       for (const auto& [node, until] : avoid->second) {
@@ -259,10 +274,9 @@ Status ServerCore::ScheduleLocked() {
     }
     queue.push_back(std::move(r));
   }
-  if (queue.empty()) return Status::Ok();
+  if (queue.empty()) return CommitLocked(batch);
   sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model);
 
-  WriteBatch batch;
   std::vector<proto::Assign> assigns;
   std::vector<std::string> assign_nodes;
   int64_t now = clock_->NowMillis();
@@ -321,8 +335,16 @@ Status ServerCore::ScheduleLocked() {
     max_log_seq_[att.id] = 0;
     active_attempts_[att.id] = std::move(att);
   }
-  for (const auto& w : plan.waiting) {
+  for (sched::Waiting w : plan.waiting) {
     JobState& js = jobs_[w.job_id];
+    if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand && !js.fell_back) {
+      // Not for ever: it may use on-demand capacity later.
+      const auto& lc = js.spec.lifecycle;
+      w.never_fits = false;
+      w.reason = "waiting for interruptible capacity (" + w.reason + "); on-demand after " +
+                 std::to_string(lc.fallback_after_preemptions) + " preemptions or " +
+                 std::to_string(lc.fallback_after_s) + "s";
+    }
     if (js.record.reason != w.reason) {
       js.record.reason = w.reason;
       batch.jobs.push_back(js.record);
@@ -381,6 +403,7 @@ void ServerCore::FinishAttemptLocked(AttemptRecord& att, AttemptState state,
         job.preemptions++;
         job.state = st::JobState::kQueued;
         job.reason = "requeued after " + cause;
+        jit->second.queued_since_mono = clock_->MonotonicMillis();
         batch.jobs.push_back(job);
         avoid_[job.id][att.node_id] = clock_->MonotonicMillis() + options_.preempt_cooldown_ms;
         batch.events.push_back(EventLocked(
@@ -501,6 +524,7 @@ Result<JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec, const std::st
   JobState js;
   js.spec = spec;
   js.market = std::move(market);
+  js.queued_since_mono = clock_->MonotonicMillis();
   if (!queue_unschedulable) {
     // Refuse what can never run rather than let it queue forever (DESIGN.md §6).
     sched::JobRequest probe;
@@ -1053,6 +1077,21 @@ void ServerCore::SaveCheckpointLocked(const AttemptRecord& att, const std::strin
       "attempt " + std::to_string(att.number) + " saved checkpoint " + manifest.substr(0, 12)));
 }
 
+std::string ServerCore::FallbackReasonLocked(const JobState& js) const {
+  const auto& lc = js.spec.lifecycle;
+  if (lc.capacity != spec::Capacity::kInterruptibleThenOnDemand) return "";
+  if (js.record.preemptions >= lc.fallback_after_preemptions) {
+    return "preempted " + std::to_string(js.record.preemptions) +
+           " times (fallback_after_preemptions " + std::to_string(lc.fallback_after_preemptions) +
+           ")";
+  }
+  if (clock_->MonotonicMillis() - js.queued_since_mono >= lc.fallback_after_s * 1000) {
+    return "no interruptible capacity for " + std::to_string(lc.fallback_after_s) +
+           "s (fallback_after)";
+  }
+  return "";
+}
+
 void ServerCore::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = subscribers_.begin(); it != subscribers_.end();) {
@@ -1078,6 +1117,12 @@ void ServerCore::Tick() {
       }
     }
     job = job->second.empty() ? avoid_.erase(job) : std::next(job);
+  }
+  for (const auto& [id, js] : jobs_) {
+    if (js.record.state == st::JobState::kQueued && !js.fell_back &&
+        !FallbackReasonLocked(js).empty()) {
+      expired = true;  // a job may fall back to on-demand capacity now
+    }
   }
   if (expired) (void)ScheduleLocked();
 }

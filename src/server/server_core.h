@@ -159,6 +159,10 @@ class ServerCore {
     spec::JobSpec spec;
     MarketRequest market;  // compiled from spec
     int attempts = 0;      // attempts made so far; the next one is attempts + 1
+    // interruptible-then-on-demand: whether it may use on-demand capacity now, and since when
+    // (monotonic ms) it has been waiting in the queue.
+    bool fell_back = false;
+    int64_t queued_since_mono = 0;
     int64_t order = 0;
     bool never_fits = false;
   };
@@ -188,6 +192,9 @@ class ServerCore {
   Status LoseNodeLocked(NodeState& node, const std::string& why);
   Json EndItemLocked(const store::JobRecord& job) const;
   // Tells the agent to stop `att` for `cause`; the exit that follows ends it as preempted.
+  // For interruptible-then-on-demand jobs: the reason to fall back to on-demand capacity now
+  // (after N preemptions or T without interruptible capacity), or "" when not (yet).
+  std::string FallbackReasonLocked(const JobState& js) const;
   // `tell_agent` false: the agent reported the preemption itself and is already stopping it.
   Status PreemptLocked(store::AttemptRecord& att, const std::string& cause, bool tell_agent = true);
   // Accepts `manifest` as the job's latest complete checkpoint if its blob exists.

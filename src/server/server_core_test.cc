@@ -625,5 +625,65 @@ TEST_F(ServerCoreTest, OnDemandJobPreemptsInterruptibleWorkAndTakesItsPlace) {
   EXPECT_EQ(core_->GetJob(cheap->id)->job.state, store::JobState::kQueued);
 }
 
+TEST_F(ServerCoreTest, InterruptibleThenOnDemandFallsBackAfterWaitingAndSaysSo) {
+  auto link = std::make_shared<RecordingLink>();
+  ASSERT_TRUE(core_->AgentHello(link, CpuHello()).ok());  // sells no interruptible capacity
+  spec::JobSpec s = Spec(1);
+  s.lifecycle.capacity = spec::Capacity::kInterruptibleThenOnDemand;
+  s.lifecycle.fallback_after_s = 60;
+  auto job = core_->SubmitJob(s, "");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state, store::JobState::kQueued);
+  EXPECT_NE(job->reason.find("waiting for interruptible capacity"), std::string::npos)
+      << job->reason;
+  EXPECT_TRUE(link->OfType("assign").empty());
+  clock_.Advance(61'000);
+  ASSERT_TRUE(
+      core_->AgentMessage(core_->ListNodes()[0].node.id, link.get(), Json{{"type", "heartbeat"}})
+          .ok());
+  core_->Tick();
+  ASSERT_EQ(link->OfType("assign").size(), 1u);
+  auto d = core_->GetJob(job->id);
+  EXPECT_FALSE(d->attempts[0].interruptible);
+  std::string fallback;
+  for (const auto& e : d->events) {
+    if (e.type == "fallback") fallback = e.message;
+  }
+  EXPECT_NE(fallback.find("no interruptible capacity for 60s"), std::string::npos) << fallback;
+}
+
+TEST_F(ServerCoreTest, InterruptibleThenOnDemandFallsBackAfterPreemptions) {
+  auto spot_link = std::make_shared<RecordingLink>();
+  proto::Hello h = CpuHello();
+  h.name = "spot";
+  h.price_per_cpu_hour = 0.1;
+  h.interruptible_price_per_cpu_hour = 0.03;
+  auto spot_node = core_->AgentHello(spot_link, h);
+  spec::JobSpec s = Spec(1);
+  s.lifecycle.capacity = spec::Capacity::kInterruptibleThenOnDemand;
+  s.lifecycle.fallback_after_preemptions = 1;
+  auto job = core_->SubmitJob(s, "");
+  ASSERT_EQ(spot_link->OfType("assign").size(), 1u);
+  EXPECT_TRUE(core_->GetJob(job->id)->attempts[0].interruptible);
+  std::string att = spot_link->OfType("assign")[0]["attempt_id"];
+  ASSERT_TRUE(core_->ReclaimNode("spot", {}, "spot market").ok());
+  auto od_link = std::make_shared<RecordingLink>();
+  proto::Hello od = CpuHello();
+  od.name = "od";
+  od.price_per_cpu_hour = 0.2;
+  ASSERT_TRUE(core_->AgentHello(od_link, od).ok());
+  ASSERT_TRUE(
+      core_
+          ->AgentMessage(*spot_node, spot_link.get(), proto::ToJson(proto::Exited{att, 143, 0, ""}))
+          .ok());
+  // One preemption is the limit: it now runs on on-demand capacity, and the events say so.
+  ASSERT_EQ(od_link->OfType("assign").size(), 1u);
+  auto d = core_->GetJob(job->id);
+  EXPECT_FALSE(d->attempts[1].interruptible);
+  bool said = false;
+  for (const auto& e : d->events) said |= e.type == "fallback";
+  EXPECT_TRUE(said);
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -38,11 +38,12 @@ constexpr std::string_view kTopFields[] = {
     "priority", "expected_hours", "lifecycle", "objective"};
 constexpr std::string_view kResourceFields[] = {"gpu", "min_vram_gb", "gpus", "cpus", "memory_gb"};
 constexpr std::string_view kLifecycleFields[] = {
-    "capacity", "checkpoint_interval", "checkpoint_size_gb", "max_restarts", "grace_period"};
+    "capacity",     "checkpoint_interval",        "checkpoint_size_gb", "max_restarts",
+    "grace_period", "fallback_after_preemptions", "fallback_after"};
 // The JSON form also takes the interval as whole seconds, which is how ToJson writes it.
 constexpr std::string_view kLifecycleJsonFields[] = {
-    "capacity",           "checkpoint_interval", "checkpoint_interval_s",
-    "checkpoint_size_gb", "max_restarts",        "grace_period"};
+    "capacity",     "checkpoint_interval", "checkpoint_interval_s",      "checkpoint_size_gb",
+    "max_restarts", "grace_period",        "fallback_after_preemptions", "fallback_after"};
 constexpr int kMaxRestarts = 1000;
 constexpr int64_t kMaxGracePeriodS = 3600;
 
@@ -317,6 +318,18 @@ class Validator {
           return Error(lv.pos, path, "must be at most 1h, got " + lv.text);
         }
         lc.grace_period_s = s;
+      } else if (key.text == "fallback_after_preemptions") {
+        SLUICE_ASSIGN_OR_RETURN(int64_t n, Int(lv, path, "a non-negative integer"));
+        if (n < 0 || n > kMaxRestarts) {
+          return Error(lv.pos, path, "must be between 0 and 1000, got " + lv.text);
+        }
+        lc.fallback_after_preemptions = static_cast<int>(n);
+      } else if (key.text == "fallback_after") {
+        SLUICE_ASSIGN_OR_RETURN(int64_t s, DurationValue(lv, path));
+        if (s < 0 || s > kMaxCheckpointIntervalS) {
+          return Error(lv.pos, path, "must be at most 7 days (168h), got " + lv.text);
+        }
+        lc.fallback_after_s = s;
       }
     }
     return Status::Ok();
@@ -577,6 +590,8 @@ Json ToJson(const JobSpec& spec) {
     lifecycle["checkpoint_size_gb"] = lc.checkpoint_size_gb;
     lifecycle["max_restarts"] = lc.max_restarts;
     lifecycle["grace_period"] = lc.grace_period_s;
+    lifecycle["fallback_after_preemptions"] = lc.fallback_after_preemptions;
+    lifecycle["fallback_after"] = lc.fallback_after_s;
     j["lifecycle"] = std::move(lifecycle);
   }
   return j;

@@ -64,6 +64,10 @@ struct Lifecycle {
   int max_restarts = 3;
   // Between SIGTERM and SIGKILL when the job is preempted (0 s .. 1 h): time to save and exit.
   int64_t grace_period_s = 30;
+  // interruptible-then-on-demand: fall back to on-demand capacity after this many preemptions,
+  // or after waiting this long for interruptible capacity.
+  int fallback_after_preemptions = 2;
+  int64_t fallback_after_s = 600;
 
   bool operator==(const Lifecycle&) const = default;
 };

@@ -132,6 +132,12 @@ TEST(JobSpecYaml, MaxRestartsAndGracePeriod) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
             "job.yaml:2:27: lifecycle.max_restarts: must be between 0 and 1000, got -1");
+  auto fb = ParseJobSpecYaml(
+      "run: x\nlifecycle: {fallback_after_preemptions: 1, fallback_after: 5m}\n", "job.yaml");
+  ASSERT_TRUE(fb.ok()) << fb.status().message();
+  EXPECT_EQ(fb->lifecycle.fallback_after_preemptions, 1);
+  EXPECT_EQ(fb->lifecycle.fallback_after_s, 300);
+  EXPECT_EQ(JobSpecFromJson(ToJson(*fb))->lifecycle, fb->lifecycle);
   auto long_grace = ParseJobSpecYaml("run: x\nlifecycle: {grace_period: 2h}\n", "job.yaml");
   ASSERT_FALSE(long_grace.ok());
   EXPECT_NE(long_grace.status().message().find("lifecycle.grace_period: must be at most 1h"),
@@ -629,7 +635,7 @@ TEST(JobSpecJson, NewFieldsRoundTripInTheDocumentedShape) {
   EXPECT_EQ(j["expected_hours"], 3.5);
   EXPECT_EQ(j["lifecycle"], Json::parse(R"({"capacity": "interruptible",
       "checkpoint_interval_s": 1800, "checkpoint_size_gb": 2, "max_restarts": 3,
-      "grace_period": 30})"));
+      "grace_period": 30, "fallback_after_preemptions": 2, "fallback_after": 600})"));
   auto back = JobSpecFromJson(j);
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(*back, spec);
@@ -641,7 +647,8 @@ TEST(JobSpecJson, NewFieldsRoundTripInTheDocumentedShape) {
   cap_only.lifecycle.capacity = Capacity::kInterruptibleThenOnDemand;
   const Json cj = ToJson(cap_only);
   EXPECT_EQ(cj["lifecycle"], Json::parse(R"({"capacity": "interruptible-then-on-demand",
-      "checkpoint_size_gb": 0, "max_restarts": 3, "grace_period": 30})"));
+      "checkpoint_size_gb": 0, "max_restarts": 3, "grace_period": 30,
+      "fallback_after_preemptions": 2, "fallback_after": 600})"));
   EXPECT_FALSE(cj.contains("expected_hours"));
   auto cap_back = JobSpecFromJson(cj);
   ASSERT_TRUE(cap_back.ok()) << cap_back.status().message();
