@@ -640,5 +640,47 @@ TEST_F(RecoveryE2ETest, OnDemandArrivalPreemptsInterruptibleWork) {
   EXPECT_TRUE(Contains(a[0].value("cause", ""), "making room for on-demand job")) << a[0];
 }
 
+// A job that ignores SIGTERM is killed when its grace period ends, and a server killed right
+// after ordering the preemption still finishes it: the preemption survives the restart, and the
+// job resumes from its last saved checkpoint.
+TEST_F(RecoveryE2ETest, SigtermIgnoredAndServerKilledDuringRecovery) {
+  cluster_.StartAgent("a1");
+  cluster_.StartAgent("a2");
+  std::string spec = Spec("stubborn", R"(name: stubborn
+lifecycle: {checkpoint_interval: 1s, grace_period: 1s}
+run: |
+  trap '' TERM
+  n=$(cat "$SLUICE_CHECKPOINT_DIR/n" 2>/dev/null || echo 0)
+  echo "attempt=$SLUICE_ATTEMPT from=$n"
+  while true; do n=$((n+1)); echo $n > "$SLUICE_CHECKPOINT_DIR/n.tmp"; mv "$SLUICE_CHECKPOINT_DIR/n.tmp" "$SLUICE_CHECKPOINT_DIR/n"; sleep 0.02; done
+)");
+  std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
+  // Wait for a periodic checkpoint to reach the server.
+  ASSERT_TRUE(WaitUntil([&] {
+    return !GetJob(cluster_, id)["job"].value("checkpoint", "").empty();
+  })) << GetJob(cluster_, id).dump(2);
+  std::string node = GetJob(cluster_, id)["attempts"][0].value("node_id", "");
+  ASSERT_EQ(cluster_.Cli({"node", "reclaim", node}).exit_code, 0);
+  cluster_.KillServer(SIGKILL);
+  cluster_.StartServer(
+      {"--heartbeat-interval", "0.3", "--heartbeat-grace", "6", "--cancel-grace", "1"});
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        Json j = GetJob(cluster_, id);
+        return j.is_object() && j["attempts"].size() == 2u &&
+               Contains(cluster_.Cli({"logs", id}).out, "attempt=2");
+      },
+      std::chrono::seconds(30)))
+      << GetJob(cluster_, id).dump(2);
+  Json a = GetJob(cluster_, id)["attempts"];
+  EXPECT_EQ(a[0]["state"], "preempted");
+  EXPECT_EQ(a[0]["exit_code"], 137) << a[0];  // SIGKILL after the grace: it ignored SIGTERM
+  std::string out = cluster_.Cli({"logs", id}).out;
+  size_t at = out.find("attempt=2 from=");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_GT(std::atoi(out.c_str() + at + 15), 0) << out;  // resumed, not restarted from zero
+  EXPECT_EQ(cluster_.Cli({"cancel", id}).exit_code, 0);
+}
+
 }  // namespace
 }  // namespace sluice::testing

@@ -909,9 +909,16 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   }
   for (const auto& aid : to_ack) link->Send(Json{{"type", "exit_ack"}, {"attempt_id", aid}});
   // Tell the agent where each surviving attempt's logs stand, so it resends only what we lack.
+  // A preemption the server started may not have reached the agent before the link (or the
+  // server) went down: ask again; stopping a process twice is harmless.
   for (const auto& [aid, att] : active_attempts_) {
-    if (att.node_id == node_id) {
-      link->Send(Json{{"type", "log_ack"}, {"attempt_id", aid}, {"seq", max_log_seq_[aid]}});
+    if (att.node_id != node_id) continue;
+    link->Send(Json{{"type", "log_ack"}, {"attempt_id", aid}, {"seq", max_log_seq_[aid]}});
+    if (att.cause.rfind(kPreemptingPrefix, 0) == 0) {
+      link->Send(Json{{"type", "preempt"},
+                      {"attempt_id", aid},
+                      {"grace_ms", jobs_[att.job_id].spec.lifecycle.grace_period_s * 1000},
+                      {"cause", att.cause.substr(kPreemptingPrefix.size())}});
     }
   }
   SLUICE_RETURN_IF_ERROR(ScheduleLocked());
