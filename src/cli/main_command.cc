@@ -64,6 +64,11 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
   server
+      ->add_option("--preempt-cooldown", sopt.preempt_cooldown_s,
+                   "Seconds a preempted job avoids the node it was preempted or lost on")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  server
       ->add_option("--interruption-prior", sopt.interruption_prior_per_hour,
                    "Interruptions per hour assumed for interruptible capacity without history")
       ->check(CLI::Range(0.0, 100.0))
