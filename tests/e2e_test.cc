@@ -51,6 +51,17 @@ class E2ETest : public ::testing::Test {
   Cluster cluster_;
 };
 
+// A heartbeat grace with room for a loaded 2-core machine: the training job and importing torch
+// compete with the rest of the suite, and a node wrongly declared lost would fail the test for
+// the wrong reason.
+class RecoveryE2ETest : public E2ETest {
+ protected:
+  void SetUp() override {
+    cluster_.StartServer(
+        {"--heartbeat-interval", "0.3", "--heartbeat-grace", "6", "--cancel-grace", "1"});
+  }
+};
+
 TEST_F(E2ETest, JobOutputAndExitCodeComeBack) {
   cluster_.StartAgent("a1");
   std::string spec = Spec("hello", R"(name: hello
@@ -164,7 +175,7 @@ run: |
   EXPECT_EQ(cluster_.Cli({"logs", id}).out, "started\nfinished\n");
 }
 
-TEST_F(E2ETest, KilledAgentIsMarkedLostAndItsJobRunsAgainElsewhere) {
+TEST_F(RecoveryE2ETest, KilledAgentIsMarkedLostAndItsJobRunsAgainElsewhere) {
   Daemon* agent = cluster_.StartAgent("a1");
   std::string spec =
       Spec("sleepy", "name: sleepy\nrun: echo up; sleep 300 & echo \"child=$!\"; wait\n");
@@ -425,17 +436,6 @@ TEST_F(E2ETest, RequestsWithoutAValidTokenAreRefused) {
   EXPECT_EQ(perms & std::filesystem::perms::all,
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
-
-// A heartbeat grace with room for a loaded 2-core machine: the training job and importing torch
-// compete with the rest of the suite, and a node wrongly declared lost would fail the test for
-// the wrong reason.
-class RecoveryE2ETest : public E2ETest {
- protected:
-  void SetUp() override {
-    cluster_.StartServer(
-        {"--heartbeat-interval", "0.3", "--heartbeat-grace", "6", "--cancel-grace", "1"});
-  }
-};
 
 // Issue 4's promise, end to end: the example PyTorch job runs on interruptible capacity on
 // three agents, is preempted by a cloud spot notice, by its provider's reclaim and by an
