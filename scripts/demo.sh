@@ -33,10 +33,19 @@ echo "==> starting a local agent (it probes this machine and publishes its offer
 "$bin" agent --server "$SLUICE_SERVER" --join-token-file "$work/server/join.token" \
   --data-dir "$work/agent" --name local >"$work/agent.log" 2>&1 &
 agent_pid=$!
-for _ in $(seq 1 100); do
-  "$bin" nodes --json 2>/dev/null | grep -q '"state": "online"' && break
+# The probe imports PyTorch when it is installed, which can take several seconds.
+online=""
+for _ in $(seq 1 600); do
+  if "$bin" nodes --json 2>/dev/null | grep -q '"state": "online"'; then
+    online=yes
+    break
+  fi
   sleep 0.1
 done
+if [[ -z $online ]]; then
+  echo "demo: the agent did not come online within 60 s" >&2
+  exit 1
+fi
 "$bin" nodes
 echo
 "$bin" offers
