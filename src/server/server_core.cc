@@ -477,12 +477,13 @@ Status ServerCore::ApplyExitLocked(AttemptRecord& att, const proto::Exited& ex, 
   } else if (js.record.cancel_requested) {
     state = AttemptState::kCancelled;
     cause = "cancelled by user";
+  } else if (ex.exit_code == 0 && ex.signal == 0) {
+    // Finished, even if a preemption was on its way: the work is done, never run it again.
+    state = AttemptState::kSucceeded;
+    cause = "exited";
   } else if (att.cause.rfind(kPreemptingPrefix, 0) == 0) {
     state = AttemptState::kPreempted;
     cause = "preempted: " + att.cause.substr(kPreemptingPrefix.size());
-  } else if (ex.exit_code == 0) {
-    state = AttemptState::kSucceeded;
-    cause = "exited";
   } else {
     state = AttemptState::kFailed;
     cause = ex.signal ? "killed by signal " + std::to_string(ex.signal)

@@ -685,5 +685,19 @@ TEST_F(ServerCoreTest, InterruptibleThenOnDemandFallsBackAfterPreemptions) {
   EXPECT_TRUE(said);
 }
 
+TEST_F(ServerCoreTest, AJobThatFinishesWhileBeingPreemptedSucceedsAndIsNotRunAgain) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto job = core_->SubmitJob(Spec(), "");
+  std::string att = link->OfType("assign")[0]["attempt_id"];
+  ASSERT_TRUE(core_->ReclaimNode(*node, {}, "maintenance").ok());
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
+  auto d = core_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, store::JobState::kSucceeded);
+  EXPECT_EQ(d->attempts[0].state, store::AttemptState::kSucceeded);
+  EXPECT_EQ(link->OfType("assign").size(), 1u);
+}
+
 }  // namespace
 }  // namespace sluice::server
