@@ -733,5 +733,24 @@ run: |
   EXPECT_EQ(cluster_.Cli({"cancel", id}).exit_code, 0);
 }
 
+TEST_F(E2ETest, DeleteRemovesAFinishedJobOnly) {
+  cluster_.StartAgent("a1");
+  std::string quick = Spec("quick", "name: quick\nrun: echo done\n");
+  std::string id = JobId(cluster_.Cli({"run", quick, "--detach"}));
+  ASSERT_TRUE(WaitUntil([&] { return JobState(cluster_, id) == "succeeded"; }));
+  std::string slow = Spec("slow", "name: slow\nrun: sleep 60\n");
+  std::string running = JobId(cluster_.Cli({"run", slow, "--detach"}));
+  ASSERT_TRUE(WaitUntil([&] { return JobState(cluster_, running) == "running"; }));
+  CommandResult refused = cluster_.Cli({"delete", running});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(Contains(refused.err, "cancel it first")) << refused.err;
+  EXPECT_EQ(cluster_.Cli({"delete", id}).exit_code, 0);
+  CommandResult gone = cluster_.Cli({"job", id});
+  EXPECT_NE(gone.exit_code, 0);
+  EXPECT_TRUE(Contains(gone.err, "no job")) << gone.err;
+  EXPECT_EQ(cluster_.CliJson({"jobs"}).size(), 1u);
+  EXPECT_EQ(cluster_.Cli({"cancel", running}).exit_code, 0);
+}
+
 }  // namespace
 }  // namespace sluice::testing

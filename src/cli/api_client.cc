@@ -28,6 +28,11 @@ Result<Json> ApiClient::Post(const std::string& path, const Json& body) {
   return Decode(resp);
 }
 
+Result<Json> ApiClient::Delete(const std::string& path) {
+  SLUICE_ASSIGN_OR_RETURN(HttpResponse resp, http_->Request("DELETE", path));
+  return Decode(resp);
+}
+
 Result<Json> ApiClient::PostText(const std::string& path, std::string body,
                                  const std::string& type) {
   SLUICE_ASSIGN_OR_RETURN(HttpResponse resp, http_->Request("POST", path, std::move(body), type));

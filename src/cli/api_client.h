@@ -19,6 +19,7 @@ class ApiClient {
 
   Result<Json> Get(const std::string& path);
   Result<Json> Post(const std::string& path, const Json& body);
+  Result<Json> Delete(const std::string& path);
   Status PutBlob(const std::string& digest, std::string data);
   // POST with a non-JSON body (e.g. a CSV catalog); the answer is JSON.
   Result<Json> PostText(const std::string& path, std::string body, const std::string& type);

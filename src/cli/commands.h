@@ -40,6 +40,8 @@ int JobsCommand(const GlobalFlags& g, const std::string& state, int limit);
 int JobCommand(const GlobalFlags& g, const std::string& id);
 int LogsCommand(const GlobalFlags& g, const std::string& id, bool follow);
 int CancelCommand(const GlobalFlags& g, const std::string& id);
+// Deletes a finished job with its logs, events and checkpoints.
+int DeleteCommand(const GlobalFlags& g, const std::string& id);
 // `query` is the offer query language (market/query.h), `sort` like "price,-perf".
 int OffersCommand(const GlobalFlags& g, const std::string& query, const std::string& sort,
                   int limit);

@@ -312,6 +312,19 @@ int JobCommand(const GlobalFlags& g, const std::string& id) {
   return 0;
 }
 
+int DeleteCommand(const GlobalFlags& g, const std::string& id) {
+  auto api = Connect(g);
+  if (!api.ok()) return Fail(api.status());
+  auto resp = (*api)->Delete("/v1/jobs/" + id);
+  if (!resp.ok()) return Fail(resp.status());
+  if (g.json) {
+    std::cout << DumpJson(*resp, 2) << "\n";
+  } else {
+    std::cout << "deleted " << id << " with its logs, events and checkpoints\n";
+  }
+  return 0;
+}
+
 int NodeReclaimCommand(const GlobalFlags& g, const std::string& node, const std::vector<int>& gpus,
                        const std::string& cause) {
   auto api = Connect(g);

@@ -64,6 +64,12 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
   server
+      ->add_option("--checkpoint-retention", sopt.checkpoint_retention,
+                   "Checkpoints kept per job; older ones (and chunks nothing else uses) are "
+                   "deleted")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  server
       ->add_option("--preempt-cooldown", sopt.preempt_cooldown_s,
                    "Seconds a preempted job avoids the node it was preempted or lost on")
       ->check(CLI::Range(0.0, 86400.0))
@@ -206,6 +212,13 @@ int Main(int argc, char** argv) {
   cancel->add_option("id", id, "Job id")->required();
   AddClientFlags(cancel, &g);
   cancel->callback([&] { rc = CancelCommand(g, id); });
+
+  auto* del = app.add_subcommand(
+      "delete",
+      "Delete a finished job with its logs, events and checkpoints (frees their storage)");
+  del->add_option("id", id, "Job id")->required();
+  AddClientFlags(del, &g);
+  del->callback([&] { rc = DeleteCommand(g, id); });
 
   // --- market
   std::string offer_query, offer_sort;

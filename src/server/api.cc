@@ -250,6 +250,11 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     return JsonResponse(200, Json{{"jobs", arr}});
   }
   const std::string& id = parts[3];
+  if (parts.size() == 4 && m == "DELETE") {
+    Status s = core_->DeleteJob(id);
+    if (!s.ok()) return ErrorResponse(s);
+    return JsonResponse(200, Json{{"deleted", id}});
+  }
   if (parts.size() == 4) {
     if (m != "GET") return method_not_allowed();
     auto d = core_->GetJob(id);

@@ -72,6 +72,7 @@ int RunServer(const ServerOptions& opt) {
   core_opt.cost_model.storage_price_per_gb_month = opt.storage_price_per_gb_month;
   core_opt.cost_model.prior_interruptions_per_hour = opt.interruption_prior_per_hour;
   core_opt.preempt_cooldown_ms = static_cast<int64_t>(opt.preempt_cooldown_s * 1000);
+  core_opt.checkpoint_retention = opt.checkpoint_retention;
   ServerCore core(store->get(), RealClock::Get(), core_opt);
   core.SetBlobStore(&blobs);
   if (Status s = core.Load(); !s.ok()) {

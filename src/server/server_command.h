@@ -17,6 +17,7 @@ struct ServerOptions {
   // The cost model (market/ranking.h) that ranks offers and places jobs.
   double storage_price_per_gb_month = 0.02;   // what checkpoint storage costs users
   double interruption_prior_per_hour = 0.05;  // interruptible capacity without history
+  int checkpoint_retention = 3;               // checkpoints kept per job
   double preempt_cooldown_s = 60;             // a preempted job avoids the node it was preempted on
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 
 #include "common/crypto.h"
 #include "common/inventory.h"
@@ -127,6 +128,8 @@ Status ServerCore::Load() {
     }
     jobs_[js.record.id] = std::move(js);
   }
+  SLUICE_ASSIGN_OR_RETURN(auto checkpoints, store_->LoadCheckpoints());
+  for (auto& c : checkpoints) checkpoints_[c.job_id].push_back(std::move(c));
   SLUICE_ASSIGN_OR_RETURN(auto catalogs, store_->LoadCatalogs());
   for (const auto& c : catalogs) {
     auto parsed = market::ParseCatalog(c.csv, c.source_name);
@@ -159,7 +162,54 @@ Status ServerCore::CommitLocked(WriteBatch& batch) {
   if (batch.empty()) return Status::Ok();
   SLUICE_RETURN_IF_ERROR(store_->Write(batch));
   PublishLocked(batch);
+  if (!batch.dropped_checkpoints.empty()) {
+    std::vector<std::string> dropped;
+    for (const auto& c : batch.dropped_checkpoints) dropped.push_back(c.manifest);
+    CollectBlobsLocked(dropped);
+  }
   return Status::Ok();
+}
+
+namespace {
+// The chunk digests a checkpoint manifest (agent/checkpoint_sync.h) refers to; empty when it
+// cannot be read, which keeps its chunks (never delete what cannot be accounted for).
+std::vector<std::string> ManifestChunks(const store::BlobStore& blobs, const std::string& m) {
+  std::vector<std::string> out;
+  auto text = blobs.Get(m);
+  if (!text.ok()) return out;
+  auto j = ParseJson(*text);
+  if (!j.ok() || !j->is_object() || !j->contains("files") || !(*j)["files"].is_array()) return out;
+  for (const auto& f : (*j)["files"]) {
+    if (!f.is_object() || !f.contains("chunks") || !f["chunks"].is_array()) continue;
+    for (const auto& c : f["chunks"]) {
+      if (c.is_string()) out.push_back(c.get<std::string>());
+    }
+  }
+  return out;
+}
+}  // namespace
+
+void ServerCore::CollectBlobsLocked(const std::vector<std::string>& manifests) {
+  if (blobs_ == nullptr || manifests.empty()) return;
+  // Everything still referenced: kept checkpoints (manifests and chunks) and workdirs. Chunks are
+  // content-addressed, so two jobs (or a job and a workdir) may share one.
+  std::set<std::string> used;
+  for (const auto& [job, kept] : checkpoints_) {
+    for (const auto& c : kept) {
+      used.insert(c.manifest);
+      for (auto& chunk : ManifestChunks(*blobs_, c.manifest)) used.insert(std::move(chunk));
+    }
+  }
+  for (const auto& [id, js] : jobs_) {
+    if (!js.record.workdir_blob.empty()) used.insert(js.record.workdir_blob);
+  }
+  for (const auto& m : manifests) {
+    if (used.count(m) != 0) continue;
+    for (const auto& chunk : ManifestChunks(*blobs_, m)) {
+      if (used.count(chunk) == 0) (void)blobs_->Delete(chunk);
+    }
+    (void)blobs_->Delete(m);
+  }
 }
 
 Json ServerCore::EndItemLocked(const JobRecord& job) const {
@@ -613,6 +663,33 @@ Result<EstimatePage> ServerCore::Estimate(const spec::JobSpec& spec, std::option
     page.explanation = market::Explain(req.query, ListOffers(), 3);
   }
   return page;
+}
+
+Status ServerCore::DeleteJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + id);
+  if (!st::IsTerminal(it->second.record.state)) {
+    return Status::FailedPrecondition("job " + id + " is " +
+                                      std::string(st::Name(it->second.record.state)) +
+                                      "; cancel it first (sluice cancel " + id + ")");
+  }
+  WriteBatch batch;
+  batch.deleted_jobs.push_back(id);
+  SLUICE_RETURN_IF_ERROR(store_->Write(batch));
+  std::vector<std::string> manifests;
+  for (const auto& c : checkpoints_[id]) manifests.push_back(c.manifest);
+  const std::string workdir = it->second.record.workdir_blob;
+  checkpoints_.erase(id);
+  avoid_.erase(id);
+  jobs_.erase(it);
+  CollectBlobsLocked(manifests);
+  if (!workdir.empty() && blobs_ != nullptr) {
+    bool shared = false;
+    for (const auto& [other, js] : jobs_) shared |= js.record.workdir_blob == workdir;
+    if (!shared) (void)blobs_->Delete(workdir);
+  }
+  return Status::Ok();
 }
 
 std::vector<JobRecord> ServerCore::ListJobs(std::optional<st::JobState> state, size_t limit) {
@@ -1080,6 +1157,17 @@ void ServerCore::SaveCheckpointLocked(const AttemptRecord& att, const std::strin
   }
   js.record.checkpoint = manifest;
   batch.jobs.push_back(js.record);
+  store::CheckpointRecord rec{att.job_id, manifest, att.id, clock_->NowMillis()};
+  auto& kept = checkpoints_[att.job_id];
+  std::erase_if(kept, [&](const store::CheckpointRecord& c) { return c.manifest == manifest; });
+  kept.push_back(rec);
+  batch.checkpoints.push_back(rec);
+  // Retention: the oldest beyond the limit go (never the one just accepted).
+  const size_t keep = static_cast<size_t>(std::max(1, options_.checkpoint_retention));
+  while (kept.size() > keep) {
+    batch.dropped_checkpoints.push_back(kept.front());
+    kept.erase(kept.begin());
+  }
   batch.events.push_back(EventLocked(
       att.job_id, "checkpoint",
       "attempt " + std::to_string(att.number) + " saved checkpoint " + manifest.substr(0, 12)));

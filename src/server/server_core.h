@@ -47,6 +47,7 @@ struct CoreOptions {
   int64_t cancel_grace_ms = 10000;       // SIGTERM -> SIGKILL on the agent
   market::CostModel cost_model;          // how offers are ranked and jobs placed
   int64_t preempt_cooldown_ms = 60000;   // a preempted job avoids that node this long
+  int checkpoint_retention = 3;          // checkpoints kept per job; older ones are deleted
 };
 
 struct JobDetail {
@@ -106,6 +107,9 @@ class ServerCore {
   std::vector<store::JobRecord> ListJobs(std::optional<store::JobState> state, size_t limit);
   Result<JobDetail> GetJob(const std::string& id);
   Result<store::JobRecord> CancelJob(const std::string& id);
+  // Deletes a finished job with its attempts, events, logs and checkpoints, and frees the blobs
+  // nothing else uses. FailedPrecondition while it is not finished (cancel it first).
+  Status DeleteJob(const std::string& id);
   std::vector<NodeView> ListNodes();
   // Every offer: connected nodes' (source agent) and imported catalogs' (source catalog).
   std::vector<market::Offer> ListOffers();
@@ -200,6 +204,9 @@ class ServerCore {
   // Accepts `manifest` as the job's latest complete checkpoint if its blob exists.
   void SaveCheckpointLocked(const store::AttemptRecord& att, const std::string& manifest,
                             store::WriteBatch& batch);
+  // Deletes from the blob store the given checkpoint manifests and their chunks, unless a kept
+  // checkpoint or a job's workdir still uses them. Called after the store dropped them.
+  void CollectBlobsLocked(const std::vector<std::string>& manifests);
   // Why a job cannot be submitted: the scheduler's reason, what the catalogs would offer, and
   // how to queue it anyway.
   std::string UnschedulableMessageLocked(const MarketRequest& market,
@@ -226,6 +233,8 @@ class ServerCore {
   // or lost there.
   std::map<std::string, std::map<std::string, int64_t>> avoid_;
   store::BlobStore* blobs_ = nullptr;
+  // Kept checkpoints per job, oldest first (the store's `checkpoints` table).
+  std::map<std::string, std::vector<store::CheckpointRecord>> checkpoints_;
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
 };

@@ -699,5 +699,85 @@ TEST_F(ServerCoreTest, AJobThatFinishesWhileBeingPreemptedSucceedsAndIsNotRunAga
   EXPECT_EQ(link->OfType("assign").size(), 1u);
 }
 
+// A manifest in agent/checkpoint_sync's format, stored with its chunks; returns its digest.
+std::string StoreCheckpoint(store::BlobStore& blobs, const std::vector<std::string>& chunks) {
+  Json files = Json::array();
+  Json refs = Json::array();
+  for (const auto& c : chunks) {
+    EXPECT_TRUE(blobs.PutVerified(Sha256Hex(c), c).ok());
+    refs.push_back(Sha256Hex(c));
+  }
+  files.push_back({{"path", "state.pt"}, {"mode", 420}, {"size", 1}, {"chunks", refs}});
+  std::string text = DumpJson(Json{{"version", 1}, {"files", files}, {"total_bytes", 1}});
+  EXPECT_TRUE(blobs.PutVerified(Sha256Hex(text), text).ok());
+  return Sha256Hex(text);
+}
+
+TEST_F(ServerCoreTest, CheckpointRetentionDropsTheOldestAndFreesItsOwnChunks) {
+  Open();  // options below need a fresh core
+  core_.reset();
+  CoreOptions opt;
+  opt.checkpoint_retention = 2;
+  core_ = std::make_unique<ServerCore>(store_.get(), &clock_, opt);
+  ASSERT_TRUE(core_->Load().ok());
+  store::BlobStore blobs((dir_ / "blobs").string());
+  core_->SetBlobStore(&blobs);
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto job = core_->SubmitJob(Spec(), "");
+  std::string att = link->OfType("assign")[0]["attempt_id"];
+  // m1 holds "shared" and "only-m1"; m2 and m3 hold "shared" and their own.
+  std::string m1 = StoreCheckpoint(blobs, {"shared", "only-m1"});
+  std::string m2 = StoreCheckpoint(blobs, {"shared", "only-m2"});
+  std::string m3 = StoreCheckpoint(blobs, {"shared", "only-m3"});
+  for (const auto& m : {m1, m2, m3}) {
+    clock_.Advance(1000);
+    Json msg{{"type", "checkpoint"}, {"attempt_id", att}, {"manifest", m}};
+    ASSERT_TRUE(core_->AgentMessage(*node, link.get(), msg).ok());
+  }
+  EXPECT_EQ(core_->GetJob(job->id)->job.checkpoint, m3);
+  EXPECT_FALSE(blobs.Has(m1));
+  EXPECT_FALSE(blobs.Has(Sha256Hex("only-m1")));
+  EXPECT_TRUE(blobs.Has(Sha256Hex("shared")));  // still used by m2 and m3
+  EXPECT_TRUE(blobs.Has(m2));
+  EXPECT_TRUE(blobs.Has(m3));
+  EXPECT_EQ(store_->LoadCheckpoints()->size(), 2u);
+}
+
+TEST_F(ServerCoreTest, DeletingAFinishedJobDeletesItsCheckpointsButNotSharedChunks) {
+  store::BlobStore blobs((dir_ / "blobs").string());
+  core_->SetBlobStore(&blobs);
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  auto a = core_->SubmitJob(Spec(), "");
+  auto b = core_->SubmitJob(Spec(), "");
+  auto assigns = link->OfType("assign");
+  ASSERT_EQ(assigns.size(), 2u);
+  std::string ma = StoreCheckpoint(blobs, {"common", "a-only"});
+  std::string mb = StoreCheckpoint(blobs, {"common", "b-only"});
+  for (size_t i = 0; i < 2; ++i) {
+    Json msg{{"type", "checkpoint"},
+             {"attempt_id", assigns[i]["attempt_id"]},
+             {"manifest", assigns[i]["job_id"] == a->id ? ma : mb}};
+    ASSERT_TRUE(core_->AgentMessage(*node, link.get(), msg).ok());
+  }
+  // Not while it runs.
+  EXPECT_EQ(core_->DeleteJob(a->id).code(), StatusCode::kFailedPrecondition);
+  std::string att_a =
+      assigns[0]["job_id"] == a->id ? assigns[0]["attempt_id"] : assigns[1]["attempt_id"];
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att_a, 0, 0, ""})).ok());
+  ASSERT_TRUE(core_->DeleteJob(a->id).ok());
+  EXPECT_EQ(core_->GetJob(a->id).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(blobs.Has(ma));
+  EXPECT_FALSE(blobs.Has(Sha256Hex("a-only")));
+  EXPECT_TRUE(blobs.Has(Sha256Hex("common")));  // b's checkpoint still uses it
+  EXPECT_TRUE(blobs.Has(mb));
+  // Gone for good: a restart does not bring it back.
+  Open();
+  EXPECT_EQ(core_->GetJob(a->id).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(core_->GetJob(b->id).ok());
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -149,6 +149,18 @@ ALTER TABLE attempts ADD COLUMN interruptible INTEGER NOT NULL DEFAULT 0
     CHECK (interruptible IN (0, 1));
 )sql";
 
+// v7: every checkpoint a job keeps (the retention limit drops the oldest), so dropped and
+// deleted checkpoints can be removed from the blob store.
+constexpr std::string_view kV7 = R"sql(
+CREATE TABLE checkpoints (
+  job_id TEXT NOT NULL,
+  manifest TEXT NOT NULL,
+  attempt_id TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  PRIMARY KEY (job_id, manifest)
+);
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -196,6 +208,7 @@ const std::vector<Migration>& Migrations() {
       {4, "catalogs", kV4},
       {5, "preempted attempts, attempt numbers, job checkpoints", kV5},
       {6, "interruptible node prices, interruptible attempts", kV6},
+      {7, "checkpoints", kV7},
   };
   return kSteps;
 }

@@ -128,6 +128,15 @@ struct CatalogFile {
   bool operator==(const CatalogFile&) const = default;
 };
 
+// A checkpoint a job keeps: the manifest digest of a checkpoint saved to the blob store.
+struct CheckpointRecord {
+  std::string job_id;
+  std::string manifest;
+  std::string attempt_id;
+  int64_t created_ms = 0;
+  bool operator==(const CheckpointRecord&) const = default;
+};
+
 // Everything one state change writes, applied in one transaction.
 struct WriteBatch {
   std::vector<TokenRecord> tokens;      // upsert by id
@@ -137,9 +146,14 @@ struct WriteBatch {
   std::vector<JobEvent> events;         // appended; `id` ignored
   std::vector<LogLine> logs;            // appended unless (attempt_id, seq) exists; `id` ignored
   std::vector<CatalogFile> catalogs;    // upsert by provider
+  std::vector<CheckpointRecord> checkpoints;          // upsert by (job_id, manifest)
+  std::vector<CheckpointRecord> dropped_checkpoints;  // deleted by (job_id, manifest)
+  // Jobs deleted with everything they own: attempts, events, logs, checkpoints. Applied first.
+  std::vector<std::string> deleted_jobs;
   bool empty() const {
     return tokens.empty() && nodes.empty() && jobs.empty() && attempts.empty() && events.empty() &&
-           logs.empty() && catalogs.empty();
+           logs.empty() && catalogs.empty() && checkpoints.empty() && dropped_checkpoints.empty() &&
+           deleted_jobs.empty();
   }
 };
 

@@ -180,6 +180,20 @@ constexpr const char* kUpsertCatalog =
     "INSERT INTO catalogs (provider, source_name, csv, imported_ms) VALUES (?, ?, ?, ?) "
     "ON CONFLICT(provider) DO UPDATE SET source_name = excluded.source_name, "
     "csv = excluded.csv, imported_ms = excluded.imported_ms";
+constexpr const char* kUpsertCheckpoint =
+    "INSERT INTO checkpoints (job_id, manifest, attempt_id, created_ms) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (job_id, manifest) DO UPDATE SET attempt_id = excluded.attempt_id, "
+    "created_ms = excluded.created_ms";
+constexpr const char* kDeleteCheckpoint =
+    "DELETE FROM checkpoints WHERE job_id = ? AND manifest = ?";
+constexpr const char* kSelectCheckpoints =
+    "SELECT job_id, manifest, attempt_id, created_ms FROM checkpoints "
+    "ORDER BY created_ms, rowid";
+// Children first: attempts reference jobs.
+constexpr const char* kDeleteJobRows[] = {
+    "DELETE FROM logs WHERE job_id = ?", "DELETE FROM events WHERE job_id = ?",
+    "DELETE FROM checkpoints WHERE job_id = ?", "DELETE FROM attempts WHERE job_id = ?",
+    "DELETE FROM jobs WHERE id = ?"};
 constexpr const char* kSelectCatalogs =
     "SELECT provider, source_name, csv, imported_ms FROM catalogs ORDER BY provider";
 constexpr const char* kSelectEvents =
@@ -388,6 +402,20 @@ class SqliteStore final : public Store {
     return Select(kSelectEvents, "read events", ReadEvent,
                   [&](Query& q) { q.Text(job_id).Int(after_id).Int(limit); });
   }
+  Result<std::vector<CheckpointRecord>> LoadCheckpoints() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(
+        kSelectCheckpoints, "load checkpoints",
+        [](const Query& q) -> Result<CheckpointRecord> {
+          CheckpointRecord c;
+          c.job_id = q.ColText(0);
+          c.manifest = q.ColText(1);
+          c.attempt_id = q.ColText(2);
+          c.created_ms = q.ColInt(3);
+          return c;
+        },
+        [](Query&) {});
+  }
   Result<std::vector<CatalogFile>> LoadCatalogs() override {
     std::lock_guard<std::mutex> lock(mu_);
     return Select(
@@ -437,6 +465,14 @@ class SqliteStore final : public Store {
 
   // Requires mu_ and an open transaction.
   Status WriteLocked(const WriteBatch& b) {
+    for (const std::string& job : b.deleted_jobs) {
+      for (const char* sql : kDeleteJobRows) {
+        SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(sql));
+        Query q(db_, s);
+        q.Text(job);
+        SLUICE_RETURN_IF_ERROR(q.Run("delete job " + job));
+      }
+    }
     for (const TokenRecord& t : b.tokens) {
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertToken));
       Query q(db_, s);
@@ -487,6 +523,18 @@ class SqliteStore final : public Store {
       Query q(db_, s);
       q.Text(c.provider).Text(c.source_name).Text(c.csv).Int(c.imported_ms);
       SLUICE_RETURN_IF_ERROR(q.Run("write catalog " + c.provider));
+    }
+    for (const CheckpointRecord& c : b.checkpoints) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertCheckpoint));
+      Query q(db_, s);
+      q.Text(c.job_id).Text(c.manifest).Text(c.attempt_id).Int(c.created_ms);
+      SLUICE_RETURN_IF_ERROR(q.Run("write checkpoint of " + c.job_id));
+    }
+    for (const CheckpointRecord& c : b.dropped_checkpoints) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kDeleteCheckpoint));
+      Query q(db_, s);
+      q.Text(c.job_id).Text(c.manifest);
+      SLUICE_RETURN_IF_ERROR(q.Run("drop checkpoint of " + c.job_id));
     }
     return Status::Ok();
   }

@@ -39,6 +39,8 @@ class Store {
                                                    int limit) = 0;
   // Every imported catalog, by provider.
   virtual Result<std::vector<CatalogFile>> LoadCatalogs() = 0;
+  // Every kept checkpoint, oldest first.
+  virtual Result<std::vector<CheckpointRecord>> LoadCheckpoints() = 0;
 };
 
 // SQLite in WAL mode at `path` (created if absent), schema brought up to date by versioned

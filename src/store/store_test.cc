@@ -388,5 +388,37 @@ TEST(CatalogStoreTest, ReimportReplacesAProvidersCatalogAndSurvivesReopen) {
   EXPECT_EQ((*catalogs)[1].provider, "gcp");
 }
 
+TEST(SqliteStoreDeleteTest, CheckpointsAreKeptDroppedAndDeletedWithTheirJob) {
+  ScratchDir dir;
+  auto store = OpenSqliteStore(dir.path() + "/db");
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  JobRecord job{.id = "job-1", .name = "j", .spec = Json::object()};
+  AttemptRecord att{.id = "att-1", .job_id = "job-1", .node_id = "n"};
+  WriteBatch b;
+  b.jobs = {job, JobRecord{.id = "job-2", .name = "k", .spec = Json::object()}};
+  b.attempts = {att};
+  b.events = {JobEvent{.job_id = "job-1", .type = "submitted", .message = "x"}};
+  b.logs = {LogLine{.job_id = "job-1", .attempt_id = "att-1", .seq = 1, .text = "hi"}};
+  b.checkpoints = {
+      {"job-1", "m1", "att-1", 1}, {"job-1", "m2", "att-1", 2}, {"job-2", "m3", "", 3}};
+  ASSERT_TRUE((*store)->Write(b).ok());
+  EXPECT_EQ((*store)->LoadCheckpoints()->size(), 3u);
+  WriteBatch drop;
+  drop.dropped_checkpoints = {{"job-1", "m1", "", 0}};
+  ASSERT_TRUE((*store)->Write(drop).ok());
+  auto kept = (*store)->LoadCheckpoints();
+  ASSERT_EQ(kept->size(), 2u);
+  EXPECT_EQ((*kept)[0].manifest, "m2");
+  WriteBatch del;
+  del.deleted_jobs = {"job-1"};
+  ASSERT_TRUE((*store)->Write(del).ok());
+  EXPECT_FALSE((*store)->GetJob("job-1")->has_value());
+  EXPECT_TRUE((*store)->AttemptsForJob("job-1")->empty());
+  EXPECT_TRUE((*store)->ReadLogs("job-1", 0, 10)->empty());
+  EXPECT_TRUE((*store)->ReadEvents("job-1", 0, 10)->empty());
+  ASSERT_EQ((*store)->LoadCheckpoints()->size(), 1u);  // job-2's stays
+  EXPECT_TRUE((*store)->GetJob("job-2")->has_value());
+}
+
 }  // namespace
 }  // namespace sluice::store
