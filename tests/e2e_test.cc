@@ -752,5 +752,60 @@ TEST_F(E2ETest, DeleteRemovesAFinishedJobOnly) {
   EXPECT_EQ(cluster_.Cli({"cancel", running}).exit_code, 0);
 }
 
+// A preemption that lands while the agent is uploading a checkpoint: the job keeps rewriting a
+// 16 MiB checkpoint, so periodic uploads run back to back. Whatever the timing, the next attempt
+// restores a complete checkpoint (each file's name is its content's SHA-256, checked on resume).
+TEST_F(RecoveryE2ETest, PreemptionDuringACheckpointUploadRestoresACompleteOne) {
+  cluster_.StartAgent("a1");
+  cluster_.StartAgent("a2");
+  std::string spec = Spec("big", R"SPEC(name: big
+lifecycle: {checkpoint_interval: 1s, grace_period: 5s}
+run: |
+  d=$SLUICE_CHECKPOINT_DIR
+  for f in "$d"/state-*; do
+    [ -e "$f" ] || continue
+    if [ "$(sha256sum "$f" | cut -d' ' -f1)" = "${f##*/state-}" ]; then echo "restored ok"; else echo "restored CORRUPT $f"; fi
+  done
+  trap 'exit 143' TERM
+  i=0
+  while true; do
+    i=$((i+1))
+    head -c 16777216 /dev/urandom > "$d/tmp"
+    sha=$(sha256sum "$d/tmp" | cut -d' ' -f1)
+    old=$(ls "$d" | grep '^state-' || true)
+    mv "$d/tmp" "$d/state-$sha"
+    for o in $old; do rm -f "$d/$o"; done
+    echo "wrote $i"
+    sleep 0.2
+  done
+)SPEC");
+  std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
+  // Let a few periodic uploads complete, then preempt in the middle of the next ones.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        int saved = 0;
+        Json job = GetJob(cluster_, id);
+        for (const auto& e : job["events"]) saved += e["event"] == "checkpoint";
+        return saved >= 2;
+      },
+      std::chrono::seconds(60)))
+      << GetJob(cluster_, id).dump(2);
+  std::string node = GetJob(cluster_, id)["attempts"][0].value("node_id", "");
+  ASSERT_EQ(cluster_.Cli({"node", "reclaim", node}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Contains(cluster_.Cli({"logs", id}).out, "restored");
+      },
+      std::chrono::seconds(60)))
+      << GetJob(cluster_, id).dump(2);
+  std::string out = cluster_.Cli({"logs", id}).out;
+  EXPECT_TRUE(Contains(out, "restored ok")) << out;
+  EXPECT_FALSE(Contains(out, "CORRUPT")) << out;
+  Json a = GetJob(cluster_, id)["attempts"];
+  EXPECT_EQ(a[0]["state"], "preempted");
+  EXPECT_FALSE(a[1].value("checkpoint_restored", "").empty());
+  EXPECT_EQ(cluster_.Cli({"cancel", id}).exit_code, 0);
+}
+
 }  // namespace
 }  // namespace sluice::testing
