@@ -277,6 +277,48 @@ TEST_F(E2ETest, EstimateRanksAgentAndCatalogOffersByExpectedCost) {
   })) << cluster_.Cli({"job", id}).out;
 }
 
+// A local stand-in for a cloud's instance-metadata service (AWS style): python's http.server
+// over a directory of the cluster's, answering 404 until a spot-termination notice is announced.
+class MetadataService {
+ public:
+  explicit MetadataService(Cluster& cluster)
+      : cluster_(cluster),
+        root_(Root(cluster)),
+        daemon_({"/usr/bin/python3", "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
+                 "--directory", root_},
+                {}, root_ + "/../metadata.log") {}
+  // Waits until it listens and learns its port.
+  bool WaitReady() {
+    return WaitUntil([&] {
+      std::string log = daemon_.Log();
+      size_t at = log.find(" port ");
+      if (at == std::string::npos) return false;
+      port_ = std::atoi(log.c_str() + at + 6);
+      return port_ != 0;
+    });
+  }
+  std::string Log() const { return daemon_.Log(); }
+  // What `sluice agent --spot-metadata-url` polls.
+  std::string NoticeUrl() const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/" + kNoticePath;
+  }
+  void Announce(const std::string& body) {
+    cluster_.WriteFile(std::string("meta/") + kNoticePath, body);
+  }
+  void Withdraw() { std::filesystem::remove(root_ + "/" + kNoticePath); }
+
+ private:
+  static constexpr const char* kNoticePath = "latest/meta-data/spot/instance-action";
+  static std::string Root(Cluster& cluster) {
+    std::string keep = cluster.WriteFile("meta/latest/meta-data/spot/.keep", "");
+    return keep.substr(0, keep.find("/latest/"));
+  }
+  Cluster& cluster_;
+  std::string root_;
+  Daemon daemon_;
+  int port_ = 0;
+};
+
 // What `cmd` prints, trimmed; "" when it fails. The test's own view of this machine.
 std::string ShellOutput(const std::string& cmd) {
   std::string out;
@@ -452,26 +494,13 @@ TEST_F(RecoveryE2ETest, PyTorchJobSurvivesFourInterruptionsBitIdentically) {
   ASSERT_FALSE(reference.empty()) << "the example did not run: is python3-torch installed?";
 
   // The metadata service of the cloud a1 runs in.
-  const std::string meta = cluster_.WriteFile("meta/latest/meta-data/spot/.keep", "");
-  const std::string meta_root = meta.substr(0, meta.find("/latest/"));
-  Daemon metadata({"/usr/bin/python3", "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
-                   "--directory", meta_root},
-                  {}, meta_root + "/../metadata.log");
-  std::string port;
-  ASSERT_TRUE(WaitUntil([&] {
-    std::string log = metadata.Log();
-    size_t at = log.find(" port ");
-    if (at == std::string::npos) return false;
-    port = std::to_string(std::atoi(log.c_str() + at + 6));
-    return port != "0";
-  })) << metadata.Log();
+  MetadataService metadata(cluster_);
+  ASSERT_TRUE(metadata.WaitReady()) << metadata.Log();
   const std::vector<std::string> prices = {"--price-per-cpu-hour", "0.1",
                                            "--interruptible-price-per-cpu-hour", "0.03"};
   std::vector<std::string> spot_args = prices;
-  for (std::string a : std::vector<std::string>{
-           "--spot-metadata-url",
-           "http://127.0.0.1:" + port + "/latest/meta-data/spot/instance-action",
-           "--spot-poll-interval", "0.1"}) {
+  for (std::string a : std::vector<std::string>{"--spot-metadata-url", metadata.NoticeUrl(),
+                                                "--spot-poll-interval", "0.1"}) {
     spot_args.push_back(a);
   }
   cluster_.StartAgent("a1", spot_args);
@@ -522,9 +551,9 @@ TEST_F(RecoveryE2ETest, PyTorchJobSurvivesFourInterruptionsBitIdentically) {
   ASSERT_TRUE(running_and_progressed(1, 40)) << logs();
   cluster_.StartAgent("a2", prices);
   cluster_.StartAgent("a3", prices);
-  cluster_.WriteFile("meta/latest/meta-data/spot/instance-action", R"({"action": "stop"})");
+  metadata.Announce(R"({"action": "stop"})");
   ASSERT_TRUE(running_and_progressed(2, 40)) << GetJob(cluster_, id).dump(2) << logs();
-  std::filesystem::remove(meta_root + "/latest/meta-data/spot/instance-action");
+  metadata.Withdraw();
 
   // 2. The provider reclaims the node of attempt 2.
   ASSERT_EQ(cluster_.Cli({"node", "reclaim", current_node(), "--cause", "maintenance"}).exit_code,
@@ -580,25 +609,11 @@ TEST_F(RecoveryE2ETest, PyTorchJobSurvivesFourInterruptionsBitIdentically) {
 // HTTP server plays the instance-metadata service) and the provider's SIGUSR1 to the agent. Both
 // take the same path as a server-side reclaim, and the job resumes from its checkpoint.
 TEST_F(RecoveryE2ETest, SpotNoticeAndProviderSignalPreemptAndTheJobResumes) {
-  const std::string meta = cluster_.WriteFile("meta/latest/meta-data/spot/.keep", "");
-  const std::string meta_root = meta.substr(0, meta.find("/latest/"));
-  const std::string meta_log = meta_root + "/../metadata.log";
-  Daemon metadata({"/usr/bin/python3", "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
-                   "--directory", meta_root},
-                  {}, meta_log);
-  std::string port;
-  ASSERT_TRUE(WaitUntil([&] {
-    std::string log = metadata.Log();
-    size_t at = log.find(" port ");
-    if (at == std::string::npos) return false;
-    port = std::to_string(std::atoi(log.c_str() + at + 6));
-    return port != "0";
-  })) << metadata.Log();
+  MetadataService metadata(cluster_);
+  ASSERT_TRUE(metadata.WaitReady()) << metadata.Log();
 
-  cluster_.StartAgent(
-      "spot",
-      {"--spot-metadata-url", "http://127.0.0.1:" + port + "/latest/meta-data/spot/instance-action",
-       "--spot-poll-interval", "0.1"});
+  cluster_.StartAgent("spot",
+                      {"--spot-metadata-url", metadata.NoticeUrl(), "--spot-poll-interval", "0.1"});
   std::string spec = Spec("count", R"(name: count
 lifecycle: {checkpoint_interval: 1s, grace_period: 5s}
 run: |
@@ -614,8 +629,7 @@ run: |
   cluster_.StartAgent("b2");
 
   // The cloud announces the spot instance's end.
-  cluster_.WriteFile("meta/latest/meta-data/spot/instance-action",
-                     R"({"action": "terminate", "time": "2026-11-30T01:00:00Z"})");
+  metadata.Announce(R"({"action": "terminate", "time": "2026-11-30T01:00:00Z"})");
   ASSERT_TRUE(WaitUntil([&] {
     Json a = attempts();
     return a.size() == 2u && a[1].value("state", "") == "running";
