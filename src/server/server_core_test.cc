@@ -779,5 +779,33 @@ TEST_F(ServerCoreTest, DeletingAFinishedJobDeletesItsCheckpointsButNotSharedChun
   EXPECT_TRUE(core_->GetJob(b->id).ok());
 }
 
+TEST_F(ServerCoreTest, ReclaimingSomeGpusPreemptsOnlyTheAttemptsUsingThem) {
+  auto link = std::make_shared<RecordingLink>();
+  proto::Hello h = CpuHello();
+  for (int i = 0; i < 2; ++i) {
+    GpuInfo g;
+    g.index = i;
+    g.name = "NVIDIA H100 80GB HBM3";
+    g.memory_mib = 81559;
+    g.uuid = "GPU-" + std::to_string(i);
+    h.inventory.gpus.push_back(g);
+  }
+  ASSERT_TRUE(core_->AgentHello(link, h).ok());
+  ASSERT_TRUE(core_->SubmitJob(Spec(1, 1), "").ok());
+  ASSERT_TRUE(core_->SubmitJob(Spec(1, 1), "").ok());
+  auto assigns = link->OfType("assign");
+  ASSERT_EQ(assigns.size(), 2u);
+  std::string on_gpu1;
+  for (const auto& a : assigns) {
+    if (a["gpus"] == Json::array({1})) on_gpu1 = a["attempt_id"];
+  }
+  ASSERT_FALSE(on_gpu1.empty());
+  auto preempted = core_->ReclaimNode("box", {1}, "gpu 1 needed");
+  ASSERT_TRUE(preempted.ok()) << preempted.status().ToString();
+  EXPECT_EQ(*preempted, std::vector<std::string>{on_gpu1});
+  ASSERT_EQ(link->OfType("preempt").size(), 1u);
+  EXPECT_EQ(link->OfType("preempt")[0]["attempt_id"], on_gpu1);
+}
+
 }  // namespace
 }  // namespace sluice::server
