@@ -161,6 +161,41 @@ CREATE TABLE checkpoints (
 );
 )sql";
 
+// v8: trust (issue 5): node verification and fingerprints, what each attempt ran on, node uptime
+// for the reliability score, and the audit log of API mutations.
+constexpr std::string_view kV8 = R"sql(
+ALTER TABLE nodes ADD COLUMN verification TEXT NOT NULL DEFAULT 'unverified'
+    CHECK (verification IN ('verified', 'unverified', 'deverified'));
+ALTER TABLE nodes ADD COLUMN verification_reasons TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE nodes ADD COLUMN hardware_fingerprint TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN software_fingerprint TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN verified_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN conformance TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE attempts ADD COLUMN node_snapshot TEXT NOT NULL DEFAULT '';
+CREATE INDEX attempts_by_created ON attempts (created_ms);
+CREATE TABLE node_snapshots (
+  digest TEXT PRIMARY KEY NOT NULL,
+  json TEXT NOT NULL
+);
+CREATE TABLE node_uptime (
+  node_id TEXT NOT NULL,
+  start_ms INTEGER NOT NULL,
+  end_ms INTEGER NOT NULL CHECK (end_ms >= start_ms),
+  PRIMARY KEY (node_id, start_ms)
+);
+CREATE TABLE audit_log (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  ts_ms INTEGER NOT NULL,
+  actor TEXT NOT NULL,
+  source TEXT NOT NULL,
+  action TEXT NOT NULL,
+  target TEXT NOT NULL,
+  params TEXT NOT NULL,
+  status INTEGER NOT NULL
+);
+CREATE INDEX audit_log_by_ts ON audit_log (ts_ms);
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -209,6 +244,7 @@ const std::vector<Migration>& Migrations() {
       {5, "preempted attempts, attempt numbers, job checkpoints", kV5},
       {6, "interruptible node prices, interruptible attempts", kV6},
       {7, "checkpoints", kV7},
+      {8, "node verification, attempt snapshots, node uptime, audit log", kV8},
   };
   return kSteps;
 }

@@ -56,6 +56,14 @@ struct NodeRecord {
   double interruptible_price_per_gpu_hour = 0;  // 0: the node sells no interruptible capacity
   double interruptible_price_per_cpu_hour = 0;
   std::string region;
+  // Trust (issue 5). The server decides verification from the probe and the conformance report;
+  // the agent's own reading is never taken.
+  std::string verification = "unverified";    // "verified" | "unverified" | "deverified"
+  Json verification_reasons = Json::array();  // strings: why not verified, or notes
+  std::string hardware_fingerprint;           // audit::HardwareFingerprint of `inventory`
+  std::string software_fingerprint;           // audit::SoftwareFingerprint of `inventory`
+  int64_t verified_ms = 0;                    // when the last report was evaluated
+  Json conformance = Json::object();          // the last report as the agent sent it
   bool operator==(const NodeRecord&) const = default;
 };
 
@@ -95,6 +103,9 @@ struct AttemptRecord {
   int number = 1;                   // 1 for the job's first attempt, 2 for the next, ...
   std::string checkpoint_restored;  // manifest digest restored before it started, or empty
   bool interruptible = false;       // on interruptible capacity: on-demand work may preempt it
+  // Digest of the NodeSnapshot taken at placement: what hardware and software the attempt ran on,
+  // for audit bundles. Empty for attempts placed before issue 5.
+  std::string node_snapshot;
   bool operator==(const AttemptRecord&) const = default;
 };
 
@@ -137,6 +148,37 @@ struct CheckpointRecord {
   bool operator==(const CheckpointRecord&) const = default;
 };
 
+// What a node was when an attempt was placed on it: inventory, fingerprints, verification and
+// the conformance report, as JSON. Content-addressed (digest = SHA-256 of `json`), so an attempt
+// refers to it and identical snapshots are stored once.
+struct NodeSnapshot {
+  std::string digest;
+  std::string json;
+  bool operator==(const NodeSnapshot&) const = default;
+};
+
+// A span during which a node was online (connected and heartbeating). The open span of a node
+// that is online now is rewritten with a later end as time passes. Feeds the reliability score.
+struct UptimeSpan {
+  std::string node_id;
+  int64_t start_ms = 0;
+  int64_t end_ms = 0;
+  bool operator==(const UptimeSpan&) const = default;
+};
+
+// One API mutation (issue 5): who did what, from where, with which parameters (secrets removed).
+struct AuditEntry {
+  int64_t id = 0;  // assigned by the store; a cursor for readers
+  int64_t ts_ms = 0;
+  std::string actor;   // token id ("adm-…", "join-…") or "agent:<node id>"
+  std::string source;  // remote address "127.0.0.1:5555"
+  std::string action;  // "POST /v1/jobs", "agent.hello", …
+  std::string target;  // the object acted on: job/node id, or ""
+  Json params = Json::object();
+  int status = 0;  // HTTP status of the answer (agent messages: 200, or 400 when refused)
+  bool operator==(const AuditEntry&) const = default;
+};
+
 // Everything one state change writes, applied in one transaction.
 struct WriteBatch {
   std::vector<TokenRecord> tokens;      // upsert by id
@@ -150,10 +192,13 @@ struct WriteBatch {
   std::vector<CheckpointRecord> dropped_checkpoints;  // deleted by (job_id, manifest)
   // Jobs deleted with everything they own: attempts, events, logs, checkpoints. Applied first.
   std::vector<std::string> deleted_jobs;
+  std::vector<NodeSnapshot> snapshots;  // inserted unless the digest exists
+  std::vector<UptimeSpan> uptime;       // upsert by (node_id, start_ms)
+  std::vector<AuditEntry> audit;        // appended; `id` ignored
   bool empty() const {
     return tokens.empty() && nodes.empty() && jobs.empty() && attempts.empty() && events.empty() &&
            logs.empty() && catalogs.empty() && checkpoints.empty() && dropped_checkpoints.empty() &&
-           deleted_jobs.empty();
+           deleted_jobs.empty() && snapshots.empty() && uptime.empty() && audit.empty();
   }
 };
 

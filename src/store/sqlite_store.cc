@@ -113,13 +113,19 @@ constexpr const char* kUpsertToken =
 constexpr const char* kUpsertNode =
     "INSERT INTO nodes (id, name, inventory, state, registered_ms, last_seen_ms, "
     "price_per_gpu_hour, price_per_cpu_hour, region, interruptible_price_per_gpu_hour, "
-    "interruptible_price_per_cpu_hour) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "interruptible_price_per_cpu_hour, verification, verification_reasons, hardware_fingerprint, "
+    "software_fingerprint, verified_ms, conformance) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, inventory = excluded.inventory, "
     "state = excluded.state, registered_ms = excluded.registered_ms, "
     "last_seen_ms = excluded.last_seen_ms, price_per_gpu_hour = excluded.price_per_gpu_hour, "
     "price_per_cpu_hour = excluded.price_per_cpu_hour, region = excluded.region, "
     "interruptible_price_per_gpu_hour = excluded.interruptible_price_per_gpu_hour, "
-    "interruptible_price_per_cpu_hour = excluded.interruptible_price_per_cpu_hour";
+    "interruptible_price_per_cpu_hour = excluded.interruptible_price_per_cpu_hour, "
+    "verification = excluded.verification, verification_reasons = excluded.verification_reasons, "
+    "hardware_fingerprint = excluded.hardware_fingerprint, "
+    "software_fingerprint = excluded.software_fingerprint, verified_ms = excluded.verified_ms, "
+    "conformance = excluded.conformance";
 constexpr const char* kUpsertJob =
     "INSERT INTO jobs (id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "
     "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions) "
@@ -134,14 +140,14 @@ constexpr const char* kUpsertJob =
 constexpr const char* kUpsertAttempt =
     "INSERT INTO attempts (id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, "
     "created_ms, started_ms, ended_ms, exit_code, cause, number, checkpoint_restored, "
-    "interruptible) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "interruptible, node_snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, node_id = excluded.node_id, "
     "gpus = excluded.gpus, cpus = excluded.cpus, memory_gb = excluded.memory_gb, "
     "price_per_hour = excluded.price_per_hour, state = excluded.state, "
     "created_ms = excluded.created_ms, started_ms = excluded.started_ms, "
     "ended_ms = excluded.ended_ms, exit_code = excluded.exit_code, cause = excluded.cause, "
     "number = excluded.number, checkpoint_restored = excluded.checkpoint_restored, "
-    "interruptible = excluded.interruptible";
+    "interruptible = excluded.interruptible, node_snapshot = excluded.node_snapshot";
 constexpr const char* kInsertEvent =
     "INSERT INTO events (job_id, ts_ms, type, message) VALUES (?, ?, ?, ?)";
 // ON CONFLICT on the named key rather than INSERT OR IGNORE: OR IGNORE would also silently
@@ -155,7 +161,8 @@ constexpr const char* kSelectTokens =
 constexpr const char* kSelectNodes =
     "SELECT id, name, inventory, state, registered_ms, last_seen_ms, price_per_gpu_hour, "
     "price_per_cpu_hour, region, interruptible_price_per_gpu_hour, "
-    "interruptible_price_per_cpu_hour FROM nodes ORDER BY registered_ms, rowid";
+    "interruptible_price_per_cpu_hour, verification, verification_reasons, hardware_fingerprint, "
+    "software_fingerprint, verified_ms, conformance FROM nodes ORDER BY registered_ms, rowid";
 #define SLUICE_JOB_COLUMNS                                                                 \
   "SELECT id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "       \
   "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions " \
@@ -165,12 +172,14 @@ constexpr const char* kSelectJob = SLUICE_JOB_COLUMNS "WHERE id = ?";
 #undef SLUICE_JOB_COLUMNS
 #define SLUICE_ATTEMPT_COLUMNS                                                             \
   "SELECT id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, created_ms, " \
-  "started_ms, ended_ms, exit_code, cause, number, checkpoint_restored, interruptible "    \
-  "FROM attempts "
+  "started_ms, ended_ms, exit_code, cause, number, checkpoint_restored, interruptible, "   \
+  "node_snapshot FROM attempts "
 constexpr const char* kSelectAttemptsForJob =
     SLUICE_ATTEMPT_COLUMNS "WHERE job_id = ? ORDER BY created_ms, rowid";
 constexpr const char* kSelectActiveAttempts =
     SLUICE_ATTEMPT_COLUMNS "WHERE state IN ('starting', 'running') ORDER BY created_ms, rowid";
+constexpr const char* kSelectAttemptsSince =
+    SLUICE_ATTEMPT_COLUMNS "WHERE created_ms >= ? ORDER BY created_ms, rowid";
 #undef SLUICE_ATTEMPT_COLUMNS
 constexpr const char* kSelectLogs =
     "SELECT id, job_id, attempt_id, seq, stream, ts_ms, text FROM logs "
@@ -189,6 +198,21 @@ constexpr const char* kDeleteCheckpoint =
 constexpr const char* kSelectCheckpoints =
     "SELECT job_id, manifest, attempt_id, created_ms FROM checkpoints "
     "ORDER BY created_ms, rowid";
+constexpr const char* kInsertSnapshot =
+    "INSERT INTO node_snapshots (digest, json) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING";
+constexpr const char* kSelectSnapshot = "SELECT digest, json FROM node_snapshots WHERE digest = ?";
+constexpr const char* kUpsertUptime =
+    "INSERT INTO node_uptime (node_id, start_ms, end_ms) VALUES (?, ?, ?) "
+    "ON CONFLICT (node_id, start_ms) DO UPDATE SET end_ms = excluded.end_ms";
+constexpr const char* kSelectUptime =
+    "SELECT node_id, start_ms, end_ms FROM node_uptime WHERE end_ms >= ? "
+    "ORDER BY start_ms, rowid";
+constexpr const char* kInsertAudit =
+    "INSERT INTO audit_log (ts_ms, actor, source, action, target, params, status) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)";
+constexpr const char* kSelectAudit =
+    "SELECT id, ts_ms, actor, source, action, target, params, status FROM audit_log "
+    "WHERE ts_ms >= ? AND id > ? ORDER BY id LIMIT ?";
 // Children first: attempts reference jobs.
 constexpr const char* kDeleteJobRows[] = {
     "DELETE FROM logs WHERE job_id = ?", "DELETE FROM events WHERE job_id = ?",
@@ -254,6 +278,12 @@ Result<NodeRecord> ReadNode(const Query& q) {
   n.region = q.ColText(8);
   n.interruptible_price_per_gpu_hour = q.ColReal(9);
   n.interruptible_price_per_cpu_hour = q.ColReal(10);
+  n.verification = q.ColText(11);
+  SLUICE_ASSIGN_OR_RETURN(n.verification_reasons, ColumnJson(q, 12, "node " + n.id + " reasons"));
+  n.hardware_fingerprint = q.ColText(13);
+  n.software_fingerprint = q.ColText(14);
+  n.verified_ms = q.ColInt(15);
+  SLUICE_ASSIGN_OR_RETURN(n.conformance, ColumnJson(q, 16, "node " + n.id + " conformance"));
   return n;
 }
 
@@ -296,6 +326,7 @@ Result<AttemptRecord> ReadAttempt(const Query& q) {
   a.number = static_cast<int>(q.ColInt(13));
   a.checkpoint_restored = q.ColText(14);
   a.interruptible = q.ColInt(15) != 0;
+  a.node_snapshot = q.ColText(16);
   return a;
 }
 
@@ -416,6 +447,53 @@ class SqliteStore final : public Store {
         },
         [](Query&) {});
   }
+  Result<std::optional<NodeSnapshot>> GetSnapshot(const std::string& digest) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    SLUICE_ASSIGN_OR_RETURN(std::vector<NodeSnapshot> rows,
+                            Select(
+                                kSelectSnapshot, "get node snapshot",
+                                [](const Query& q) -> Result<NodeSnapshot> {
+                                  return NodeSnapshot{q.ColText(0), q.ColText(1)};
+                                },
+                                [&](Query& q) { q.Text(digest); }));
+    if (rows.empty()) return std::optional<NodeSnapshot>();
+    return std::optional<NodeSnapshot>(std::move(rows.front()));
+  }
+  Result<std::vector<UptimeSpan>> LoadUptime(int64_t since_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(
+        kSelectUptime, "load uptime",
+        [](const Query& q) -> Result<UptimeSpan> {
+          return UptimeSpan{q.ColText(0), q.ColInt(1), q.ColInt(2)};
+        },
+        [&](Query& q) { q.Int(since_ms); });
+  }
+  Result<std::vector<AttemptRecord>> AttemptsSince(int64_t since_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(kSelectAttemptsSince, "attempts since", ReadAttempt,
+                  [&](Query& q) { q.Int(since_ms); });
+  }
+  Result<std::vector<AuditEntry>> ReadAudit(int64_t since_ms, int64_t after_id,
+                                            int limit) override {
+    if (limit < 0) return Status::InvalidArgument("read audit log: negative limit");
+    if (limit == 0) return std::vector<AuditEntry>();
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(
+        kSelectAudit, "read audit log",
+        [](const Query& q) -> Result<AuditEntry> {
+          AuditEntry a;
+          a.id = q.ColInt(0);
+          a.ts_ms = q.ColInt(1);
+          a.actor = q.ColText(2);
+          a.source = q.ColText(3);
+          a.action = q.ColText(4);
+          a.target = q.ColText(5);
+          SLUICE_ASSIGN_OR_RETURN(a.params, ColumnJson(q, 6, "audit entry params"));
+          a.status = static_cast<int>(q.ColInt(7));
+          return a;
+        },
+        [&](Query& q) { q.Int(since_ms).Int(after_id).Int(limit); });
+  }
   Result<std::vector<CatalogFile>> LoadCatalogs() override {
     std::lock_guard<std::mutex> lock(mu_);
     return Select(
@@ -485,7 +563,9 @@ class SqliteStore final : public Store {
       q.Text(n.id).Text(n.name).Text(DumpJson(n.inventory)).Text(Name(n.state));
       q.Int(n.registered_ms).Int(n.last_seen_ms).Real(n.price_per_gpu_hour);
       q.Real(n.price_per_cpu_hour).Text(n.region).Real(n.interruptible_price_per_gpu_hour);
-      q.Real(n.interruptible_price_per_cpu_hour);
+      q.Real(n.interruptible_price_per_cpu_hour).Text(n.verification);
+      q.Text(DumpJson(n.verification_reasons)).Text(n.hardware_fingerprint);
+      q.Text(n.software_fingerprint).Int(n.verified_ms).Text(DumpJson(n.conformance));
       SLUICE_RETURN_IF_ERROR(q.Run("write node " + n.id));
     }
     for (const JobRecord& j : b.jobs) {
@@ -503,7 +583,7 @@ class SqliteStore final : public Store {
       q.Text(a.id).Text(a.job_id).Text(a.node_id).Text(GpusToText(a.gpus)).Int(a.cpus);
       q.Real(a.memory_gb).Real(a.price_per_hour).Text(Name(a.state)).Int(a.created_ms);
       q.Int(a.started_ms).Int(a.ended_ms).OptInt(a.exit_code).Text(a.cause).Int(a.number);
-      q.Text(a.checkpoint_restored).Int(a.interruptible ? 1 : 0);
+      q.Text(a.checkpoint_restored).Int(a.interruptible ? 1 : 0).Text(a.node_snapshot);
       SLUICE_RETURN_IF_ERROR(q.Run("write attempt " + a.id));
     }
     for (const JobEvent& e : b.events) {
@@ -535,6 +615,25 @@ class SqliteStore final : public Store {
       Query q(db_, s);
       q.Text(c.job_id).Text(c.manifest);
       SLUICE_RETURN_IF_ERROR(q.Run("drop checkpoint of " + c.job_id));
+    }
+    for (const NodeSnapshot& n : b.snapshots) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kInsertSnapshot));
+      Query q(db_, s);
+      q.Text(n.digest).Text(n.json);
+      SLUICE_RETURN_IF_ERROR(q.Run("write node snapshot " + n.digest));
+    }
+    for (const UptimeSpan& u : b.uptime) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertUptime));
+      Query q(db_, s);
+      q.Text(u.node_id).Int(u.start_ms).Int(u.end_ms);
+      SLUICE_RETURN_IF_ERROR(q.Run("write uptime of " + u.node_id));
+    }
+    for (const AuditEntry& a : b.audit) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kInsertAudit));
+      Query q(db_, s);
+      q.Int(a.ts_ms).Text(a.actor).Text(a.source).Text(a.action).Text(a.target);
+      q.Text(DumpJson(a.params)).Int(a.status);
+      SLUICE_RETURN_IF_ERROR(q.Run("write audit entry " + a.action));
     }
     return Status::Ok();
   }

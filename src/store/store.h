@@ -41,6 +41,15 @@ class Store {
   virtual Result<std::vector<CatalogFile>> LoadCatalogs() = 0;
   // Every kept checkpoint, oldest first.
   virtual Result<std::vector<CheckpointRecord>> LoadCheckpoints() = 0;
+  // The snapshot with this digest, or nullopt.
+  virtual Result<std::optional<NodeSnapshot>> GetSnapshot(const std::string& digest) = 0;
+  // Uptime spans that end at or after `since_ms`, oldest first.
+  virtual Result<std::vector<UptimeSpan>> LoadUptime(int64_t since_ms) = 0;
+  // Attempts created at or after `since_ms`, oldest first (reliability window).
+  virtual Result<std::vector<AttemptRecord>> AttemptsSince(int64_t since_ms) = 0;
+  // Audit entries with ts_ms >= since_ms and id > after_id, oldest first, at most `limit`.
+  virtual Result<std::vector<AuditEntry>> ReadAudit(int64_t since_ms, int64_t after_id,
+                                                    int limit) = 0;
 };
 
 // SQLite in WAL mode at `path` (created if absent), schema brought up to date by versioned

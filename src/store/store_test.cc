@@ -63,6 +63,12 @@ TEST_F(SqliteStoreTest, EveryRecordTypeRoundTrips) {
   node.price_per_gpu_hour = 2.1;
   node.price_per_cpu_hour = 0.035;
   node.region = "us-west";
+  node.verification = "deverified";
+  node.verification_reasons = Json::array({"driver changed: re-verifying"});
+  node.hardware_fingerprint = std::string(64, 'b');
+  node.software_fingerprint = std::string(64, 'c');
+  node.verified_ms = 15;
+  node.conformance = Json{{"trigger", "registration"}, {"checks", Json::array()}};
   JobRecord running = SampleJob("job-1", 100);
   JobRecord done = SampleJob("job-2", 200);
   done.state = JobState::kFailed;
@@ -74,6 +80,7 @@ TEST_F(SqliteStoreTest, EveryRecordTypeRoundTrips) {
   attempt.exit_code = 0;
   attempt.cause = "exited";
   attempt.gpus = {};  // an empty allocation (CPU-only) must not read back as something else
+  attempt.node_snapshot = std::string(64, 'd');
 
   WriteBatch b;
   b.tokens = {token};
@@ -126,6 +133,68 @@ TEST_F(SqliteStoreTest, EveryRecordTypeRoundTrips) {
   ASSERT_NE(store_, nullptr);
   EXPECT_EQ(*store_->LoadJobs(), (std::vector<JobRecord>{running, done}));
   EXPECT_EQ(*store_->LoadNodes(), std::vector<NodeRecord>{node});
+}
+
+TEST_F(SqliteStoreTest, SnapshotsUptimeAndAuditRoundTrip) {
+  WriteBatch b;
+  b.snapshots = {{std::string(64, 'e'), R"({"inventory":{}})"}};
+  b.uptime = {{"node-1", 1000, 2000}, {"node-2", 500, 900}};
+  b.audit = {{.id = 0,
+              .ts_ms = 100,
+              .actor = "adm-1",
+              .source = "127.0.0.1:1",
+              .action = "POST /v1/jobs",
+              .target = "job-1",
+              .params = Json{{"name", "train"}},
+              .status = 201},
+             {.id = 0,
+              .ts_ms = 300,
+              .actor = "agent:node-1",
+              .source = "",
+              .action = "agent.hello",
+              .target = "",
+              .params = Json::object(),
+              .status = 200}};
+  ASSERT_TRUE(store_->Write(b).ok());
+  // The same snapshot again is not an error (content-addressed); an open span grows in place.
+  WriteBatch again;
+  again.snapshots = b.snapshots;
+  again.uptime = {{"node-1", 1000, 5000}};
+  ASSERT_TRUE(store_->Write(again).ok());
+
+  auto snap = store_->GetSnapshot(std::string(64, 'e'));
+  ASSERT_TRUE(snap.ok());
+  ASSERT_TRUE(snap->has_value());
+  EXPECT_EQ((*snap)->json, R"({"inventory":{}})");
+  EXPECT_FALSE(store_->GetSnapshot(std::string(64, 'f'))->has_value());
+
+  auto uptime = store_->LoadUptime(1000);  // node-2's span ended before the window
+  ASSERT_TRUE(uptime.ok());
+  EXPECT_EQ(*uptime, (std::vector<UptimeSpan>{{"node-1", 1000, 5000}}));
+
+  auto audit = store_->ReadAudit(0, 0, 10);
+  ASSERT_TRUE(audit.ok());
+  ASSERT_EQ(audit->size(), 2u);
+  EXPECT_EQ((*audit)[0].action, "POST /v1/jobs");
+  EXPECT_EQ((*audit)[0].params, (Json{{"name", "train"}}));
+  EXPECT_EQ((*audit)[0].status, 201);
+  auto later = store_->ReadAudit(200, 0, 10);
+  ASSERT_TRUE(later.ok());
+  ASSERT_EQ(later->size(), 1u);
+  EXPECT_EQ((*later)[0].actor, "agent:node-1");
+  auto after = store_->ReadAudit(0, (*audit)[0].id, 10);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->size(), 1u);
+
+  AttemptRecord old = SampleAttempt("att-old", "job-1", AttemptState::kFailed, 10);
+  AttemptRecord recent = SampleAttempt("att-new", "job-1", AttemptState::kRunning, 5000);
+  WriteBatch atts;
+  atts.jobs = {SampleJob("job-1", 5)};
+  atts.attempts = {old, recent};
+  ASSERT_TRUE(store_->Write(atts).ok());
+  auto since = store_->AttemptsSince(1000);
+  ASSERT_TRUE(since.ok());
+  EXPECT_EQ(*since, std::vector<AttemptRecord>{recent});
 }
 
 TEST_F(SqliteStoreTest, UpsertOverwrites) {
