@@ -99,6 +99,57 @@ Result<uint64_t> ParseMemTotalMib(std::string_view meminfo) {
   return mib;
 }
 
+namespace {
+
+// Values vendors leave in DMI when they did not fill it in (compared case-insensitively).
+bool IsDmiPlaceholder(std::string_view v) {
+  static constexpr std::string_view kPlaceholders[] = {"to be filled by o.e.m.",
+                                                       "default string",
+                                                       "not specified",
+                                                       "not applicable",
+                                                       "none",
+                                                       "n/a",
+                                                       "system manufacturer",
+                                                       "system product name",
+                                                       "o.e.m.",
+                                                       "oem",
+                                                       "unknown",
+                                                       "0123456789"};
+  std::string lower = ToLower(v);
+  for (std::string_view p : kPlaceholders) {
+    if (lower == p) return true;
+  }
+  return false;
+}
+
+std::string DmiPair(std::string_view vendor, std::string_view name) {
+  std::string out;
+  for (std::string_view part : {vendor, name}) {
+    std::string t = Trim(part);
+    if (t.empty() || IsDmiPlaceholder(t)) continue;
+    if (t.size() > 128) t.resize(128);  // DMI strings are short; a long one is junk
+    out += (out.empty() ? "" : " ") + t;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatDmiBoard(std::string_view sys_vendor, std::string_view product_name,
+                           std::string_view board_vendor, std::string_view board_name) {
+  std::string product = DmiPair(sys_vendor, product_name);
+  std::string board = DmiPair(board_vendor, board_name);
+  if (product.empty()) return board;
+  if (board.empty() || board == product) return product;
+  return product + " / " + board;
+}
+
+std::string ProbeDmiBoard(const std::string& dmi_dir) {
+  auto read = [&](const char* name) { return ReadSmallFile(dmi_dir + "/" + name); };
+  return FormatDmiBoard(read("sys_vendor"), read("product_name"), read("board_vendor"),
+                        read("board_name"));
+}
+
 int AvailableCpuCores() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -124,6 +175,7 @@ Result<Inventory> TryProbeHardware(const ProbeOptions& opts) {
     inv.kernel = u.release;
     inv.arch = u.machine;
   }
+  inv.board = ProbeDmiBoard();
   inv.cpu_model = ParseCpuModel(ReadSmallFile("/proc/cpuinfo"));
   inv.cpu_cores = AvailableCpuCores();
   if (auto mem = ParseMemTotalMib(ReadSmallFile("/proc/meminfo")); mem.ok()) {
@@ -159,6 +211,7 @@ void AddSoftware(Inventory& inv) {
   inv.cuda_toolkits = std::move(sw.cuda_toolkits);
   inv.python_version = std::move(sw.python_version);
   inv.torch_builds = std::move(sw.torch_builds);
+  inv.container_runtimes = std::move(sw.container_runtimes);
 }
 
 }  // namespace

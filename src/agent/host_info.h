@@ -39,6 +39,17 @@ std::string ParseCpuModel(std::string_view cpuinfo);
 // MemTotal from /proc/meminfo text, in MiB. InvalidArgument when absent or malformed.
 Result<uint64_t> ParseMemTotalMib(std::string_view meminfo);
 
+// The machine's DMI identity from the four /sys/class/dmi/id values: "<sys_vendor>
+// <product_name>", then " / <board_vendor> <board_name>" when the baseboard says something the
+// product does not ("Dell Inc. PowerEdge R750xa / Dell Inc. 0PJ5NY"). Values are trimmed and
+// firmware placeholders ("To Be Filled By O.E.M.", "Default string", "System Product Name", ...)
+// are dropped: they name no machine. Empty when nothing is left.
+std::string FormatDmiBoard(std::string_view sys_vendor, std::string_view product_name,
+                           std::string_view board_vendor, std::string_view board_name);
+
+// FormatDmiBoard over the files in `dmi_dir`; a missing or unreadable file counts as empty.
+std::string ProbeDmiBoard(const std::string& dmi_dir = "/sys/class/dmi/id");
+
 // Number of logical CPUs this process may run on (affinity mask, else online CPUs).
 int AvailableCpuCores();
 

@@ -1,6 +1,10 @@
 #include "agent/host_info.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
 
 namespace sluice {
 namespace {
@@ -37,6 +41,39 @@ TEST(HostInfoParseTest, MemTotal) {
   EXPECT_EQ(*m, 64306u);  // 65849472 / 1024, rounded down
   EXPECT_EQ(ParseMemTotalMib("MemFree: 1 kB\n").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseMemTotalMib("MemTotal: lots kB\n").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(HostInfoParseTest, DmiBoard) {
+  // Values as the kernel exposes them: one line each, newline-terminated.
+  EXPECT_EQ(FormatDmiBoard("Dell Inc.\n", "PowerEdge R750xa\n", "Dell Inc.\n", "0PJ5NY\n"),
+            "Dell Inc. PowerEdge R750xa / Dell Inc. 0PJ5NY");
+  // A desktop board with placeholders in the system fields: only the baseboard names it.
+  EXPECT_EQ(FormatDmiBoard("To Be Filled By O.E.M.\n", "To Be Filled By O.E.M.\n", "ASRock\n",
+                           "X570 Taichi\n"),
+            "ASRock X570 Taichi");
+  EXPECT_EQ(FormatDmiBoard("System manufacturer", "System Product Name", "ASUSTeK COMPUTER INC.",
+                           "PRIME Z390-A"),
+            "ASUSTeK COMPUTER INC. PRIME Z390-A");
+  // A VM: same text in both halves is said once.
+  EXPECT_EQ(FormatDmiBoard("QEMU", "Standard PC (Q35 + ICH9, 2009)", "", ""),
+            "QEMU Standard PC (Q35 + ICH9, 2009)");
+  EXPECT_EQ(FormatDmiBoard("Google", "Google Compute Engine", "Google", "Google Compute Engine"),
+            "Google Google Compute Engine");
+  EXPECT_EQ(FormatDmiBoard("", "", "", ""), "");
+  EXPECT_EQ(FormatDmiBoard("Default string", "Default string", "Default string", "Default string"),
+            "");
+}
+
+TEST(HostInfoParseTest, DmiBoardFromADirectory) {
+  namespace fs = std::filesystem;
+  std::string tmpl = ::testing::TempDir() + "host_info_dmi_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  std::ofstream(tmpl + "/sys_vendor") << "Supermicro\n";
+  std::ofstream(tmpl + "/board_name") << "X11DPG-OT-CPU\n";
+  // product_name and board_vendor missing: read as empty.
+  EXPECT_EQ(ProbeDmiBoard(tmpl), "Supermicro / X11DPG-OT-CPU");
+  EXPECT_EQ(ProbeDmiBoard(tmpl + "/nonexistent"), "");
+  fs::remove_all(tmpl);
 }
 
 TEST(HostInfoRealMachineTest, ProbesThisMachine) {

@@ -290,6 +290,35 @@ std::string VersionFromOutput(std::string_view out) {
   return v;
 }
 
+Result<std::string> ParseRuntimeVersion(std::string_view output) {
+  std::string lower = ToLower(output.substr(0, std::min<size_t>(output.size(), 4096)));
+  size_t at = lower.find("version");
+  if (at == std::string::npos) return Status::InvalidArgument("no \"version\" in the output");
+  size_t i = at + 7;
+  if (i < lower.size() && lower[i] == ':') ++i;
+  while (i < lower.size() && (lower[i] == ' ' || lower[i] == '\t')) ++i;
+  size_t end = output.find_first_of(", \t\r\n", i);
+  std::string v =
+      VersionFromOutput(output.substr(i, end == std::string_view::npos ? end : end - i));
+  if (v.empty()) return Status::InvalidArgument("no version number after \"version\"");
+  return v;
+}
+
+std::vector<std::string> ProbeContainerRuntimes(const SoftwareProbeOptions& in) {
+  SoftwareProbeOptions opts = in;
+  if (!opts.run) opts.run = RunCommand;
+  std::vector<std::string> found;
+  for (const std::string& name : opts.container_runtimes) {
+    CommandResult r = opts.run({name, "--version"}, opts.runtime_timeout);
+    if (!Succeeded(r)) continue;
+    if (name == "docker" && ToLower(Trim(r.out)).starts_with("podman")) continue;
+    auto v = ParseRuntimeVersion(r.out);
+    if (!v.ok()) continue;
+    if (found.size() < kMaxListEntries) AddUnique(found, name + " " + *v);
+  }
+  return found;
+}
+
 std::vector<std::string> ProbeCudaToolkits(const SoftwareProbeOptions& in) {
   SoftwareProbeOptions opts = in;
   if (!opts.run) opts.run = RunCommand;
@@ -344,6 +373,7 @@ SoftwareFacts ProbeSoftware(const SoftwareProbeOptions& in) {
       AddUnique(f.torch_builds, std::move(build));
     }
   }
+  f.container_runtimes = ProbeContainerRuntimes(opts);
   return f;
 }
 

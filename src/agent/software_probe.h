@@ -21,6 +21,9 @@ struct SoftwareFacts {
   std::vector<std::string> cuda_toolkits;  // "12.1", "11.8": newest first, no duplicates
   std::string python_version;              // "3.11.2"; empty when no interpreter answered
   std::vector<std::string> torch_builds;   // torch.__version__ per interpreter, no duplicates
+  // "<command> <version>" per runtime that answered, in SoftwareProbeOptions order:
+  // "docker 24.0.7", "podman 4.3.1", "nvidia-container-cli 1.14.3".
+  std::vector<std::string> container_runtimes;
 
   bool operator==(const SoftwareFacts&) const = default;
 };
@@ -59,6 +62,10 @@ struct SoftwareProbeOptions {
   std::chrono::milliseconds python_timeout = std::chrono::seconds(5);
   std::chrono::milliseconds torch_timeout = std::chrono::seconds(30);  // importing torch is slow
   std::chrono::milliseconds nvcc_timeout = std::chrono::seconds(10);
+  // Container runtimes asked for `<name> --version`; empty: skip. The NVIDIA container CLI says
+  // whether containers on this machine can be given GPUs at all.
+  std::vector<std::string> container_runtimes = {"docker", "podman", "nvidia-container-cli"};
+  std::chrono::milliseconds runtime_timeout = std::chrono::seconds(5);
 };
 
 // Never fails: a fact that cannot be probed is left empty.
@@ -77,6 +84,17 @@ Result<std::string> ParseNvccVersion(std::string_view text);
 
 // "12.1" from "12.1.105" or "12.1"; InvalidArgument unless it starts with <digits>.<digits>.
 Result<std::string> CudaMajorMinor(std::string_view version);
+
+// The version in a container runtime's `--version` output: the token after the first "version"
+// (case-insensitive, optional ':'), up to a comma or whitespace. "Docker version 24.0.7, build
+// afdd53b" → "24.0.7"; "podman version 4.3.1" → "4.3.1"; nvidia-container-cli's
+// "cli-version: 1.14.3\nlib-version: ..." → "1.14.3". InvalidArgument when there is none.
+Result<std::string> ParseRuntimeVersion(std::string_view output);
+
+// The runtimes alone (container_runtimes of ProbeSoftware). `docker` that turns out to be
+// podman's docker emulation ("podman version 4.3.1") is not reported as docker: it is podman,
+// which is probed under its own name.
+std::vector<std::string> ProbeContainerRuntimes(const SoftwareProbeOptions& opts);
 
 // A command's output as a version: whitespace stripped, then at most 64 printable non-space ASCII
 // characters starting with a digit ("2.1.0+cu121"). Empty when the output is anything else.

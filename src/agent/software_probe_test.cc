@@ -268,6 +268,7 @@ SoftwareProbeOptions NoToolkits(FakeRunner& fake) {
   SoftwareProbeOptions opts;
   opts.root = "/nonexistent/software_probe_test";
   opts.nvcc = "";
+  opts.container_runtimes = {};
   opts.run = fake.runner();
   return opts;
 }
@@ -415,6 +416,57 @@ TEST(RunCommandTest, ChildInheritsNoDescriptorsButStdio) {
   close(leaked);
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, "closed\n");
+}
+
+// --- Container runtimes ------------------------------------------------------------------------
+
+TEST(ContainerRuntimeParseTest, VersionsFromRealOutputs) {
+  EXPECT_EQ(*ParseRuntimeVersion("Docker version 24.0.7, build afdd53b\n"), "24.0.7");
+  EXPECT_EQ(*ParseRuntimeVersion("Docker version 20.10.24+dfsg1, build 297e128\n"),
+            "20.10.24+dfsg1");
+  EXPECT_EQ(*ParseRuntimeVersion("podman version 4.3.1\n"), "4.3.1");
+  EXPECT_EQ(*ParseRuntimeVersion("cli-version: 1.14.3\nlib-version: 1.14.3\nbuild date: "
+                                 "2023-10-19T11:32+00:00\n"),
+            "1.14.3");
+  EXPECT_FALSE(ParseRuntimeVersion("").ok());
+  EXPECT_FALSE(ParseRuntimeVersion("Docker, build afdd53b\n").ok());
+  EXPECT_FALSE(ParseRuntimeVersion("version: unknown\n").ok());
+}
+
+TEST(ContainerRuntimeProbeTest, EachRuntimeThatAnswers) {
+  FakeRunner fake;
+  fake.Answer("docker --version", 0, "Docker version 24.0.7, build afdd53b\n");
+  fake.Answer("podman --version", 127, "");
+  fake.Answer("nvidia-container-cli --version", 0, "cli-version: 1.14.3\nlib-version: 1.14.3\n");
+  SoftwareProbeOptions opts = NoToolkits(fake);
+  opts.container_runtimes = {"docker", "podman", "nvidia-container-cli"};
+  SoftwareFacts f = ProbeSoftware(opts);
+  EXPECT_THAT(f.container_runtimes, ElementsAre("docker 24.0.7", "nvidia-container-cli 1.14.3"));
+  EXPECT_EQ(fake.timeouts["docker --version"], std::chrono::seconds(5));
+}
+
+TEST(ContainerRuntimeProbeTest, PodmanDockerEmulationIsPodman) {
+  FakeRunner fake;
+  fake.Answer("docker --version", 0, "podman version 4.3.1\n");
+  fake.Answer("podman --version", 0, "podman version 4.3.1\n");
+  SoftwareProbeOptions opts = NoToolkits(fake);
+  opts.container_runtimes = {"docker", "podman"};
+  EXPECT_THAT(ProbeContainerRuntimes(opts), ElementsAre("podman 4.3.1"));
+}
+
+TEST(ContainerRuntimeProbeTest, HungOrGarbageIsNoRuntime) {
+  FakeRunner fake;
+  fake.Answer("docker --version", TimedOut());
+  fake.Answer("podman --version", 0, "Error: cannot connect\n");
+  SoftwareProbeOptions opts = NoToolkits(fake);
+  opts.container_runtimes = {"docker", "podman"};
+  EXPECT_THAT(ProbeContainerRuntimes(opts), IsEmpty());
+  EXPECT_THAT(fake.calls, ElementsAre("docker --version", "podman --version"));
+}
+
+TEST(ContainerRuntimeProbeTest, DefaultsAskDockerPodmanAndTheNvidiaCli) {
+  SoftwareProbeOptions opts;
+  EXPECT_THAT(opts.container_runtimes, ElementsAre("docker", "podman", "nvidia-container-cli"));
 }
 
 // --- The real probe on this machine ------------------------------------------------------------

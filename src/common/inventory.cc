@@ -22,6 +22,7 @@ Json ToJson(const Inventory& inv) {
               {"os", inv.os},
               {"kernel", inv.kernel},
               {"arch", inv.arch},
+              {"board", inv.board},
               {"cpu_model", inv.cpu_model},
               {"cpu_cores", inv.cpu_cores},
               {"memory_mib", inv.memory_mib},
@@ -32,7 +33,8 @@ Json ToJson(const Inventory& inv) {
               {"gpus", gpus},
               {"cuda_toolkits", inv.cuda_toolkits},
               {"python_version", inv.python_version},
-              {"torch_builds", inv.torch_builds}};
+              {"torch_builds", inv.torch_builds},
+              {"container_runtimes", inv.container_runtimes}};
 }
 
 namespace {
@@ -92,6 +94,7 @@ Result<Inventory> InventoryFromJson(const Json& j, std::string_view path) {
   SLUICE_ASSIGN_OR_RETURN(inv.os, GetStringOr(j, "os", "", path));
   SLUICE_ASSIGN_OR_RETURN(inv.kernel, GetStringOr(j, "kernel", "", path));
   SLUICE_ASSIGN_OR_RETURN(inv.arch, GetStringOr(j, "arch", "", path));
+  SLUICE_ASSIGN_OR_RETURN(inv.board, GetStringOr(j, "board", "", path));
   SLUICE_ASSIGN_OR_RETURN(inv.cpu_model, GetStringOr(j, "cpu_model", "", path));
   SLUICE_ASSIGN_OR_RETURN(int64_t cores, GetInt(j, "cpu_cores", path));
   if (cores < 0 || cores > 1'000'000) {
@@ -124,6 +127,8 @@ Result<Inventory> InventoryFromJson(const Json& j, std::string_view path) {
   SLUICE_ASSIGN_OR_RETURN(inv.cuda_toolkits, GetStringListOr(j, "cuda_toolkits", path, 64));
   SLUICE_ASSIGN_OR_RETURN(inv.python_version, GetStringOr(j, "python_version", "", path));
   SLUICE_ASSIGN_OR_RETURN(inv.torch_builds, GetStringListOr(j, "torch_builds", path, 64));
+  SLUICE_ASSIGN_OR_RETURN(inv.container_runtimes,
+                          GetStringListOr(j, "container_runtimes", path, 16));
   return inv;
 }
 

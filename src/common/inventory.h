@@ -32,6 +32,9 @@ struct Inventory {
   std::string os;      // PRETTY_NAME from /etc/os-release
   std::string kernel;  // uname -r
   std::string arch;    // uname -m
+  // DMI identity of the machine, "<sys_vendor> <product_name> / <board_vendor> <board_name>"
+  // (/sys/class/dmi/id); empty where the firmware exposes none (Arm boards, most containers).
+  std::string board;
   std::string cpu_model;
   int cpu_cores = 0;           // logical CPUs available to this process
   uint64_t memory_mib = 0;     // MemTotal
@@ -44,6 +47,8 @@ struct Inventory {
   std::vector<std::string> cuda_toolkits;  // installed toolkits, "12.1", "11.8": newest first
   std::string python_version;              // python3 on the agent's PATH, "3.11.2"; empty if none
   std::vector<std::string> torch_builds;   // torch.__version__ as reported: "2.1.0+cu121", "2.0.1"
+  // Container runtimes on the agent's PATH, "<name> <version>": "docker 24.0.7", "podman 4.3.1".
+  std::vector<std::string> container_runtimes;
 
   bool operator==(const Inventory&) const = default;
 };

@@ -19,6 +19,8 @@ TEST(InventoryTest, RoundTrip) {
   inv.cuda_toolkits = {"12.1", "11.8"};
   inv.python_version = "3.11.2";
   inv.torch_builds = {"2.1.0+cu121", "2.0.1"};
+  inv.board = "Dell Inc. PowerEdge R750xa / Dell Inc. 0PJ5NY";
+  inv.container_runtimes = {"docker 24.0.7", "nvidia-container-cli 1.14.3"};
   auto back = InventoryFromJson(ToJson(inv));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, inv);
@@ -45,6 +47,8 @@ TEST(InventoryTest, OldAgentsWithoutSoftwareFactsStillParse) {
   EXPECT_TRUE(r->cuda_toolkits.empty());
   EXPECT_EQ(r->python_version, "");
   EXPECT_TRUE(r->torch_builds.empty());
+  EXPECT_EQ(r->board, "");
+  EXPECT_TRUE(r->container_runtimes.empty());
 
   // Explicit nulls read as absent too.
   auto n = ParseJson(
@@ -69,6 +73,11 @@ TEST(InventoryTest, WrongSoftwareTypesNameTheField) {
            Case{R"("python_version": 3.11)", "inventory.python_version: expected a string"},
            Case{R"("torch_builds": {"a": 1})", "inventory.torch_builds: expected an array"},
            Case{R"("torch_builds": [null])", "inventory.torch_builds[0]: expected a string"},
+           Case{R"("board": ["x"])", "inventory.board: expected a string"},
+           Case{R"("container_runtimes": "docker 24.0.7")",
+                "inventory.container_runtimes: expected an array"},
+           Case{R"("container_runtimes": [1])",
+                "inventory.container_runtimes[0]: expected a string"},
        }) {
     auto j = ParseJson(std::string(R"({"cpu_cores": 4, "memory_mib": 10, )") + c.extra + "}");
     ASSERT_TRUE(j.ok()) << c.extra;
