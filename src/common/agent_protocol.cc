@@ -34,6 +34,8 @@ Result<std::vector<int>> IntList(const Json& j, const char* field) {
 }  // namespace
 
 Json ToJson(const Hello& m) {
+  Json claims = Json::array();
+  for (const auto& c : m.claims) claims.push_back(Json{{"label", c.label}, {"count", c.count}});
   Json attempts = Json::array();
   for (const auto& a : m.attempts) {
     Json r{{"attempt_id", a.attempt_id},
@@ -54,7 +56,8 @@ Json ToJson(const Hello& m) {
               {"interruptible_price_per_cpu_hour", m.interruptible_price_per_cpu_hour},
               {"region", m.region},
               {"agent_version", m.agent_version},
-              {"attempts", attempts}};
+              {"attempts", attempts},
+              {"claims", claims}};
 }
 
 Result<Hello> HelloFromJson(const Json& j) {
@@ -93,6 +96,22 @@ Result<Hello> HelloFromJson(const Json& j) {
       r.signal = static_cast<int>(sig);
       SLUICE_ASSIGN_OR_RETURN(r.error, GetStringOr(a, "error", "", "attempts[]"));
       m.attempts.push_back(std::move(r));
+    }
+  }
+  if (j.contains("claims") && !j["claims"].is_null()) {
+    if (!j["claims"].is_array() || j["claims"].size() > 64) {
+      return Status::InvalidArgument("claims: expected an array of at most 64 claims");
+    }
+    for (size_t i = 0; i < j["claims"].size(); ++i) {
+      std::string path = "claims[" + std::to_string(i) + "]";
+      GpuClaim c;
+      SLUICE_ASSIGN_OR_RETURN(c.label, GetString(j["claims"][i], "label", path));
+      SLUICE_ASSIGN_OR_RETURN(int64_t count, GetIntOr(j["claims"][i], "count", 1, path));
+      if (count < 1 || count > 1024) {
+        return Status::InvalidArgument(path + ".count: expected 1 to 1024");
+      }
+      c.count = static_cast<int>(count);
+      m.claims.push_back(std::move(c));
     }
   }
   return m;

@@ -2,8 +2,8 @@
 // opens at /v1/agent/connect. Every state-changing message is idempotent: `exited` and `log`
 // carry ids the server deduplicates, so an agent may resend after a reconnect.
 //
-// agent -> server: hello, heartbeat, started, log, exited
-// server -> agent: welcome, assign, cancel, log_ack, exit_ack, error
+// agent -> server: hello, heartbeat, started, log, exited, preempted, conformance
+// server -> agent: welcome, assign, cancel, preempt, log_ack, exit_ack, reverify, error
 #pragma once
 
 #include <cstdint>
@@ -31,6 +31,15 @@ struct AttemptReport {
   bool lost = false;  // this agent restarted and could not keep the process
 };
 
+// What a provider advertises (`sluice agent --advertise-gpu h100-80gb:8`). Never used to make an
+// offer: the server checks it against the probe and refuses a node whose claim the probe
+// contradicts, so a provider learns at once that the listing it expected will not appear.
+struct GpuClaim {
+  std::string label;  // canonical GPU label, "h100-80gb"
+  int count = 1;
+  bool operator==(const GpuClaim&) const = default;
+};
+
 struct Hello {
   std::string node_id;  // empty on first registration
   std::string name;
@@ -42,6 +51,7 @@ struct Hello {
   std::string region;
   std::string agent_version;
   std::vector<AttemptReport> attempts;
+  std::vector<GpuClaim> claims;
 };
 
 struct Assign {

@@ -125,7 +125,12 @@ CostEstimate EstimateCost(const Offer& offer, const Workload& work, const CostMo
   }
   e.overhead =
       InterruptionOverhead(e.interruptions_per_hour, e.compute_hours, segment, model.restart_hours);
-  e.expected_hours = e.compute_hours * (1 + e.overhead);
+  e.reliability = std::clamp(offer.reliability, 0.05, 1.0);
+  if (e.reliability < 1 && e.compute_hours > 0) {
+    e.reliability_overhead =
+        (1 / e.reliability - 1) * (model.restart_hours + segment / 2) / e.compute_hours;
+  }
+  e.expected_hours = e.compute_hours * (1 + e.overhead + e.reliability_overhead);
   if (work.checkpoint_interval_hours) {
     e.storage_cost = work.checkpoint_size_gb * model.storage_price_per_gb_month * e.expected_hours /
                      kHoursPerMonth;
@@ -181,6 +186,10 @@ std::string Why(const CostEstimate& e, const Workload& work) {
               ? "checkpoint every " + Duration(*work.checkpoint_interval_hours)
               : std::string("no checkpoints: an interruption restarts from zero"));
   }
+  if (e.reliability_overhead > 0) {
+    s += ", +" + Short(e.reliability_overhead * 100) + "% for reliability " +
+         Fixed(e.reliability, 2);
+  }
   s += ")";
   if (e.storage_cost > 0) s += " + $" + Fixed(e.storage_cost, 2) + " storage";
   return s + " = $" + Fixed(e.expected_cost, 2);
@@ -191,6 +200,8 @@ Json ToJson(const CostEstimate& e) {
   j["capacity"] = e.interruptible ? "interruptible" : "on-demand";
   j["price_per_hour"] = e.price_per_hour;
   j["perf"] = e.perf;
+  j["reliability"] = e.reliability;
+  j["reliability_overhead"] = e.reliability_overhead;
   j["interruptions_per_hour"] = e.interruptions_per_hour;
   j["interruption_rate_source"] =
       e.interruptions_per_hour <= 0 ? "none" : (e.rate_from_history ? "history" : "prior");

@@ -65,6 +65,11 @@ struct CostEstimate {
   double interruptions_per_hour = 0;
   bool rate_from_history = false;
   double overhead = 0;  // fraction of compute_hours
+  // The node's reliability score (market/reliability.h) and what it adds: each placement fails
+  // with probability 1 − r, so (1/r − 1) extra restarts are expected, each costing a restart and
+  // on average half a checkpoint segment of lost work. Fraction of compute_hours.
+  double reliability = 1;
+  double reliability_overhead = 0;
   double expected_hours = 0;
   double storage_cost = 0;
   double expected_cost = 0;

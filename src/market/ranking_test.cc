@@ -38,6 +38,25 @@ TEST(RankingTest, OnDemandCostIsPriceTimesWorkOverPerf) {
   EXPECT_DOUBLE_EQ(e.expected_cost, 12.0);
 }
 
+TEST(RankingTest, AnUnreliableNodeCostsTheRestartsItIsExpectedToCause) {
+  CostModel model;  // restart 1 min
+  Offer shaky = MakeOffer("shaky", 3.0, 2.0);
+  shaky.reliability = 0.5;  // one extra placement expected
+  Workload w = Gpus(2, 4);
+  w.checkpoint_interval_hours = 0.5;
+  CostEstimate e = EstimateCost(shaky, w, model);
+  // (1/0.5 − 1) × (1/60 h + 0.5/2 h) ÷ 2 compute hours.
+  EXPECT_NEAR(e.reliability_overhead, (1.0 / 60 + 0.25) / 2, 1e-12);
+  EXPECT_NEAR(e.expected_hours, 2 * (1 + e.reliability_overhead), 1e-12);
+  EXPECT_NE(Why(e, w).find("for reliability 0.50"), std::string::npos) << Why(e, w);
+  // At the same price, the reliable node ranks first.
+  Offer steady = MakeOffer("steady", 3.0, 2.0);
+  auto ranked = Rank({shaky, steady}, w, model, Objective::kCost, 10);
+  ASSERT_EQ(ranked.size(), 2u);
+  EXPECT_EQ(ranked[0].offer.id, "steady");
+  EXPECT_DOUBLE_EQ(ranked[0].estimate.reliability_overhead, 0.0);
+}
+
 TEST(RankingTest, CpuWorkIsPricedPerCpuOrByTheWholeInstance) {
   Workload w;
   w.cpus = 4;
