@@ -35,7 +35,7 @@ std::vector<std::string> SplitCsvLine(std::string_view line) {
 }
 
 // Data rows (header dropped, blank lines skipped) with at least `min_fields` fields; a shorter row
-// is skipped rather than crashing: table_test-style checks in compat_test catch a bad file.
+// is skipped rather than crashing; compat_test checks the row counts, so a bad file fails there.
 std::vector<std::vector<std::string>> CsvRows(std::string_view csv, size_t min_fields) {
   std::vector<std::vector<std::string>> rows;
   bool header = true;
