@@ -1,0 +1,16 @@
+# Signing keys, detached CMS signatures and signed audit bundles (issue 5). OpenSSL and
+# libarchive stay private: the headers speak only strings and Status.
+add_library(sluice_audit_sign STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/signing_key.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cms.cc
+  ${CMAKE_CURRENT_LIST_DIR}/bundle_zip.cc
+  ${CMAKE_CURRENT_LIST_DIR}/bundle.cc)
+target_link_libraries(sluice_audit_sign PUBLIC sluice_common
+  PRIVATE OpenSSL::Crypto LibArchive::LibArchive)
+
+# The tests also run the openssl and sha256sum command-line tools on bundles, to prove that a
+# user can check one by hand.
+sluice_test(audit_sign_test SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/signing_key_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/bundle_test.cc
+  LIBS sluice_audit_sign)
