@@ -23,6 +23,7 @@ struct RunFlags {
   bool detach = false;
   bool queue = false;     // queue even when no registered node can ever run it
   std::string objective;  // overrides the spec's objective when set
+  bool dry_run = false;   // check the spec, this machine and the market; submit nothing
 };
 
 struct EstimateFlags {

@@ -13,6 +13,7 @@
 
 #include "cli/api_client.h"
 #include "cli/commands.h"
+#include "cli/dry_run.h"
 #include "cli/market_view.h"
 #include "cli/table.h"
 #include "common/archive.h"
@@ -168,6 +169,7 @@ Result<spec::JobSpec> ReadJobSpec(const std::string& path) {
 }
 
 int RunCommand(const GlobalFlags& g, const RunFlags& f) {
+  if (f.dry_run) return DryRunCommand(g, f);
   auto spec = ReadJobSpec(f.spec_path);
   if (!spec.ok()) {
     std::fprintf(stderr, "%s\n", spec.status().message().c_str());

@@ -178,6 +178,11 @@ int Main(int argc, char** argv) {
                   "What placement minimises: cost (expected cost to complete, the default), time "
                   "(expected time to complete) or price (hourly price); overrides the spec")
       ->check(CLI::IsMember({"cost", "time", "price"}));
+  run->add_flag("--dry-run", rf.dry_run,
+                "Submit and upload nothing: parse the spec and print its environment fingerprint "
+                "(the runtime contract's canonical JSON and sha256), check this machine's driver, "
+                "CUDA, Python and PyTorch against the runtime contract, and list the offers that "
+                "satisfy the whole job (or why none does). Exit code 0 when some offer does");
   AddClientFlags(run, &g);
   run->callback([&] { rc = RunCommand(g, rf); });
 

@@ -55,6 +55,7 @@ Json ToJson(const Offer& o) {
   j["cuda_version"] = o.cuda_version;
   j["toolkits"] = o.toolkits;
   j["torch_builds"] = o.torch_builds;
+  j["python_version"] = o.python_version;
   j["cpus"] = o.cpus;
   j["memory_gb"] = o.memory_gb;
   j["disk_gb"] = o.disk_gb;

@@ -33,6 +33,7 @@ struct Offer {
   std::string cuda_version;               // highest CUDA the driver supports, "12.4"
   std::vector<std::string> toolkits;      // installed CUDA toolkits, "12.1"
   std::vector<std::string> torch_builds;  // "2.1.0+cu121"
+  std::string python_version;             // the node's python3, "3.10.12"; empty = unknown
   int cpus = 0;
   double memory_gb = 0;
   double disk_gb = 0;

@@ -27,7 +27,7 @@ struct FieldInfo {
 };
 
 // Indexed by static_cast<int>(Field); the static_assert below keeps it in step with the enum.
-constexpr std::array<FieldInfo, 26> kFields = {{
+constexpr std::array<FieldInfo, 27> kFields = {{
     {Field::kGpu, "gpu", FieldType::kLabel},
     {Field::kModel, "model", FieldType::kString},
     {Field::kGpus, "gpus", FieldType::kInt},
@@ -45,6 +45,7 @@ constexpr std::array<FieldInfo, 26> kFields = {{
     {Field::kCuda, "cuda", FieldType::kVersion},
     {Field::kToolkit, "toolkit", FieldType::kVersionList},
     {Field::kTorch, "torch", FieldType::kVersionList},
+    {Field::kPython, "python", FieldType::kVersion},
     {Field::kCpus, "cpus", FieldType::kInt},
     {Field::kMemory, "memory", FieldType::kNumber},
     {Field::kDisk, "disk", FieldType::kNumber},
@@ -58,7 +59,7 @@ constexpr std::array<FieldInfo, 26> kFields = {{
 static_assert(static_cast<size_t>(Field::kId) + 1 == kFields.size());
 
 // Offer member names and the words people type, so `gpus_available>=2` and `ram>=64GB` work.
-constexpr std::array<std::pair<std::string_view, Field>, 24> kAliases = {{
+constexpr std::array<std::pair<std::string_view, Field>, 25> kAliases = {{
     {"gpu_label", Field::kGpu},
     {"label", Field::kGpu},
     {"gpu_model", Field::kModel},
@@ -75,6 +76,7 @@ constexpr std::array<std::pair<std::string_view, Field>, 24> kAliases = {{
     {"toolkits", Field::kToolkit},
     {"torch_builds", Field::kTorch},
     {"pytorch", Field::kTorch},
+    {"python_version", Field::kPython},
     {"memory_gb", Field::kMemory},
     {"ram", Field::kMemory},
     {"disk_gb", Field::kDisk},
@@ -189,6 +191,8 @@ std::string_view TextOf(Field f, const Offer& o) {
       return o.driver_version;
     case Field::kCuda:
       return o.cuda_version;
+    case Field::kPython:
+      return o.python_version;
     case Field::kVerified:
       return Name(o.verified);
     case Field::kSource:
@@ -260,21 +264,39 @@ bool CompareHolds(Op op, int c) {
 
 bool IsNegated(Op op) { return op == Op::kNe || op == Op::kNotIn; }
 
+// `offer_value` cut to as many dotted parts as `value` has: "3.10.12" at the precision of
+// "3.10" is "3.10".
+std::string_view AtPrecisionOf(std::string_view value, std::string_view offer_value) {
+  size_t parts = 1 + std::count(value.begin(), value.end(), '.');
+  size_t end = 0;
+  while (end < offer_value.size()) {
+    if (offer_value[end] == '.' && --parts == 0) break;
+    ++end;
+  }
+  return offer_value.substr(0, end);
+}
+
 // One version against one term value, positive sense (= for = and !=, in for in and notin).
-bool VersionValueHolds(Op op, std::string_view value, std::string_view offer_value) {
+// `at_precision`: compare at the precision the value is written (the `python` field).
+bool VersionValueHolds(Op op, std::string_view value, std::string_view offer_value,
+                       bool at_precision) {
   if (HasGlob(value)) return GlobMatch(value, offer_value);
   // `torch=2.1.0` should find the build 2.1.0+cu121: without a `+` of its own, the value
   // ignores the offer's local version suffix.
   if (value.find('+') == std::string_view::npos) {
     offer_value = offer_value.substr(0, offer_value.find('+'));
   }
+  // A Python series is what a job needs ("3.10"), so 3.10.12 must count as 3.10 rather than
+  // as newer than 3.10.0.
+  if (at_precision) offer_value = AtPrecisionOf(value, offer_value);
   const Op positive = op == Op::kNe ? Op::kEq : op == Op::kNotIn ? Op::kIn : op;
   return CompareHolds(positive, VersionCmp(offer_value, value));
 }
 
 bool VersionHolds(const Term& t, std::string_view offer_value) {
+  const bool at_precision = t.field == Field::kPython;
   for (const std::string& v : t.values) {
-    if (VersionValueHolds(t.op, v, offer_value)) return true;
+    if (VersionValueHolds(t.op, v, offer_value, at_precision)) return true;
   }
   return false;
 }
@@ -849,6 +871,27 @@ std::vector<std::string> QueryFieldNames() {
 }
 
 Result<Query> ParseQuery(std::string_view text) { return Parser(text).Parse(); }
+
+Result<Term> MakeTerm(Field field, Op op, const std::vector<std::string>& values) {
+  const bool list = op == Op::kIn || op == Op::kNotIn;
+  if (values.empty() || (!list && values.size() != 1)) {
+    return Status::InvalidArgument(std::string(FieldName(field)) + ": expected " +
+                                   (list ? "one or more values" : "exactly one value") + " for " +
+                                   std::string(OpName(op)));
+  }
+  const FieldType type = TypeOf(field);
+  if ((type == FieldType::kString || type == FieldType::kLabel || type == FieldType::kEnum) &&
+      !list && op != Op::kEq && op != Op::kNe) {
+    return Status::InvalidArgument("`" + std::string(OpName(op)) + "` is not valid for `" +
+                                   std::string(FieldName(field)) + "` (" + TypeDescription(type) +
+                                   "): use = or !=");
+  }
+  auto compiled = Compile(field, op, values);
+  if (auto* bad = std::get_if<Bad>(&compiled)) {
+    return Status::InvalidArgument(bad->head + bad->tail);
+  }
+  return std::get<Term>(std::move(compiled));
+}
 
 bool MatchesTerm(const Term& t, const Offer& o) {
   switch (Info(t.field).type) {

@@ -12,9 +12,12 @@
 //   - Sizes (vram, memory, disk) are in GB; a value may carry a unit: GB/G/GiB (the same:
 //     GPU memory is sold in binary GB, an "80GB" card reports 81920 MiB), MB/M/MiB (/1024),
 //     TB/T/TiB (*1024). Prices may be written `$2.5`; reliability may be written `99%`.
-//   - Versions (cc, driver, cuda, toolkit, torch) compare in version order like
+//   - Versions (cc, driver, cuda, toolkit, torch, python) compare in version order like
 //     sluice::CompareVersions (`535.104.05 > 535.86.05`). A value without `+` ignores a local
 //     suffix on the offer's side, so `torch=2.1.0` matches the build `2.1.0+cu121`.
+//   - `python` compares at the precision the value is written: the offer's version is cut to
+//     as many dotted parts first, so `python=3.10` matches 3.10.12 (not 3.1.x or 3.11),
+//     `python<=3.10` holds for 3.10.12 and `python>3.10` means 3.11 and later.
 //   - List fields (toolkit, torch): `= < <= > >= in` hold when ANY element satisfies them;
 //     `!=`/notin hold when NO element equals / is listed (the negation of `=`/in).
 //   - Unknown values are like SQL NULL and satisfy no term, not even `!=`: an offer without
@@ -57,6 +60,7 @@ enum class Field {
   kCuda,     // cuda_version
   kToolkit,  // toolkits (any-of)
   kTorch,    // torch_builds (any-of)
+  kPython,   // python_version, compared at the precision of the value
   kCpus,
   kMemory,  // memory_gb
   kDisk,    // disk_gb
@@ -112,6 +116,11 @@ struct Query {
 };
 
 Result<Query> ParseQuery(std::string_view text);
+
+// One term built from a field, an operator and raw value texts (one unless op is in/notin),
+// exactly as the parser would compile `field op value`: for callers that build queries from
+// structured input (server/job_market.h). InvalidArgument naming the field on a bad value.
+Result<Term> MakeTerm(Field field, Op op, const std::vector<std::string>& values);
 
 // True when `offer` satisfies every term. An empty query matches everything.
 bool Matches(const Query& query, const Offer& offer);

@@ -37,6 +37,7 @@ std::vector<Offer> Fleet() {
   a.cuda_version = "12.2";
   a.toolkits = {"11.8", "12.1"};
   a.torch_builds = {"2.1.0+cu121"};
+  a.python_version = "3.10.12";
   a.cpus = 96;
   a.memory_gb = 1152;
   a.disk_gb = 8000;
@@ -61,6 +62,7 @@ std::vector<Offer> Fleet() {
   l.cuda_version = "12.1";
   l.toolkits = {"12.1"};
   l.torch_builds = {"2.0.1+cu118"};
+  l.python_version = "3.1.4";  // 3.1 is not 3.10: the prefix is on dotted parts, not bytes
   l.cpus = 64;
   l.memory_gb = 512;
   l.disk_gb = 2048;
@@ -87,6 +89,7 @@ std::vector<Offer> Fleet() {
   h.compute_capability = "9.0";
   h.driver_version = "550.54.15";
   h.cuda_version = "12.4";
+  h.python_version = "3.11.2";
   h.cpus = 32;
   h.memory_gb = 256;
   h.disk_gb = 1000;
@@ -114,6 +117,7 @@ std::vector<Offer> Fleet() {
   r.cuda_version = "";
   r.toolkits = {"12.4"};
   r.torch_builds = {"2.3.0+cu124", "2.1.2+cu121"};
+  r.python_version = "";  // no interpreter answered: unknown, matches nothing
   r.cpus = 16;
   r.memory_gb = 64;
   r.disk_gb = 500;
@@ -293,6 +297,20 @@ const MatchCase kListCases[] = {
 };
 INSTANTIATE_TEST_SUITE_P(List, MatchTable, testing::ValuesIn(kListCases));
 
+// `python` compares at the precision the value is written: A 3.10.12, L 3.1.4, H 3.11.2, R
+// unknown.
+const MatchCase kPythonCases[] = {
+    {"python=3.10", "A"},          {"python=3.1", "L"},
+    {"python=3", "ALH"},           {"python=3.10.12", "A"},
+    {"python=3.10.1", ""},         {"python!=3.10", "LH"},
+    {"python>=3.10", "AH"},        {"python>3.10", "H"},
+    {"python<=3.10", "AL"},        {"python<3.10", "L"},
+    {"python<3.11", "AL"},         {"python in [3.10, 3.11]", "AH"},
+    {"python notin [3.10]", "LH"}, {"python_version=3.11", "H"},
+    {"python=3.1*", "ALH"},  // a pattern is on the text: 3.11.2 starts with 3.1
+};
+INSTANTIATE_TEST_SUITE_P(Python, MatchTable, testing::ValuesIn(kPythonCases));
+
 const MatchCase kEnumCases[] = {
     {"verified=verified", "AH"},
     {"verified=VERIFIED", "AH"},
@@ -344,7 +362,8 @@ const ErrorCase kErrorCases[] = {
     {"gpu=a100-80gb prce<2", 15,
      "unknown field `prce` at column 15 (did you mean `price`?); valid fields: cc, cpus, cuda, "
      "disk, driver, form, gpu, gpus, health, id, interconnect, memory, model, node, perf, price, "
-     "provider, region, reliability, source, spot_price, toolkit, torch, verified, vram, zone"},
+     "provider, python, region, reliability, source, spot_price, toolkit, torch, verified, vram, "
+     "zone"},
     {"price<cheap", 7, "expected a number for `price`, got `cheap` at column 7"},
     {"gpus>=4 price<cheap", 15, "expected a number for `price`, got `cheap` at column 15"},
     {"region<us", 7, "`<` is not valid for `region` (a string field): use = or != at column 7"},
@@ -436,7 +455,7 @@ TEST(QueryParseTest, TermsExposeResolvedValuesForTheIndex) {
 
 TEST(QueryParseTest, FieldNamesAndAliases) {
   const auto names = QueryFieldNames();
-  EXPECT_EQ(names.size(), 26u);
+  EXPECT_EQ(names.size(), 27u);
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   for (const auto& n : names) {
     auto f = FieldFromName(n);
@@ -451,6 +470,34 @@ TEST(QueryParseTest, FieldNamesAndAliases) {
   EXPECT_EQ(FieldFromName("prce"), std::nullopt);
   EXPECT_EQ(TypeOf(Field::kDriver), FieldType::kVersion);
   EXPECT_EQ(TypeOf(Field::kTorch), FieldType::kVersionList);
+  EXPECT_EQ(FieldFromName("python_version"), Field::kPython);
+  EXPECT_EQ(TypeOf(Field::kPython), FieldType::kVersion);
+}
+
+TEST(MakeTermTest, BuildsTheTermTheParserWould) {
+  const std::pair<Field, std::string> cases[] = {
+      {Field::kCuda, "cuda>=12.1"},   {Field::kDriver, "driver<550"},
+      {Field::kTorch, "torch=2.1.0"}, {Field::kPython, "python=3.10"},
+      {Field::kPrice, "price<=2.5"},  {Field::kRegion, "region=us-*"},
+  };
+  for (const auto& [field, text] : cases) {
+    auto parsed = ParseQuery(text);
+    ASSERT_TRUE(parsed.ok()) << text;
+    const Term& want = parsed->terms[0];
+    auto made = MakeTerm(field, want.op, want.values);
+    ASSERT_TRUE(made.ok()) << text << ": " << made.status().message();
+    EXPECT_EQ(*made, want) << text;
+    EXPECT_EQ(ToString(Query{{*made}}), text);
+  }
+  auto list = MakeTerm(Field::kDriver, Op::kIn, {"535.104", "535.104.*"});
+  ASSERT_TRUE(list.ok()) << list.status().message();
+  EXPECT_EQ(ToString(Query{{*list}}), "driver in [535.104,535.104.*]");
+  EXPECT_THAT(MakeTerm(Field::kCuda, Op::kGe, {"twelve"}).status().message(),
+              HasSubstr("expected a version for `cuda` (like 12.1), got `twelve`"));
+  EXPECT_FALSE(MakeTerm(Field::kCuda, Op::kGe, {}).ok());
+  EXPECT_FALSE(MakeTerm(Field::kCuda, Op::kGe, {"12.1", "12.4"}).ok());
+  EXPECT_THAT(MakeTerm(Field::kRegion, Op::kLt, {"x"}).status().message(),
+              HasSubstr("`<` is not valid for `region`"));
 }
 
 TEST(QueryToStringTest, CanonicalForm) {
@@ -643,8 +690,9 @@ TEST(OfferTest, NamesAndJsonCarryEveryField) {
   EXPECT_EQ(Name(VerifiedState::kDeverified), "deverified");
   const Offer o = Fleet()[0];
   const Json j = ToJson(o);
-  EXPECT_EQ(j.size(), 32u);
+  EXPECT_EQ(j.size(), 33u);
   EXPECT_EQ(j["id"], "A");
+  EXPECT_EQ(j["python_version"], "3.10.12");
   EXPECT_EQ(j["price_per_cpu_hour"], 0.0);
   EXPECT_TRUE(j["interruptions_per_hour"].is_null());  // no history
   EXPECT_EQ(j["gpu_label"], "a100-40gb");

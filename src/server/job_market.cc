@@ -3,6 +3,62 @@
 #include "market/gpu_labels.h"
 
 namespace sluice::server {
+namespace {
+
+market::Op QueryOp(spec::VersionOp op) {
+  switch (op) {
+    case spec::VersionOp::kEq:
+      return market::Op::kEq;
+    case spec::VersionOp::kGe:
+      return market::Op::kGe;
+    case spec::VersionOp::kGt:
+      return market::Op::kGt;
+    case spec::VersionOp::kLe:
+      return market::Op::kLe;
+    case spec::VersionOp::kLt:
+      return market::Op::kLt;
+  }
+  return market::Op::kEq;
+}
+
+market::Field QueryField(spec::RuntimeFact fact) {
+  switch (fact) {
+    case spec::RuntimeFact::kCuda:
+      return market::Field::kCuda;
+    case spec::RuntimeFact::kDriver:
+      return market::Field::kDriver;
+    case spec::RuntimeFact::kTorch:
+      return market::Field::kTorch;
+    case spec::RuntimeFact::kPython:
+      return market::Field::kPython;
+  }
+  return market::Field::kCuda;
+}
+
+}  // namespace
+
+Result<market::Query> CompileRuntime(const spec::RuntimeContract& runtime) {
+  market::Query q;
+  for (spec::RuntimeFact fact : spec::kRuntimeFacts) {
+    const auto& c = runtime.Get(fact);
+    if (!c) continue;
+    market::Op op = QueryOp(c->op);
+    std::vector<std::string> values = {c->version};
+    if (fact == spec::RuntimeFact::kDriver && op == market::Op::kEq) {
+      // The query's `driver=535.104` is exact (535.104.0); the contract's is the 535.104
+      // series, which the version itself and the pattern for its longer forms cover.
+      op = market::Op::kIn;
+      values.push_back(c->version + ".*");
+    }
+    auto term = market::MakeTerm(QueryField(fact), op, values);
+    if (!term.ok()) {
+      return Status::InvalidArgument("runtime." + std::string(spec::Name(fact)) + ": " +
+                                     term.status().message());
+    }
+    q.terms.push_back(*std::move(term));
+  }
+  return q;
+}
 
 Result<MarketRequest> CompileJob(const spec::JobSpec& spec, std::optional<double> hours,
                                  std::optional<market::Objective> objective) {
@@ -38,6 +94,8 @@ Result<MarketRequest> CompileJob(const spec::JobSpec& spec, std::optional<double
   SLUICE_ASSIGN_OR_RETURN(
       req.query, market::QueryFromResources(labels, res.min_vram_gb, res.gpus, cpus, memory_gb,
                                             spec.max_price_per_hour, basis));
+  SLUICE_ASSIGN_OR_RETURN(market::Query runtime, CompileRuntime(spec.runtime));
+  for (auto& t : runtime.terms) req.query.terms.push_back(std::move(t));
   req.work.gpus = res.gpus;
   req.work.cpus = res.cpus;
   if (hours) {

@@ -34,8 +34,8 @@ constexpr size_t kMaxGpuLabelBytes = 64;
 constexpr int kMaxJsonDepth = 8;
 
 constexpr std::string_view kTopFields[] = {
-    "name",     "resources",      "run",       "env",      "workdir", "max_price_per_hour",
-    "priority", "expected_hours", "lifecycle", "objective"};
+    "name",     "resources",      "run",       "env",       "workdir", "max_price_per_hour",
+    "priority", "expected_hours", "lifecycle", "objective", "runtime"};
 constexpr std::string_view kResourceFields[] = {"gpu", "min_vram_gb", "gpus", "cpus", "memory_gb"};
 constexpr std::string_view kLifecycleFields[] = {
     "capacity",     "checkpoint_interval",        "checkpoint_size_gb", "max_restarts",
@@ -148,6 +148,15 @@ class Validator {
       }
       if (k == "lifecycle") {
         SLUICE_RETURN_IF_ERROR(LifecycleFields(v, spec.lifecycle));
+        continue;
+      }
+      if (k == "runtime") {
+        SLUICE_ASSIGN_OR_RETURN(
+            spec.runtime,
+            RuntimeContractFromSpec(
+                v, json_, [this](SpecPos pos, std::string_view field, std::string_view msg) {
+                  return Error(pos, field, msg);
+                }));
         continue;
       }
       if (v.kind == Kind::kNull && k != "run") continue;  // an empty optional field = default
@@ -443,6 +452,9 @@ class Validator {
                               : std::span<const std::string_view>(kLifecycleFields)) {
             if (a == lower) msg += "; `" + std::string(a) + "` belongs under `lifecycle`";
           }
+          for (RuntimeFact f : kRuntimeFacts) {
+            if (Name(f) == lower) msg += "; `" + lower + "` belongs under `runtime`";
+          }
         }
         return Error(key.pos, field, msg);
       }
@@ -594,6 +606,7 @@ Json ToJson(const JobSpec& spec) {
     lifecycle["fallback_after"] = lc.fallback_after_s;
     j["lifecycle"] = std::move(lifecycle);
   }
+  if (!spec.runtime.empty()) j["runtime"] = ToJson(spec.runtime);
   return j;
 }
 

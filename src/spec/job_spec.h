@@ -9,6 +9,10 @@
 //   priority: 0
 //   expected_hours: 3.5   # run time on the reference GPU (a100-80gb) with the requested GPUs
 //   lifecycle: {capacity: interruptible, checkpoint_interval: 30m, checkpoint_size_gb: 2}
+//   runtime: {cuda: "12.1", driver: ">=535", torch: "2.1.0+cu121", python: "3.10"}
+//
+// `runtime` is matched against the verified software facts of offers; runtime_contract.h says
+// what each key means.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +23,7 @@
 
 #include "common/json.h"
 #include "common/status.h"
+#include "spec/runtime_contract.h"
 
 namespace sluice::spec {
 
@@ -87,6 +92,7 @@ struct JobSpec {
   // (expected time to complete) or "price" (the hourly price).
   std::string objective;
   Lifecycle lifecycle;
+  RuntimeContract runtime;  // empty: any software will do
 
   bool operator==(const JobSpec&) const = default;
 };
@@ -97,7 +103,7 @@ Result<JobSpec> ParseJobSpecYaml(std::string_view text, std::string_view filenam
 
 // Parses and validates the JSON form the API accepts; errors name the field path.
 Result<JobSpec> JobSpecFromJson(const Json& j);
-// Absent optional fields (and a default `lifecycle`) are left out.
+// Absent optional fields (and a default `lifecycle`, an empty `runtime`) are left out.
 Json ToJson(const JobSpec& spec);
 
 // "900" (seconds), "90s", "30m", "1h", "1.5h", "2h30m": units h, m, s, each at most once and in

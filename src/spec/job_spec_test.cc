@@ -31,6 +31,11 @@ lifecycle:
   capacity: interruptible-then-on-demand
   checkpoint_interval: 2h30m
   checkpoint_size_gb: 40.5
+runtime:
+  cuda: "12.1"
+  driver: ">=535"
+  torch: 2.1.0+cu121
+  python: "3.10"
 )";
 
 // kFull as it was before expected_hours and lifecycle existed.
@@ -61,6 +66,10 @@ TEST(JobSpecYaml, FullSpecParsesToExpectedStruct) {
   want.lifecycle.capacity = Capacity::kInterruptibleThenOnDemand;
   want.lifecycle.checkpoint_interval_s = 9000;
   want.lifecycle.checkpoint_size_gb = 40.5;
+  want.runtime.cuda = VersionConstraint{VersionOp::kGe, "12.1"};
+  want.runtime.driver = VersionConstraint{VersionOp::kGe, "535"};
+  want.runtime.torch = VersionConstraint{VersionOp::kEq, "2.1.0+cu121"};
+  want.runtime.python = VersionConstraint{VersionOp::kEq, "3.10"};
   EXPECT_EQ(*r, want);
 }
 
@@ -71,6 +80,7 @@ TEST(JobSpecYaml, SpecWithoutNewFieldsKeepsDefaultsAndSerializesAsBefore) {
   EXPECT_EQ(r->lifecycle.capacity, Capacity::kOnDemand);
   EXPECT_FALSE(r->lifecycle.checkpoint_interval_s.has_value());
   EXPECT_EQ(r->lifecycle.checkpoint_size_gb, 0.0);
+  EXPECT_TRUE(r->runtime.empty());
   EXPECT_EQ(r->lifecycle, Lifecycle{});
   const Json j = ToJson(*r);
   std::set<std::string> keys;
@@ -607,6 +617,7 @@ TEST(JobSpecJson, FullSpecRoundTrips) {
   Json j = ToJson(*parsed);
   EXPECT_EQ(j["resources"]["gpus"], 2);
   EXPECT_EQ(j["env"]["LR"], "0.1");
+  EXPECT_EQ(j["runtime"]["driver"], ">=535");
   auto back = JobSpecFromJson(j);
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(*back, *parsed);
