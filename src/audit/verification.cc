@@ -111,6 +111,12 @@ class Judge {
 
   // After the required checks: a check the agent failed that the server passed deserves a note,
   // and checks the server does not judge are named so an operator sees they were ignored.
+  bool RequiresGpuChecks() const {
+    for (const auto& name : required_) {
+      if (name.rfind("gpu-", 0) == 0) return true;
+    }
+    return false;
+  }
   void NoteTheRest() {
     for (const Check& c : report_.checks) {
       if (required_.count(c.name)) {
@@ -123,6 +129,8 @@ class Judge {
       if (c.name == conformance::kCheckDriverCuda || c.name == conformance::kCheckTorchCuda) {
         continue;  // the server reads the compatibility tables itself
       }
+      // The suite's "no GPU on this host" marker; the inventory already says so.
+      if (c.name == "gpu" && c.outcome == Outcome::kSkip && !RequiresGpuChecks()) continue;
       Note("check `" + c.name + "` is not one the server requires; ignored");
     }
   }

@@ -28,6 +28,12 @@ Result<Json> ApiClient::Post(const std::string& path, const Json& body) {
   return Decode(resp);
 }
 
+Result<std::string> ApiClient::GetBytes(const std::string& path) {
+  SLUICE_ASSIGN_OR_RETURN(HttpResponse resp, http_->Request("GET", path));
+  if (resp.status >= 200 && resp.status < 300) return std::move(resp.body);
+  return Status(StatusCodeForHttp(resp.status), ErrorMessageFromBody(resp.body));
+}
+
 Result<Json> ApiClient::Delete(const std::string& path) {
   SLUICE_ASSIGN_OR_RETURN(HttpResponse resp, http_->Request("DELETE", path));
   return Decode(resp);

@@ -20,6 +20,8 @@ class ApiClient {
   Result<Json> Get(const std::string& path);
   Result<Json> Post(const std::string& path, const Json& body);
   Result<Json> Delete(const std::string& path);
+  // GET of a non-JSON body (a zip, a CSV, a PEM): the bytes on 2xx, the server's error otherwise.
+  Result<std::string> GetBytes(const std::string& path);
   Status PutBlob(const std::string& digest, std::string data);
   // POST with a non-JSON body (e.g. a CSV catalog); the answer is JSON.
   Result<Json> PostText(const std::string& path, std::string body, const std::string& type);

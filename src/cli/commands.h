@@ -54,4 +54,12 @@ int NodesCommand(const GlobalFlags& g);
 int NodeReclaimCommand(const GlobalFlags& g, const std::string& node, const std::vector<int>& gpus,
                        const std::string& cause);
 
+// Trust (issue 5), in trust_commands.cc. Status exits 2 when the node is not verified.
+int NodeStatusCommand(const GlobalFlags& g, const std::string& node);
+// Asks the node to run its conformance suite; with `wait`, prints the server's verdict.
+int NodeVerifyCommand(const GlobalFlags& g, const std::string& node, bool wait, double timeout_s);
+int AuditLogCommand(const GlobalFlags& g, const std::string& since, bool csv);
+int AuditBundleCommand(const GlobalFlags& g, const std::string& job, const std::string& out);
+int AuditVerifyCommand(const GlobalFlags& g, const std::string& path, const std::string& cert);
+
 }  // namespace sluice::cli

@@ -169,7 +169,8 @@ int NodesCommand(const GlobalFlags& g) {
     std::cout << DumpJson((*resp)["nodes"], 2) << "\n";
     return 0;
   }
-  Table t({"ID", "NAME", "STATE", "GPUS", "CPUS", "MEMORY GB", "RUNNING", "LAST SEEN"});
+  Table t({"ID", "NAME", "STATE", "VERIFIED", "RELIABILITY", "GPUS", "CPUS", "MEMORY GB", "RUNNING",
+           "LAST SEEN"});
   int64_t now = RealClock::Get()->NowMillis();
   for (const auto& n : (*resp)["nodes"]) {
     const Json& inv = n["inventory"];
@@ -181,7 +182,13 @@ int NodesCommand(const GlobalFlags& g) {
     int cores = inv.is_object() ? inv.value("cpu_cores", 0) : 0;
     double mem = inv.is_object() ? inv.value("memory_mib", 0.0) / 1024.0 : 0;
     std::string state = n.value("state", "");
-    t.Add({n.value("id", ""), n.value("name", ""), state, gpus,
+    std::string verified = n.value("verification", "unverified");
+    if (n.value("verifying", false)) verified += " (checking)";
+    char rel[16] = "-";
+    if (n.contains("reliability") && n["reliability"].is_object()) {
+      std::snprintf(rel, sizeof rel, "%.2f", n["reliability"].value("score", 0.0));
+    }
+    t.Add({n.value("id", ""), n.value("name", ""), state, verified, rel, gpus,
            std::to_string(n.value("cpus_free", 0)) + "/" + std::to_string(cores),
            Gb(n.value("memory_free_gb", 0.0)) + "/" + Gb(mem),
            std::to_string(n.value("running_attempts", 0)),
@@ -193,6 +200,7 @@ int NodesCommand(const GlobalFlags& g) {
     return 0;
   }
   t.Print(std::cout);
+  std::cout << "(`sluice node status NODE` shows why a node is not verified)\n";
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include "market/offer.h"
 #include "market/query.h"
 #include "market/ranking.h"
+#include "server/audit_trail.h"
 #include "spec/job_spec.h"
 
 namespace sluice::server {
@@ -78,17 +79,36 @@ Api::Api(ServerCore* core, store::BlobStore* blobs, const TokenAuth* auth)
 size_t Api::BodyLimit(const HttpRequest& head) const {
   if (head.method == "PUT" && head.path.rfind("/v1/blobs/", 0) == 0) return kMaxBlobBody;
   if (head.method == "POST" && head.path == "/v1/catalogs") return kMaxCatalogBody;
+  if (head.method == "POST" && head.path == "/v1/conformance/payload") return 64u << 20;
   return kMaxJsonBody;
 }
 
 void Api::Handle(HttpRequest req, std::shared_ptr<ResponseWriter> w) {
   bool streaming = false;
   HttpResponse resp = Route(req, w, &streaming);
+  if (IsAuditedMutation(req)) {
+    std::string actor;
+    auth_->Authenticate(req.Header("authorization"), &actor);
+    // Best effort by design: the mutation itself is already durable, and a failed audit write
+    // must not turn its success into an error the client would retry.
+    (void)core_->RecordAudit(AuditEntryFor(req, resp.status, resp.body, actor));
+  }
   if (!streaming) w->Send(std::move(resp));
 }
 
 HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
                         bool* streaming) {
+  if (req.path == "/v1/audit/certificate") {
+    // Public on purpose: anyone holding a bundle must be able to check who signed it.
+    if (req.method != "GET") return ErrorResponse(Status::InvalidArgument("use GET"));
+    if (core_->SigningCertificate().empty()) {
+      return ErrorResponse(Status::FailedPrecondition("this server has no audit signing key"));
+    }
+    HttpResponse r;
+    r.content_type = "application/x-pem-file";
+    r.body = core_->SigningCertificate();
+    return r;
+  }
   Role role = auth_->Authenticate(req.Header("authorization"));
   if (role == Role::kNone) {
     HttpResponse r = ErrorResponse(Status::Unauthenticated(
@@ -151,6 +171,17 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
       return JsonResponse(201, Json{{"digest", digest}, {"size", req.body.size()}});
     }
     return method_not_allowed();
+  }
+  if (coll == "conformance" && parts.size() == 4 && parts[3] == "payload") {
+    // The agent's link check: round trips with bytes=0, then a timed download and upload.
+    if (m == "POST") return JsonResponse(200, Json{{"received", req.body.size()}});
+    if (m != "GET") return method_not_allowed();
+    auto bytes = QueryInt(req, "bytes", 0, 0, 64 << 20);
+    if (!bytes.ok()) return ErrorResponse(bytes.status());
+    HttpResponse r;
+    r.content_type = "application/octet-stream";
+    r.body.assign(static_cast<size_t>(*bytes), 'x');
+    return r;
   }
   if (role != Role::kAdmin) {
     return ErrorResponse(Status::PermissionDenied("this endpoint needs the admin token"));
@@ -218,6 +249,19 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     auto preempted = core_->ReclaimNode(parts[3], gpus, *cause);
     if (!preempted.ok()) return ErrorResponse(preempted.status());
     return JsonResponse(200, Json{{"preempted", *preempted}});
+  }
+  if (coll == "nodes" && parts.size() == 5 && parts[4] == "verify") {
+    if (m != "POST") return method_not_allowed();
+    auto node = core_->VerifyNode(parts[3]);
+    if (!node.ok()) return ErrorResponse(node.status());
+    return JsonResponse(202, Json{{"node_id", node->id},
+                                  {"name", node->name},
+                                  {"verification", node->verification},
+                                  {"requested", true}});
+  }
+  if (coll == "audit-log" && parts.size() == 3) {
+    if (m != "GET") return method_not_allowed();
+    return AuditLog(req);
   }
   if (coll == "nodes" && parts.size() == 3) {
     if (m != "GET") return method_not_allowed();
@@ -292,6 +336,15 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
   if (action == "stream") {
     if (m != "GET") return method_not_allowed();
     return Stream(req, id, w, streaming);
+  }
+  if (action == "audit") {
+    if (m != "GET") return method_not_allowed();
+    auto zip = core_->AuditBundle(id);
+    if (!zip.ok()) return ErrorResponse(zip.status());
+    HttpResponse r;
+    r.content_type = "application/zip";
+    r.body = std::move(*zip);
+    return r;
   }
   return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
 }
@@ -391,6 +444,35 @@ HttpResponse Api::Estimate(const HttpRequest& req) {
   return JsonResponse(200, body_out);
 }
 
+HttpResponse Api::AuditLog(const HttpRequest& req) {
+  auto since = QueryInt(req, "since", 0, 0, INT64_MAX);
+  if (!since.ok()) return ErrorResponse(since.status());
+  auto after = QueryInt(req, "after", 0, 0, INT64_MAX);
+  if (!after.ok()) return ErrorResponse(after.status());
+  auto limit = QueryInt(req, "limit", 1000, 1, 10000);
+  if (!limit.ok()) return ErrorResponse(limit.status());
+  std::string format = QueryParam(req, "format");
+  if (!format.empty() && format != "json" && format != "csv") {
+    return ErrorResponse(Status::InvalidArgument(
+        "query parameter `format`: expected json or csv, got `" + format + "`"));
+  }
+  auto entries = core_->ReadAudit(*since, *after, static_cast<int>(*limit));
+  if (!entries.ok()) return ErrorResponse(entries.status());
+  int64_t next = *after;
+  for (const auto& e : *entries) next = e.id;
+  if (format == "csv") {
+    HttpResponse r;
+    r.content_type = "text/csv";
+    r.body = AuditCsvHeader() + "\n";
+    for (const auto& e : *entries) r.body += AuditCsvLine(e) + "\n";
+    r.headers.emplace_back("X-Sluice-Next", std::to_string(next));
+    return r;
+  }
+  Json arr = Json::array();
+  for (const auto& e : *entries) arr.push_back(ToJson(e));
+  return JsonResponse(200, Json{{"entries", arr}, {"next", next}});
+}
+
 HttpResponse Api::Stream(const HttpRequest& req, const std::string& id,
                          const std::shared_ptr<ResponseWriter>& w, bool* streaming) {
   // Fail fast with a normal error response for an unknown job.
@@ -435,7 +517,9 @@ Result<WsHandler> Api::Upgrade(const HttpRequest& req, const std::shared_ptr<WsC
   ServerCore* core = core_;
   h.on_message = [core, session](const std::shared_ptr<WsConnection>& c, std::string_view text) {
     auto fail = [&](const Status& s, bool fatal) {
-      c->Send(DumpJson(Json{{"type", "error"}, {"message", s.message()}}));
+      c->Send(DumpJson(Json{{"type", "error"},
+                            {"code", std::string(StatusCodeName(s.code()))},
+                            {"message", s.message()}}));
       if (fatal || ++session->errors > 100) c->Close();
     };
     auto msg = ParseJson(text);
@@ -450,6 +534,19 @@ Result<WsHandler> Api::Upgrade(const HttpRequest& req, const std::shared_ptr<WsC
       auto hello = proto::HelloFromJson(*msg);
       if (!hello.ok()) return fail(hello.status(), true);
       auto node = core->AgentHello(session->link, *hello);
+      store::AuditEntry entry;
+      entry.actor = node.ok() ? "agent:" + *node : "agent:" + hello->name;
+      entry.source = c->remote_addr();
+      entry.action = "agent.hello";
+      entry.target = node.ok() ? *node : hello->node_id;
+      entry.params = Json{{"name", hello->name},
+                          {"claims", ToJson(*hello)["claims"]},
+                          {"gpus", hello->inventory.gpus.size()},
+                          {"driver", hello->inventory.driver_version},
+                          {"agent_version", hello->agent_version}};
+      if (!node.ok()) entry.params["refused"] = node.status().message();
+      entry.status = node.ok() ? 200 : HttpStatusFor(node.status().code());
+      (void)core->RecordAudit(std::move(entry));
       if (!node.ok()) return fail(node.status(), true);
       session->node_id = *node;
       return;

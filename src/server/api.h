@@ -13,6 +13,12 @@
 //   GET  /v1/nodes
 //   PUT  /v1/blobs/SHA256         raw bytes (workdir archives)
 //   GET  /v1/blobs/SHA256         admin or agent token
+//   POST /v1/nodes/ID/verify      ask the node's agent to run its conformance suite now
+//   GET  /v1/audit-log[?since=MS&after=ID&limit=N&format=csv]   API mutations, oldest first
+//   GET  /v1/jobs/ID/audit        the job's signed audit bundle (.zip)
+//   GET  /v1/audit/certificate    the audit signing certificate (PEM); needs no token
+//   GET|POST /v1/conformance/payload[?bytes=N]   link measurement for agents (admin or agent)
+// Every POST/PUT/DELETE that changes state is appended to the audit log (server/audit_trail.h).
 #pragma once
 
 #include <memory>
@@ -41,6 +47,7 @@ class Api {
                      bool* streaming);
   HttpResponse SubmitJob(const HttpRequest& req);
   HttpResponse Estimate(const HttpRequest& req);
+  HttpResponse AuditLog(const HttpRequest& req);
   HttpResponse Stream(const HttpRequest& req, const std::string& id,
                       const std::shared_ptr<ResponseWriter>& w, bool* streaming);
 

@@ -54,7 +54,7 @@ Result<TokenAuth> TokenAuth::Bootstrap(store::Store* store, const std::string& d
   return auth;
 }
 
-Role TokenAuth::Authenticate(std::string_view header) const {
+Role TokenAuth::Authenticate(std::string_view header, std::string* token_id) const {
   constexpr std::string_view kPrefix = "Bearer ";
   if (header.size() <= kPrefix.size() || header.substr(0, kPrefix.size()) != kPrefix) {
     return Role::kNone;
@@ -64,7 +64,10 @@ Role TokenAuth::Authenticate(std::string_view header) const {
   Role role = Role::kNone;
   for (const auto& t : tokens_) {
     // Check every token so the time taken says nothing about which one matched.
-    if (ConstantTimeEquals(hash, t.sha256)) role = t.kind == "admin" ? Role::kAdmin : Role::kAgent;
+    if (ConstantTimeEquals(hash, t.sha256)) {
+      role = t.kind == "admin" ? Role::kAdmin : Role::kAgent;
+      if (token_id != nullptr) *token_id = t.id;
+    }
   }
   return role;
 }

@@ -21,7 +21,8 @@ class TokenAuth {
   static Result<TokenAuth> Bootstrap(store::Store* store, const std::string& data_dir,
                                      const Clock* clock);
   // Role granted by an `Authorization: Bearer <token>` header value; kNone when absent/invalid.
-  Role Authenticate(std::string_view authorization_header) const;
+  // `token_id` (may be null) receives the matching token's id, for the audit log.
+  Role Authenticate(std::string_view authorization_header, std::string* token_id = nullptr) const;
 
  private:
   std::vector<store::TokenRecord> tokens_;  // constant after Bootstrap

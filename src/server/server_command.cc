@@ -73,8 +73,17 @@ int RunServer(const ServerOptions& opt) {
   core_opt.cost_model.prior_interruptions_per_hour = opt.interruption_prior_per_hour;
   core_opt.preempt_cooldown_ms = static_cast<int64_t>(opt.preempt_cooldown_s * 1000);
   core_opt.checkpoint_retention = opt.checkpoint_retention;
+  core_opt.reverify_interval_ms = static_cast<int64_t>(opt.reverify_interval_s * 1000);
+  // The key that signs audit bundles: created on first start, kept in the data dir (mode 0600).
+  auto signing = LoadOrCreateSigningIdentity(opt.data_dir, "Sluice audit signing");
+  if (!signing.ok()) {
+    std::fprintf(stderr, "sluice server: audit signing key: %s\n",
+                 signing.status().ToString().c_str());
+    return 1;
+  }
   ServerCore core(store->get(), RealClock::Get(), core_opt);
   core.SetBlobStore(&blobs);
+  core.SetSigningIdentity(*std::move(signing));
   if (Status s = core.Load(); !s.ok()) {
     std::fprintf(stderr, "sluice server: loading state: %s\n", s.ToString().c_str());
     return 1;

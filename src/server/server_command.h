@@ -19,6 +19,7 @@ struct ServerOptions {
   double interruption_prior_per_hour = 0.05;  // interruptible capacity without history
   int checkpoint_retention = 3;               // checkpoints kept per job
   double preempt_cooldown_s = 60;             // a preempted job avoids the node it was preempted on
+  double reverify_interval_s = 6 * 3600;  // verified nodes re-run conformance this often; 0 never
 };
 
 int RunServer(const ServerOptions& options);

@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <set>
 
+#include "audit/bundle.h"
 #include "common/crypto.h"
 #include "common/inventory.h"
 #include "market/gpu_labels.h"
 #include "market/perf.h"
+#include "server/node_trust.h"
 
 namespace sluice::server {
 namespace {
@@ -42,7 +44,8 @@ constexpr std::string_view kPreemptingPrefix = "preempting: ";
 // What a node sells when idle (sched::NodeCapacity::offers): one offer per GPU label, or one CPU
 // offer. Every label and capability comes from the probed inventory, never from a claim.
 std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inventory& inv,
-                                      const sched::NodeCapacity& cap) {
+                                      const sched::NodeCapacity& cap, const audit::Verdict* verdict,
+                                      double reliability) {
   market::Offer base;
   base.provider = node.name;
   base.node = cap.node_id;
@@ -56,9 +59,15 @@ std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inven
   base.interruptible_price_per_cpu_hour = node.interruptible_price_per_cpu_hour;
   base.driver_version = inv.driver_version;
   base.cuda_version = inv.cuda_version;
-  base.toolkits = inv.cuda_toolkits;
-  base.torch_builds = inv.torch_builds;
-  base.verified = market::VerifiedState::kUnverified;  // conformance arrives with issue 5
+  // Software the server's verdict found the driver can run; before a verdict, what was probed
+  // (such a node is not placeable anyway).
+  base.toolkits = verdict ? verdict->usable_toolkits : inv.cuda_toolkits;
+  base.torch_builds = verdict ? verdict->usable_torch_builds : inv.torch_builds;
+  base.python_version = inv.python_version;
+  base.verified = node.verification == kVerified     ? market::VerifiedState::kVerified
+                  : node.verification == kDeverified ? market::VerifiedState::kDeverified
+                                                     : market::VerifiedState::kUnverified;
+  base.reliability = reliability;
   base.source = market::OfferSource::kAgent;
   if (cap.gpus.empty()) {
     base.id = cap.node_id + "/cpu";
@@ -101,6 +110,12 @@ Status ServerCore::Load() {
   for (auto& n : nodes) {
     NodeState ns;
     if (n.state == st::NodeState::kOnline) n.state = st::NodeState::kOffline;
+    auto inv = InventoryFromJson(n.inventory);
+    auto report = conformance::ReportFromJson(n.conformance);
+    if (inv.ok() && report.ok() && n.verified_ms > 0) {
+      ns.verdict = audit::Evaluate(*inv, *report, options_.verification_rules);
+      ns.has_verdict = true;
+    }
     ns.record = std::move(n);
     ns.last_seen_mono = now_mono;
     nodes_[ns.record.id] = std::move(ns);
@@ -143,6 +158,7 @@ Status ServerCore::Load() {
     max_log_seq_[a.id] = seq;
     active_attempts_[a.id] = std::move(a);
   }
+  RefreshReliabilityLocked();
   return Status::Ok();
 }
 
@@ -257,19 +273,24 @@ std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
   std::vector<sched::NodeCapacity> out;
   for (const auto& [id, ns] : nodes_) {
     if (ns.record.state == st::NodeState::kLost) continue;
+    // Only verified nodes take work (issue 5). One whose verification is under way still counts
+    // for "could this job ever run"; one that failed does not, until a new report passes.
+    bool verified = ns.record.verification == kVerified;
+    if (!verified && !ns.awaiting_report) continue;
     auto inv = InventoryFromJson(ns.record.inventory);
     if (!inv.ok()) continue;
     sched::NodeCapacity cap;
     cap.node_id = id;
     cap.name = ns.record.name;
-    cap.online = ns.record.state == st::NodeState::kOnline && ns.link != nullptr;
+    cap.online = ns.record.state == st::NodeState::kOnline && ns.link != nullptr && verified;
     for (const auto& g : inv->gpus) {
       cap.gpus.push_back(
           {g.index, market::CanonicalGpuLabel(g.name, g.memory_mib), GiB(g.memory_mib), true});
     }
     cap.total_cpus = cap.free_cpus = inv->cpu_cores;
     cap.total_memory_gb = cap.free_memory_gb = GiB(inv->memory_mib);
-    cap.offers = IdleOffers(ns.record, *inv, cap);
+    cap.offers = IdleOffers(ns.record, *inv, cap, ns.has_verdict ? &ns.verdict : nullptr,
+                            ns.reliability.score);
     out.push_back(std::move(cap));
   }
   for (const auto& [aid, att] : active_attempts_) {
@@ -345,6 +366,10 @@ Status ServerCore::ScheduleLocked() {
     att.number = ++js.attempts;
     att.interruptible = p.estimate.interruptible;
     att.checkpoint_restored = js.record.checkpoint;
+    // What it runs on, frozen now: the audit bundle must show this, not the node as it is later.
+    st::NodeSnapshot snap = Snapshot(nodes_[p.node_id].record);
+    att.node_snapshot = snap.digest;
+    batch.snapshots.push_back(std::move(snap));
     js.record.state = st::JobState::kStarting;
     js.record.attempt_id = att.id;
     js.record.reason.clear();
@@ -547,6 +572,7 @@ Status ServerCore::LoseNodeLocked(NodeState& node, const std::string& why) {
   WriteBatch batch;
   node.record.state = st::NodeState::kLost;
   batch.nodes.push_back(node.record);
+  CloseUptimeLocked(node, batch);
   std::vector<std::string> lost;
   for (auto& [aid, att] : active_attempts_) {
     if (att.node_id != node.record.id) continue;
@@ -624,6 +650,21 @@ std::string ServerCore::UnschedulableMessageLocked(const MarketRequest& market,
     msg += "\n" + std::to_string(refs.size()) + " catalog offer" + (refs.size() == 1 ? "" : "s") +
            " match it (listed for comparison, not launchable); the cheapest is " + o.provider +
            " " + o.node + (o.region.empty() ? "" : " in " + o.region) + " at $" + price + "/GPU-h";
+  }
+  // Nodes left out because they are not verified: say so, with the server's reasons.
+  for (const auto& [id, ns] : nodes_) {
+    if (ns.record.state == st::NodeState::kLost || ns.record.verification == kVerified ||
+        ns.awaiting_report) {
+      continue;
+    }
+    std::string why;
+    for (const auto& r : ns.record.verification_reasons) {
+      if (r.is_string() && r.get<std::string>().rfind("note: ", 0) != 0) {
+        why += (why.empty() ? "" : "; ") + r.get<std::string>();
+      }
+    }
+    msg += "\nnode " + ns.record.name + " is " + ns.record.verification + " and takes no work" +
+           (why.empty() ? "" : ": " + why);
   }
   msg +=
       "\nsee `sluice estimate` for what fits, or submit with `sluice run --queue` to wait for "
@@ -762,6 +803,8 @@ std::vector<NodeView> ServerCore::ListNodes() {
   for (const auto& [id, ns] : nodes_) {
     NodeView v;
     v.node = ns.record;
+    v.reliability = ns.reliability;
+    v.verifying = ns.awaiting_report;
     for (const auto& c : caps) {
       if (c.node_id != id) continue;
       for (const auto& g : c.gpus) v.gpus_free += g.free ? 1 : 0;
@@ -912,6 +955,8 @@ void ServerCore::Unsubscribe(uint64_t id) {
 
 Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& link,
                                            const proto::Hello& hello) {
+  // A claim the probe contradicts is refused before anything is registered (issue 5 item 3).
+  SLUICE_RETURN_IF_ERROR(CheckClaims(hello.claims, hello.inventory));
   std::lock_guard<std::mutex> lock(mu_);
   int64_t now = clock_->NowMillis();
   std::string node_id = hello.node_id;
@@ -930,6 +975,10 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   ns.link = link;
   ns.last_seen_mono = clock_->MonotonicMillis();
   ns.record.name = hello.name.empty() ? hello.inventory.hostname : hello.name;
+  Inventory previous;
+  if (auto p = InventoryFromJson(ns.record.inventory); p.ok()) previous = *std::move(p);
+  HelloTrust trust = ApplyHelloTrust(ns.record, previous, hello.inventory);
+  if (trust.changed) ns.has_verdict = false;  // its usable software is unknown until re-verified
   ns.record.inventory = ToJson(hello.inventory);
   ns.record.state = st::NodeState::kOnline;
   ns.record.last_seen_ms = now;
@@ -942,6 +991,8 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   // Reconcile: the agent's account of its attempts against ours.
   WriteBatch batch;
   batch.nodes.push_back(ns.record);
+  if (ns.online_since_ms == 0) ns.online_since_ms = now;
+  batch.uptime.push_back({node_id, ns.online_since_ms, now});
   std::map<std::string, const proto::AttemptReport*> reported;
   for (const auto& r : hello.attempts) reported[r.attempt_id] = &r;
   std::vector<std::string> finished, to_cancel, to_ack;  // attempt ids
@@ -981,6 +1032,10 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   link->Send(Json{{"type", "welcome"},
                   {"node_id", node_id},
                   {"heartbeat_interval_ms", options_.heartbeat_interval_ms}});
+  // Registration runs the conformance suite, unless the node is verified and unchanged.
+  if (ns.record.verification != kVerified) {
+    RequestReportLocked(ns, trust.changed ? trust.what : "registration");
+  }
   for (const auto& aid : to_cancel) {
     link->Send(
         Json{{"type", "cancel"}, {"attempt_id", aid}, {"grace_ms", options_.cancel_grace_ms}});
@@ -1014,6 +1069,31 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
   ns.last_seen_mono = clock_->MonotonicMillis();
   SLUICE_ASSIGN_OR_RETURN(std::string type, GetString(msg, "type"));
   if (type == "heartbeat") return Status::Ok();
+  if (type == "conformance") {
+    if (!msg.contains("report")) return Status::InvalidArgument("conformance: report is missing");
+    SLUICE_ASSIGN_OR_RETURN(conformance::Report report,
+                            conformance::ReportFromJson(msg["report"], "conformance.report"));
+    SLUICE_ASSIGN_OR_RETURN(Inventory inv, InventoryFromJson(ns.record.inventory));
+    ns.verdict =
+        ApplyReport(ns.record, inv, report, options_.verification_rules, clock_->NowMillis());
+    ns.has_verdict = true;
+    ns.awaiting_report = false;
+    WriteBatch batch;
+    batch.nodes.push_back(ns.record);
+    st::AuditEntry entry;
+    entry.ts_ms = clock_->NowMillis();
+    entry.actor = "agent:" + node_id;
+    entry.action = "agent.conformance";
+    entry.target = node_id;
+    entry.params = Json{{"trigger", report.trigger},
+                        {"checks", report.checks.size()},
+                        {"verification", ns.record.verification},
+                        {"reasons", ns.record.verification_reasons}};
+    entry.status = 200;
+    batch.audit.push_back(std::move(entry));
+    SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+    return ScheduleLocked();
+  }
 
   SLUICE_ASSIGN_OR_RETURN(std::string attempt_id, GetString(msg, "attempt_id"));
   auto ait = active_attempts_.find(attempt_id);
@@ -1092,6 +1172,7 @@ void ServerCore::AgentDisconnected(const std::string& node_id, const AgentLink* 
     it->second.record.last_seen_ms = clock_->NowMillis();
     WriteBatch batch;
     batch.nodes.push_back(it->second.record);
+    CloseUptimeLocked(it->second, batch);
     (void)CommitLocked(batch);  // best effort: a restart treats every node as offline anyway
   }
 }
@@ -1201,6 +1282,23 @@ void ServerCore::Tick() {
       (void)LoseNodeLocked(ns, "no heartbeat for " + std::to_string(silent / 1000) + "s");
     }
   }
+  // Once a minute: extend the open uptime spans, ask for scheduled re-verification, and
+  // recompute reliability scores.
+  if (now - reliability_refreshed_mono_ >= 60000 || reliability_refreshed_mono_ == 0) {
+    reliability_refreshed_mono_ = now;
+    int64_t wall = clock_->NowMillis();
+    WriteBatch batch;
+    for (auto& [id, ns] : nodes_) {
+      if (ns.online_since_ms > 0) batch.uptime.push_back({id, ns.online_since_ms, wall});
+      if (options_.reverify_interval_ms > 0 && ns.link && !ns.awaiting_report &&
+          ns.record.verification == kVerified &&
+          wall - ns.record.verified_ms >= options_.reverify_interval_ms) {
+        RequestReportLocked(ns, "scheduled");
+      }
+    }
+    (void)CommitLocked(batch);
+    RefreshReliabilityLocked();
+  }
   // A cooldown that ended may let a waiting job go back to that node.
   bool expired = false;
   for (auto job = avoid_.begin(); job != avoid_.end();) {
@@ -1221,6 +1319,190 @@ void ServerCore::Tick() {
     }
   }
   if (expired) (void)ScheduleLocked();
+}
+
+// ---------------------------------------------------------------- trust (issue 5)
+
+void ServerCore::CloseUptimeLocked(NodeState& node, WriteBatch& batch) {
+  if (node.online_since_ms == 0) return;
+  batch.uptime.push_back({node.record.id, node.online_since_ms, clock_->NowMillis()});
+  node.online_since_ms = 0;
+}
+
+void ServerCore::RefreshReliabilityLocked() {
+  const int64_t now = clock_->NowMillis();
+  const int64_t since = now - market::kReliabilityWindowMs;
+  std::map<std::string, market::ReliabilityInputs> in;
+  for (const auto& [id, ns] : nodes_) {
+    in[id].window_ms = now - std::max(since, ns.record.registered_ms);
+  }
+  // Spans may overlap (an open span rewritten while a closed copy exists after a restart), so
+  // they are merged per node before they are summed.
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> spans;
+  if (auto uptime = store_->LoadUptime(since); uptime.ok()) {
+    for (const auto& u : *uptime) spans[u.node_id].emplace_back(u.start_ms, u.end_ms);
+  }
+  for (const auto& [id, ns] : nodes_) {
+    if (ns.online_since_ms > 0) spans[id].emplace_back(ns.online_since_ms, now);
+  }
+  for (auto& [id, list] : spans) {
+    if (!in.count(id)) continue;
+    std::sort(list.begin(), list.end());
+    int64_t covered_to = since;
+    for (auto [a, b] : list) {
+      a = std::max(a, covered_to);
+      b = std::min(b, now);
+      if (b > a) {
+        in[id].online_ms += b - a;
+        covered_to = b;
+      }
+    }
+  }
+  if (auto attempts = store_->AttemptsSince(since); attempts.ok()) {
+    for (const auto& a : *attempts) {
+      auto it = in.find(a.node_id);
+      if (it == in.end()) continue;
+      it->second.starts++;
+      bool never_started = a.started_ms == 0;
+      if (never_started && (a.state == AttemptState::kFailed || a.state == AttemptState::kLost)) {
+        it->second.start_failures++;
+      } else if (!never_started &&
+                 (a.state == AttemptState::kPreempted || a.state == AttemptState::kLost)) {
+        it->second.preemptions++;
+      }
+    }
+  }
+  for (auto& [id, ns] : nodes_) ns.reliability = market::ComputeReliability(in[id]);
+}
+
+void ServerCore::RequestReportLocked(NodeState& node, const std::string& why) {
+  if (!node.link) return;
+  node.awaiting_report = true;
+  node.link->Send(Json{{"type", "reverify"}, {"reason", why}});
+}
+
+Result<st::NodeRecord> ServerCore::VerifyNode(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NodeState* found = nullptr;
+  for (auto& [id, ns] : nodes_) {
+    if (id == node || ns.record.name == node) {
+      if (found != nullptr) {
+        return Status::InvalidArgument("`" + node + "` names several nodes; use the node id");
+      }
+      found = &ns;
+    }
+  }
+  if (found == nullptr) return Status::NotFound("no node " + node);
+  if (!found->link) {
+    return Status::FailedPrecondition("node " + found->record.name + " is " +
+                                      std::string(st::Name(found->record.state)) +
+                                      ": its agent must be connected to run the suite");
+  }
+  RequestReportLocked(*found, "on-demand");
+  return found->record;
+}
+
+Status ServerCore::RecordAudit(st::AuditEntry entry) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (entry.ts_ms == 0) entry.ts_ms = clock_->NowMillis();
+  WriteBatch batch;
+  batch.audit.push_back(std::move(entry));
+  return store_->Write(batch);
+}
+
+Result<std::vector<st::AuditEntry>> ServerCore::ReadAudit(int64_t since_ms, int64_t after_id,
+                                                          int limit) {
+  return store_->ReadAudit(since_ms, after_id, limit);
+}
+
+Result<std::string> ServerCore::AuditBundle(const std::string& job_id) {
+  SigningIdentity identity;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    identity = signing_;
+  }
+  if (identity.key_pem.empty()) {
+    return Status::FailedPrecondition("this server has no audit signing key");
+  }
+  SLUICE_ASSIGN_OR_RETURN(JobDetail detail, GetJob(job_id));
+  // What ran where, from the snapshots frozen at placement.
+  Json attempts = Json::array();
+  Json hardware = Json::array();
+  std::string conformance_log;
+  std::map<std::string, Json> snapshots;
+  for (const auto& a : detail.attempts) {
+    Json snap;
+    if (!a.node_snapshot.empty()) {
+      if (!snapshots.count(a.node_snapshot)) {
+        SLUICE_ASSIGN_OR_RETURN(auto row, store_->GetSnapshot(a.node_snapshot));
+        if (!row) return Status::Internal("snapshot " + a.node_snapshot + " is missing");
+        SLUICE_ASSIGN_OR_RETURN(snapshots[a.node_snapshot], ParseJson(row->json));
+      }
+      snap = snapshots[a.node_snapshot];
+    }
+    Json att{{"attempt", a.number},
+             {"attempt_id", a.id},
+             {"node_id", a.node_id},
+             {"state", st::Name(a.state)},
+             {"gpus", a.gpus},
+             {"started_ms", a.started_ms},
+             {"ended_ms", a.ended_ms},
+             {"price_per_hour", a.price_per_hour},
+             {"node_snapshot", a.node_snapshot}};
+    if (snap.is_object()) {
+      att["node_name"] = snap.value("node_name", "");
+      att["hardware_fingerprint"] = snap.value("hardware_fingerprint", "");
+      att["software_fingerprint"] = snap.value("software_fingerprint", "");
+      att["verification"] = snap.value("verification", "");
+      hardware.push_back(Json{{"attempt", a.number},
+                              {"attempt_id", a.id},
+                              {"node_id", a.node_id},
+                              {"node_name", snap.value("node_name", "")},
+                              {"inventory", snap["inventory"]}});
+      conformance_log += "== attempt " + std::to_string(a.number) + " (" + a.id + ") on " +
+                         snap.value("node_name", "") + " (" + a.node_id + ")\n";
+      conformance_log += "verification: " + snap.value("verification", "") + "\n";
+      if (snap.contains("verification_reasons")) {
+        for (const auto& r : snap["verification_reasons"]) {
+          if (r.is_string()) conformance_log += "  " + r.get<std::string>() + "\n";
+        }
+      }
+      auto report = conformance::ReportFromJson(snap["conformance"]);
+      if (report.ok() && !report->checks.empty()) {
+        conformance_log += "report: trigger " + report->trigger + ", started " +
+                           std::to_string(report->started_ms) + " ms, took " +
+                           std::to_string(report->duration_ms) + " ms\n";
+        conformance_log += conformance::FormatReport(*report);
+      } else {
+        conformance_log += "no conformance report on record\n";
+      }
+      conformance_log += "\n";
+    } else {
+      conformance_log += "== attempt " + std::to_string(a.number) + " (" + a.id +
+                         "): placed before node snapshots existed; no record\n\n";
+    }
+    attempts.push_back(std::move(att));
+  }
+  Json env{{"job_id", detail.job.id},
+           {"job_name", detail.job.name},
+           {"runtime", detail.job.spec.value("runtime", Json::object())},
+           {"attempts", attempts}};
+  if (auto spec = spec::JobSpecFromJson(detail.job.spec); spec.ok()) {
+    auto fp = spec::EnvironmentFingerprint(spec->runtime);
+    env["runtime_fingerprint"] = fp.sha256;
+  }
+  std::string events;
+  for (const auto& e : detail.events) events += DumpJson(EventToJson(e)) + "\n";
+  Json job = JobToJson(detail.job);
+  job["spec"] = detail.job.spec;
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"environment-fingerprint.json", DumpJson(env, 2) + "\n"},
+      {"hardware-inventory.json", DumpJson(Json{{"attempts", hardware}}, 2) + "\n"},
+      {"conformance-log.txt", conformance_log},
+      {"events.jsonl", events},
+      {"job.json", DumpJson(job, 2) + "\n"},
+  };
+  return WriteBundle(files, identity);
 }
 
 // ---------------------------------------------------------------- views
@@ -1291,7 +1573,15 @@ Json NodeToJson(const NodeView& v) {
               {"cpus_free", v.cpus_free},
               {"memory_free_gb", v.memory_free_gb},
               {"running_attempts", v.running_attempts},
-              {"inventory", n.inventory}};
+              {"inventory", n.inventory},
+              {"verification", n.verification},
+              {"verification_reasons", n.verification_reasons},
+              {"verifying", v.verifying},
+              {"verified_ms", n.verified_ms},
+              {"hardware_fingerprint", n.hardware_fingerprint},
+              {"software_fingerprint", n.software_fingerprint},
+              {"conformance", n.conformance},
+              {"reliability", market::ToJson(v.reliability)}};
 }
 
 }  // namespace sluice::server

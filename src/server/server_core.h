@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "audit/signing_key.h"
+#include "audit/verification.h"
 #include "common/agent_protocol.h"
 #include "common/clock.h"
 #include "common/json.h"
@@ -25,6 +27,7 @@
 #include "market/offer.h"
 #include "market/offer_index.h"
 #include "market/query.h"
+#include "market/reliability.h"
 #include "sched/scheduler.h"
 #include "server/job_market.h"
 #include "spec/job_spec.h"
@@ -42,12 +45,15 @@ class AgentLink {
 };
 
 struct CoreOptions {
-  int64_t heartbeat_interval_ms = 3000;  // told to agents in `welcome`
-  int64_t heartbeat_grace_ms = 15000;    // silence after which a node is lost
-  int64_t cancel_grace_ms = 10000;       // SIGTERM -> SIGKILL on the agent
-  market::CostModel cost_model;          // how offers are ranked and jobs placed
-  int64_t preempt_cooldown_ms = 60000;   // a preempted job avoids that node this long
-  int checkpoint_retention = 3;          // checkpoints kept per job; older ones are deleted
+  int64_t heartbeat_interval_ms = 3000;         // told to agents in `welcome`
+  int64_t heartbeat_grace_ms = 15000;           // silence after which a node is lost
+  int64_t cancel_grace_ms = 10000;              // SIGTERM -> SIGKILL on the agent
+  market::CostModel cost_model;                 // how offers are ranked and jobs placed
+  int64_t preempt_cooldown_ms = 60000;          // a preempted job avoids that node this long
+  int checkpoint_retention = 3;                 // checkpoints kept per job; older ones are deleted
+  audit::VerificationRules verification_rules;  // how conformance reports are judged
+  // A verified node is asked to run its conformance suite again after this long (0: never).
+  int64_t reverify_interval_ms = 6LL * 3600 * 1000;
 };
 
 struct JobDetail {
@@ -58,6 +64,8 @@ struct JobDetail {
 
 struct NodeView {
   store::NodeRecord node;
+  market::Reliability reliability;
+  bool verifying = false;  // a conformance run was asked for and its report has not arrived
   int gpus_free = 0;
   int cpus_free = 0;
   double memory_free_gb = 0;
@@ -147,6 +155,20 @@ class ServerCore {
                                                const std::vector<int>& gpus,
                                                const std::string& cause);
 
+  // --- trust (issue 5) ---
+  // Asks the node's agent to run its conformance suite now (`sluice node verify`). The node
+  // keeps its state until the report arrives. `node` is a node id or name.
+  Result<store::NodeRecord> VerifyNode(const std::string& node);
+  // Appends one entry to the audit log (API mutations; the caller removes secrets).
+  Status RecordAudit(store::AuditEntry entry);
+  Result<std::vector<store::AuditEntry>> ReadAudit(int64_t since_ms, int64_t after_id, int limit);
+  // The signed audit bundle of a job (a .zip): environment-fingerprint.json,
+  // hardware-inventory.json, conformance-log.txt, events.jsonl, job.json, manifest.sha256 and
+  // signature.p7s. FailedPrecondition without a signing identity.
+  Result<std::string> AuditBundle(const std::string& job_id);
+  void SetSigningIdentity(SigningIdentity identity) { signing_ = std::move(identity); }
+  const std::string& SigningCertificate() const { return signing_.cert_pem; }
+
   // Where checkpoint manifests must exist before the server accepts them as complete.
   void SetBlobStore(store::BlobStore* blobs) { blobs_ = blobs; }
 
@@ -157,6 +179,13 @@ class ServerCore {
     store::NodeRecord record;
     std::shared_ptr<AgentLink> link;  // null while disconnected
     int64_t last_seen_mono = 0;       // Clock::MonotonicMillis of the last sign of life
+    // Trust: a conformance run was asked for and its report has not come; the server's verdict
+    // on the last report (its usable toolkits and PyTorch builds go into offers).
+    bool awaiting_report = false;
+    bool has_verdict = false;
+    audit::Verdict verdict;
+    market::Reliability reliability;
+    int64_t online_since_ms = 0;  // wall ms this connection's uptime span started; 0 offline
   };
   struct JobState {
     store::JobRecord record;
@@ -194,6 +223,12 @@ class ServerCore {
   void PublishLocked(const store::WriteBatch& batch);
   void SendLocked(const std::string& node_id, const Json& msg);
   Status LoseNodeLocked(NodeState& node, const std::string& why);
+  // Closes the node's open uptime span at now (it went offline).
+  void CloseUptimeLocked(NodeState& node, store::WriteBatch& batch);
+  // Recomputes every node's reliability score from the store's 30-day window.
+  void RefreshReliabilityLocked();
+  // Asks the agent to run its conformance suite (`why`: registration, scheduled, on demand).
+  void RequestReportLocked(NodeState& node, const std::string& why);
   Json EndItemLocked(const store::JobRecord& job) const;
   // Tells the agent to stop `att` for `cause`; the exit that follows ends it as preempted.
   // For interruptible-then-on-demand jobs: the reason to fall back to on-demand capacity now
@@ -237,6 +272,8 @@ class ServerCore {
   std::map<std::string, std::vector<store::CheckpointRecord>> checkpoints_;
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
+  int64_t reliability_refreshed_mono_ = 0;
+  SigningIdentity signing_;
 };
 
 // JSON views shared by the API handlers.

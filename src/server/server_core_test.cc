@@ -4,7 +4,9 @@
 
 #include <filesystem>
 
+#include "audit/bundle.h"
 #include "common/crypto.h"
+#include "server/test_reports.h"
 
 namespace sluice::server {
 namespace {
@@ -43,10 +45,13 @@ class ServerCoreTest : public ::testing::Test {
     auto s = store::OpenSqliteStore((dir_ / "sluice.db").string());
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(*s);
-    CoreOptions opt;
-    opt.heartbeat_grace_ms = 10'000;
-    core_ = std::make_unique<ServerCore>(store_.get(), &clock_, opt);
+    core_ = std::make_unique<ServerCore>(store_.get(), &clock_, opt_);
     ASSERT_TRUE(core_->Load().ok());
+  }
+  // A GPU machine needs a driver to be verified.
+  static void AddDriver(proto::Hello& h) {
+    h.inventory.driver_version = "550.54.15";
+    h.inventory.cuda_version = "12.4";
   }
   proto::Hello CpuHello(std::string node_id = "") {
     proto::Hello h;
@@ -67,10 +72,25 @@ class ServerCoreTest : public ::testing::Test {
     s.resources.memory_gb = 1;
     return s;
   }
+  // Registers like a real agent: hello, then the conformance report that gets it verified.
+  Result<std::string> Hello(const std::shared_ptr<AgentLink>& link, const proto::Hello& h) {
+    auto node = core_->AgentHello(link, h);
+    if (!node.ok()) return node;
+    Status s = core_->AgentMessage(
+        *node, link.get(),
+        Json{{"type", "conformance"}, {"report", ToJson(testing::PassingReport(h.inventory))}});
+    if (!s.ok()) return s;
+    return node;
+  }
   Json Msg(std::string type, std::string attempt) {
     return Json{{"type", type}, {"attempt_id", attempt}};
   }
 
+  CoreOptions opt_ = [] {
+    CoreOptions o;
+    o.heartbeat_grace_ms = 10'000;
+    return o;
+  }();
   FakeClock clock_;
   std::filesystem::path dir_;
   std::unique_ptr<store::Store> store_;
@@ -79,7 +99,7 @@ class ServerCoreTest : public ::testing::Test {
 
 TEST_F(ServerCoreTest, JobRunsToCompletionWithLogs) {
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   ASSERT_TRUE(node.ok());
   ASSERT_EQ(link->OfType("welcome").size(), 1u);
 
@@ -112,7 +132,7 @@ TEST_F(ServerCoreTest, JobRunsToCompletionWithLogs) {
 
 TEST_F(ServerCoreTest, NonZeroExitFailsJob) {
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto job = core_->SubmitJob(Spec(), "");
   std::string att = link->OfType("assign")[0]["attempt_id"];
   ASSERT_TRUE(
@@ -124,7 +144,7 @@ TEST_F(ServerCoreTest, NonZeroExitFailsJob) {
 
 TEST_F(ServerCoreTest, JobThatCanNeverFitIsRefusedWithWhyUnlessQueued) {
   auto link = std::make_shared<RecordingLink>();
-  ASSERT_TRUE(core_->AgentHello(link, CpuHello()).ok());
+  ASSERT_TRUE(Hello(link, CpuHello()).ok());
   // Refused, with the explanation, and nothing stored.
   auto refused = core_->SubmitJob(Spec(1, 2), "");
   ASSERT_FALSE(refused.ok());
@@ -142,7 +162,7 @@ TEST_F(ServerCoreTest, JobThatCanNeverFitIsRefusedWithWhyUnlessQueued) {
 }
 
 TEST_F(ServerCoreTest, RefusalNamesMatchingCatalogCapacity) {
-  ASSERT_TRUE(core_->AgentHello(std::make_shared<RecordingLink>(), CpuHello()).ok());
+  ASSERT_TRUE(Hello(std::make_shared<RecordingLink>(), CpuHello()).ok());
   ASSERT_TRUE(core_
                   ->ImportCatalog("lam.csv",
                                   "cloud,instance_type,accelerator_name,accelerator_count,"
@@ -173,15 +193,15 @@ TEST_F(ServerCoreTest, PlacementAndEstimateRankByExpectedCostToComplete) {
     g.memory_mib = mib;
     g.uuid = "GPU-" + name;
     h.inventory.gpus.push_back(g);
+    AddDriver(h);
     return h;
   };
   // T4: FP16 65 TFLOPS vs A100's BF16 312 → perf ≈ 0.21; at $0.5/h a 10 h job costs ≈ $24.
   // H100 SXM: ≈ 3.2× the A100 at $3/h → ≈ $9.5. Cheapest per hour is not cheapest to complete.
   auto t4 = std::make_shared<RecordingLink>();
   auto h100 = std::make_shared<RecordingLink>();
-  ASSERT_TRUE(core_->AgentHello(t4, gpu_hello("t4box", "Tesla T4", 15360, 0.5)).ok());
-  ASSERT_TRUE(
-      core_->AgentHello(h100, gpu_hello("h100box", "NVIDIA H100 80GB HBM3", 81559, 3.0)).ok());
+  ASSERT_TRUE(Hello(t4, gpu_hello("t4box", "Tesla T4", 15360, 0.5)).ok());
+  ASSERT_TRUE(Hello(h100, gpu_hello("h100box", "NVIDIA H100 80GB HBM3", 81559, 3.0)).ok());
   spec::JobSpec s = Spec(1, 1);
   s.expected_hours = 10;
 
@@ -227,7 +247,7 @@ TEST_F(ServerCoreTest, PlacementAndEstimateRankByExpectedCostToComplete) {
 TEST_F(ServerCoreTest, EstimateExplainsAnEmptyResultAndCountsOverBudget) {
   proto::Hello h = CpuHello();
   h.price_per_cpu_hour = 0.1;
-  ASSERT_TRUE(core_->AgentHello(std::make_shared<RecordingLink>(), h).ok());
+  ASSERT_TRUE(Hello(std::make_shared<RecordingLink>(), h).ok());
   spec::JobSpec s = Spec(2, 0);
   s.max_price_per_hour = 0.1;  // 2 CPUs × $0.1 = $0.2/h: over budget
   auto over = core_->Estimate(s, std::nullopt, std::nullopt, 10);
@@ -251,7 +271,7 @@ TEST_F(ServerCoreTest, EstimateExplainsAnEmptyResultAndCountsOverBudget) {
 
 TEST_F(ServerCoreTest, QueuedJobStartsWhenCapacityFrees) {
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto a = core_->SubmitJob(Spec(4), "");
   auto b = core_->SubmitJob(Spec(4), "");
   ASSERT_EQ(link->OfType("assign").size(), 1u);
@@ -265,7 +285,7 @@ TEST_F(ServerCoreTest, QueuedJobStartsWhenCapacityFrees) {
 
 TEST_F(ServerCoreTest, CancelQueuedAndRunning) {
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto running = core_->SubmitJob(Spec(4), "");
   auto queued = core_->SubmitJob(Spec(4), "");
   auto c = core_->CancelJob(queued->id);
@@ -284,7 +304,7 @@ TEST_F(ServerCoreTest, CancelQueuedAndRunning) {
 
 TEST_F(ServerCoreTest, SilentNodeIsLostAfterGrace) {
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto job = core_->SubmitJob(Spec(), "");
   clock_.Advance(9'000);
   core_->Tick();
@@ -310,7 +330,7 @@ TEST_F(ServerCoreTest, SilentNodeIsLostAfterGrace) {
 
 TEST_F(ServerCoreTest, LostNodeFailsTheJobOnceRestartsAreUsedUp) {
   auto link = std::make_shared<RecordingLink>();
-  ASSERT_TRUE(core_->AgentHello(link, CpuHello()).ok());
+  ASSERT_TRUE(Hello(link, CpuHello()).ok());
   spec::JobSpec s = Spec();
   s.lifecycle.max_restarts = 0;
   auto job = core_->SubmitJob(s, "");
@@ -330,7 +350,7 @@ TEST_F(ServerCoreTest, ReclaimPreemptsRequeuesElsewhereAndResumesFromTheCheckpoi
   auto l2 = std::make_shared<RecordingLink>();
   proto::Hello h1 = CpuHello();
   h1.name = "one";
-  auto n1 = core_->AgentHello(l1, h1);
+  auto n1 = Hello(l1, h1);
   spec::JobSpec s = Spec(4);  // only fits an idle node
   s.lifecycle.grace_period_s = 7;
   s.lifecycle.checkpoint_interval_s = 60;
@@ -345,7 +365,7 @@ TEST_F(ServerCoreTest, ReclaimPreemptsRequeuesElsewhereAndResumesFromTheCheckpoi
   ASSERT_TRUE(core_->AgentMessage(*n1, l1.get(), Msg("started", att1)).ok());
   proto::Hello h2 = CpuHello();
   h2.name = "two";
-  auto n2 = core_->AgentHello(l2, h2);
+  auto n2 = Hello(l2, h2);
 
   auto preempted = core_->ReclaimNode("one", {}, "maintenance");
   ASSERT_TRUE(preempted.ok()) << preempted.status().ToString();
@@ -389,7 +409,7 @@ TEST_F(ServerCoreTest, ACheckpointNotInTheBlobStoreIsRefused) {
   store::BlobStore blobs((dir_ / "blobs").string());
   core_->SetBlobStore(&blobs);
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto job = core_->SubmitJob(Spec(), "");
   std::string att = link->OfType("assign")[0]["attempt_id"];
   const std::string good = Sha256Hex("good");
@@ -405,7 +425,7 @@ TEST_F(ServerCoreTest, ACheckpointNotInTheBlobStoreIsRefused) {
 
 TEST_F(ServerCoreTest, CooldownEndsAndTheJobMayReturnToTheNode) {
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto job = core_->SubmitJob(Spec(), "");
   std::string att = link->OfType("assign")[0]["attempt_id"];
   ASSERT_TRUE(core_->ReclaimNode(*node, {}, "test").ok());
@@ -423,7 +443,7 @@ TEST_F(ServerCoreTest, CooldownEndsAndTheJobMayReturnToTheNode) {
 
 TEST_F(ServerCoreTest, RestartKeepsStateAndReconcilesExitOnce) {
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto job = core_->SubmitJob(Spec(), "");
   std::string att = link->OfType("assign")[0]["attempt_id"];
   ASSERT_TRUE(core_->AgentMessage(*node, link.get(), Msg("started", att)).ok());
@@ -441,7 +461,7 @@ TEST_F(ServerCoreTest, RestartKeepsStateAndReconcilesExitOnce) {
   rep.attempt_id = att;
   rep.running = true;
   h.attempts.push_back(rep);
-  ASSERT_EQ(*core_->AgentHello(link2, h), *node);
+  ASSERT_EQ(*Hello(link2, h), *node);
   ASSERT_EQ(link2->OfType("log_ack").size(), 1u);
   EXPECT_EQ(link2->OfType("log_ack")[0]["seq"], 1);
   ASSERT_TRUE(core_
@@ -463,7 +483,7 @@ TEST_F(ServerCoreTest, RestartKeepsStateAndReconcilesExitOnce) {
 
 TEST_F(ServerCoreTest, AgentThatForgotItsAttemptGetsItLostAndStaleOnesKilled) {
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto job = core_->SubmitJob(Spec(), "");
   auto link2 = std::make_shared<RecordingLink>();
   proto::Hello h = CpuHello(*node);
@@ -471,7 +491,7 @@ TEST_F(ServerCoreTest, AgentThatForgotItsAttemptGetsItLostAndStaleOnesKilled) {
   stale.attempt_id = "att-unknown";
   stale.running = true;
   h.attempts.push_back(stale);
-  ASSERT_TRUE(core_->AgentHello(link2, h).ok());
+  ASSERT_TRUE(Hello(link2, h).ok());
   EXPECT_TRUE(link->closed);  // the older link for the node is replaced
   auto d = core_->GetJob(job->id);
   EXPECT_EQ(d->attempts[0].state, store::AttemptState::kLost);
@@ -485,7 +505,7 @@ TEST_F(ServerCoreTest, AgentThatForgotItsAttemptGetsItLostAndStaleOnesKilled) {
 
 TEST_F(ServerCoreTest, StreamReplaysThenFollowsThenEnds) {
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto job = core_->SubmitJob(Spec(), "");
   std::string att = link->OfType("assign")[0]["attempt_id"];
   ASSERT_TRUE(
@@ -514,9 +534,9 @@ TEST_F(ServerCoreTest, StreamReplaysThenFollowsThenEnds) {
 
 TEST_F(ServerCoreTest, MessagesFromAReplacedLinkAreRefused) {
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto link2 = std::make_shared<RecordingLink>();
-  ASSERT_TRUE(core_->AgentHello(link2, CpuHello(*node)).ok());
+  ASSERT_TRUE(Hello(link2, CpuHello(*node)).ok());
   Status s = core_->AgentMessage(*node, link.get(), Json{{"type", "heartbeat"}});
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
 }
@@ -528,9 +548,6 @@ TEST_F(ServerCoreTest, UnknownGpuLabelIsRejectedWithSuggestion) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("a100"), std::string::npos) << r.status().message();
 }
-
-}  // namespace
-}  // namespace sluice::server
 
 namespace sluice::server {
 namespace {
@@ -546,8 +563,9 @@ TEST_F(ServerCoreTest, OffersMergeAgentAndCatalogInOneOrderAndReimportReplaces) 
     g.memory_mib = 81559;
     g.uuid = "GPU-" + std::to_string(i);
     h.inventory.gpus.push_back(g);
+    AddDriver(h);
   }
-  ASSERT_TRUE(core_->AgentHello(link, h).ok());
+  ASSERT_TRUE(Hello(link, h).ok());
   const std::string header =
       "cloud,instance_type,accelerator_name,accelerator_count,gpu_memory_gib,vcpus,memory_gib,"
       "price,spot_price,region,zone\n";
@@ -591,7 +609,7 @@ TEST_F(ServerCoreTest, OnDemandJobPreemptsInterruptibleWorkAndTakesItsPlace) {
   proto::Hello h = CpuHello();
   h.price_per_cpu_hour = 0.10;
   h.interruptible_price_per_cpu_hour = 0.03;
-  auto node = core_->AgentHello(link, h);
+  auto node = Hello(link, h);
   spec::JobSpec spot = Spec(4);
   spot.lifecycle.capacity = spec::Capacity::kInterruptible;
   auto cheap = core_->SubmitJob(spot, "");
@@ -627,7 +645,7 @@ TEST_F(ServerCoreTest, OnDemandJobPreemptsInterruptibleWorkAndTakesItsPlace) {
 
 TEST_F(ServerCoreTest, InterruptibleThenOnDemandFallsBackAfterWaitingAndSaysSo) {
   auto link = std::make_shared<RecordingLink>();
-  ASSERT_TRUE(core_->AgentHello(link, CpuHello()).ok());  // sells no interruptible capacity
+  ASSERT_TRUE(Hello(link, CpuHello()).ok());  // sells no interruptible capacity
   spec::JobSpec s = Spec(1);
   s.lifecycle.capacity = spec::Capacity::kInterruptibleThenOnDemand;
   s.lifecycle.fallback_after_s = 60;
@@ -658,7 +676,7 @@ TEST_F(ServerCoreTest, InterruptibleThenOnDemandFallsBackAfterPreemptions) {
   h.name = "spot";
   h.price_per_cpu_hour = 0.1;
   h.interruptible_price_per_cpu_hour = 0.03;
-  auto spot_node = core_->AgentHello(spot_link, h);
+  auto spot_node = Hello(spot_link, h);
   spec::JobSpec s = Spec(1);
   s.lifecycle.capacity = spec::Capacity::kInterruptibleThenOnDemand;
   s.lifecycle.fallback_after_preemptions = 1;
@@ -671,7 +689,7 @@ TEST_F(ServerCoreTest, InterruptibleThenOnDemandFallsBackAfterPreemptions) {
   proto::Hello od = CpuHello();
   od.name = "od";
   od.price_per_cpu_hour = 0.2;
-  ASSERT_TRUE(core_->AgentHello(od_link, od).ok());
+  ASSERT_TRUE(Hello(od_link, od).ok());
   ASSERT_TRUE(
       core_
           ->AgentMessage(*spot_node, spot_link.get(), proto::ToJson(proto::Exited{att, 143, 0, ""}))
@@ -687,7 +705,7 @@ TEST_F(ServerCoreTest, InterruptibleThenOnDemandFallsBackAfterPreemptions) {
 
 TEST_F(ServerCoreTest, AJobThatFinishesWhileBeingPreemptedSucceedsAndIsNotRunAgain) {
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto job = core_->SubmitJob(Spec(), "");
   std::string att = link->OfType("assign")[0]["attempt_id"];
   ASSERT_TRUE(core_->ReclaimNode(*node, {}, "maintenance").ok());
@@ -723,7 +741,7 @@ TEST_F(ServerCoreTest, CheckpointRetentionDropsTheOldestAndFreesItsOwnChunks) {
   store::BlobStore blobs((dir_ / "blobs").string());
   core_->SetBlobStore(&blobs);
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto job = core_->SubmitJob(Spec(), "");
   std::string att = link->OfType("assign")[0]["attempt_id"];
   // m1 holds "shared" and "only-m1"; m2 and m3 hold "shared" and their own.
@@ -748,7 +766,7 @@ TEST_F(ServerCoreTest, DeletingAFinishedJobDeletesItsCheckpointsButNotSharedChun
   store::BlobStore blobs((dir_ / "blobs").string());
   core_->SetBlobStore(&blobs);
   auto link = std::make_shared<RecordingLink>();
-  auto node = core_->AgentHello(link, CpuHello());
+  auto node = Hello(link, CpuHello());
   auto a = core_->SubmitJob(Spec(), "");
   auto b = core_->SubmitJob(Spec(), "");
   auto assigns = link->OfType("assign");
@@ -789,8 +807,9 @@ TEST_F(ServerCoreTest, ReclaimingSomeGpusPreemptsOnlyTheAttemptsUsingThem) {
     g.memory_mib = 81559;
     g.uuid = "GPU-" + std::to_string(i);
     h.inventory.gpus.push_back(g);
+    AddDriver(h);
   }
-  ASSERT_TRUE(core_->AgentHello(link, h).ok());
+  ASSERT_TRUE(Hello(link, h).ok());
   ASSERT_TRUE(core_->SubmitJob(Spec(1, 1), "").ok());
   ASSERT_TRUE(core_->SubmitJob(Spec(1, 1), "").ok());
   auto assigns = link->OfType("assign");
@@ -805,6 +824,256 @@ TEST_F(ServerCoreTest, ReclaimingSomeGpusPreemptsOnlyTheAttemptsUsingThem) {
   EXPECT_EQ(*preempted, std::vector<std::string>{on_gpu1});
   ASSERT_EQ(link->OfType("preempt").size(), 1u);
   EXPECT_EQ(link->OfType("preempt")[0]["attempt_id"], on_gpu1);
+}
+
+}  // namespace
+}  // namespace sluice::server
+
+// --- trust (issue 5) ---------------------------------------------------------------------
+
+class TrustTest : public ServerCoreTest {
+ protected:
+  proto::Hello GpuHello() {
+    proto::Hello h = CpuHello();
+    GpuInfo g;
+    g.name = "NVIDIA H100 80GB HBM3";
+    g.memory_mib = 81559;
+    g.uuid = "GPU-0";
+    g.serial = "1650123456789";
+    h.inventory.gpus.push_back(g);
+    AddDriver(h);
+    return h;
+  }
+  // Lets `ms` pass with the node heartbeating every 5 s and the server ticking.
+  void Live(int64_t ms, const std::string& node, const std::shared_ptr<RecordingLink>& link) {
+    for (int64_t t = 0; t < ms; t += 5000) {
+      clock_.Advance(5000);
+      ASSERT_TRUE(core_->AgentMessage(node, link.get(), Json{{"type", "heartbeat"}}).ok());
+      core_->Tick();
+    }
+  }
+  Status Report(const std::string& node, const std::shared_ptr<RecordingLink>& link,
+                const conformance::Report& r) {
+    return core_->AgentMessage(node, link.get(),
+                               Json{{"type", "conformance"}, {"report", ToJson(r)}});
+  }
+};
+
+TEST_F(TrustTest, AClaimTheProbeContradictsIsRejectedWithTheReason) {
+  proto::Hello h = CpuHello();  // no GPUs
+  h.claims = {{"h100-80gb", 8}};
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, h);
+  ASSERT_FALSE(node.ok());
+  EXPECT_EQ(node.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(node.status().message().find("advertises 8 x h100-80gb but its probe shows 0"),
+            std::string::npos)
+      << node.status().message();
+  EXPECT_TRUE(core_->ListNodes().empty());  // nothing was registered
+
+  // A claim the probe backs is accepted; more than the probe found is not.
+  proto::Hello g = GpuHello();
+  g.claims = {{"h100-80gb", 1}};
+  EXPECT_TRUE(core_->AgentHello(std::make_shared<RecordingLink>(), g).ok());
+  g.claims = {{"h100-80gb", 2}};
+  auto two = core_->AgentHello(std::make_shared<RecordingLink>(), g);
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find("probe found: 1 x h100-80gb"), std::string::npos);
+}
+
+TEST_F(TrustTest, AnUnverifiedNodeTakesNoWorkAndAFailedReportSaysWhy) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = core_->AgentHello(link, CpuHello());
+  ASSERT_TRUE(node.ok());
+  // Registration asks for the suite; until it reports, the node is unverified and sells nothing.
+  ASSERT_EQ(link->OfType("reverify").size(), 1u);
+  EXPECT_EQ(link->OfType("reverify")[0]["reason"], "registration");
+  EXPECT_EQ(core_->ListNodes()[0].node.verification, "unverified");
+  EXPECT_TRUE(core_->ListOffers().empty());
+  // A job may still be queued for it: verification is under way.
+  auto queued = core_->SubmitJob(Spec(), "");
+  ASSERT_TRUE(queued.ok()) << queued.status().ToString();
+  EXPECT_TRUE(link->OfType("assign").empty());
+
+  // The agent says its disk passed, but the numbers say otherwise: the server decides.
+  conformance::Report r = testing::PassingReport(CpuHello().inventory);
+  for (auto& c : r.checks) {
+    if (c.name == "disk") c.measurements["write_mib_s"] = 2;
+  }
+  ASSERT_TRUE(Report(*node, link, r).ok());
+  NodeView v = core_->ListNodes()[0];
+  EXPECT_EQ(v.node.verification, "unverified");
+  ASSERT_FALSE(v.node.verification_reasons.empty());
+  EXPECT_NE(DumpJson(v.node.verification_reasons).find("disk"), std::string::npos)
+      << DumpJson(v.node.verification_reasons);
+  EXPECT_TRUE(link->OfType("assign").empty());
+  // A new job is refused, and the refusal names the node and why it takes no work.
+  auto refused = core_->SubmitJob(Spec(), "");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("node box is unverified and takes no work: "),
+            std::string::npos)
+      << refused.status().message();
+
+  // A passing report verifies it, and the queued job is placed.
+  ASSERT_TRUE(Report(*node, link, testing::PassingReport(CpuHello().inventory)).ok());
+  EXPECT_EQ(core_->ListNodes()[0].node.verification, "verified");
+  EXPECT_EQ(link->OfType("assign").size(), 1u);
+  ASSERT_EQ(core_->ListOffers().size(), 1u);
+  EXPECT_EQ(core_->ListOffers()[0].verified, market::VerifiedState::kVerified);
+}
+
+TEST_F(TrustTest, ADriverChangeDeverifiesAndWithdrawsOffersUntilItPassesAgain) {
+  auto link = std::make_shared<RecordingLink>();
+  proto::Hello h = GpuHello();
+  auto node = Hello(link, h);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  ASSERT_EQ(core_->ListNodes()[0].node.verification, "verified");
+  std::string hw = core_->ListNodes()[0].node.hardware_fingerprint;
+  std::string sw = core_->ListNodes()[0].node.software_fingerprint;
+  EXPECT_EQ(hw.size(), 64u);
+  ASSERT_EQ(core_->ListOffers().size(), 1u);
+
+  // The same machine reconnects unchanged: it stays verified, no new suite run is needed.
+  auto again = std::make_shared<RecordingLink>();
+  h.node_id = *node;
+  ASSERT_TRUE(core_->AgentHello(again, h).ok());
+  EXPECT_TRUE(again->OfType("reverify").empty());
+  EXPECT_EQ(core_->ListNodes()[0].node.verification, "verified");
+
+  // The provider upgrades the driver: deverified, offers withdrawn, the suite runs again.
+  auto upgraded = std::make_shared<RecordingLink>();
+  h.inventory.driver_version = "560.35.03";
+  h.inventory.cuda_version = "12.6";
+  ASSERT_TRUE(core_->AgentHello(upgraded, h).ok());
+  NodeView v = core_->ListNodes()[0];
+  EXPECT_EQ(v.node.verification, "deverified");
+  EXPECT_EQ(v.node.hardware_fingerprint, hw);
+  EXPECT_NE(v.node.software_fingerprint, sw);
+  EXPECT_NE(DumpJson(v.node.verification_reasons).find("driver 550.54.15 -> 560.35.03"),
+            std::string::npos)
+      << DumpJson(v.node.verification_reasons);
+  ASSERT_EQ(upgraded->OfType("reverify").size(), 1u);
+  EXPECT_TRUE(core_->ListOffers().empty());
+  auto queued = core_->SubmitJob(Spec(1, 1), "");
+  ASSERT_TRUE(queued.ok()) << queued.status().ToString();
+  EXPECT_TRUE(upgraded->OfType("assign").empty());
+
+  ASSERT_TRUE(Report(*node, upgraded, testing::PassingReport(h.inventory)).ok());
+  EXPECT_EQ(core_->ListNodes()[0].node.verification, "verified");
+  EXPECT_EQ(core_->ListOffers().size(), 1u);
+  EXPECT_EQ(upgraded->OfType("assign").size(), 1u);
+}
+
+TEST_F(TrustTest, VerifiedNodesAreAskedAgainOnScheduleAndOnDemand) {
+  opt_.reverify_interval_ms = 10 * 60'000;
+  Open();
+  auto link = std::make_shared<RecordingLink>();
+  auto node = Hello(link, CpuHello());
+  ASSERT_TRUE(node.ok());
+  size_t asked = link->OfType("reverify").size();  // the registration request
+  Live(9 * 60'000, *node, link);
+  EXPECT_EQ(link->OfType("reverify").size(), asked);
+  Live(2 * 60'000, *node, link);
+  ASSERT_EQ(link->OfType("reverify").size(), asked + 1);
+  EXPECT_EQ(link->OfType("reverify").back()["reason"], "scheduled");
+  // Still verified while the new report is on its way.
+  EXPECT_EQ(core_->ListNodes()[0].node.verification, "verified");
+  EXPECT_TRUE(core_->ListNodes()[0].verifying);
+  ASSERT_TRUE(Report(*node, link, testing::PassingReport(CpuHello().inventory)).ok());
+
+  auto verify = core_->VerifyNode("box");
+  ASSERT_TRUE(verify.ok()) << verify.status().ToString();
+  EXPECT_EQ(link->OfType("reverify").back()["reason"], "on-demand");
+  EXPECT_EQ(core_->VerifyNode("nope").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(TrustTest, ReliabilityFollowsUptimeAndStartFailures) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = Hello(link, CpuHello());
+  ASSERT_TRUE(node.ok());
+  Live(3600'000, *node, link);
+  EXPECT_DOUBLE_EQ(core_->ListNodes()[0].reliability.score, 1.0);
+
+  // Offline for an hour: uptime 1/2. (Quiet links count as lost only after the grace.)
+  core_->AgentDisconnected(*node, link.get());
+  clock_.Advance(3600'000);
+  auto back = std::make_shared<RecordingLink>();
+  proto::Hello h = CpuHello(*node);
+  ASSERT_TRUE(core_->AgentHello(back, h).ok());
+  Live(60'000, *node, back);
+  market::Reliability r = core_->ListNodes()[0].reliability;
+  // Scores are refreshed once a minute; whenever that was, the hour offline is what is missing.
+  EXPECT_EQ(r.inputs.window_ms - r.inputs.online_ms, 3600'000);
+  EXPECT_NEAR(r.uptime, 0.5, 0.01);
+
+  // A job that cannot start on it: one start failure out of one start.
+  ASSERT_TRUE(core_->SubmitJob(Spec(), "").ok());
+  auto assign = back->OfType("assign");
+  ASSERT_EQ(assign.size(), 1u);
+  Json exited = Msg("exited", assign[0]["attempt_id"]);
+  exited["exit_code"] = 127;
+  exited["error"] = "exec failed";
+  ASSERT_TRUE(core_->AgentMessage(*node, back.get(), exited).ok());
+  Live(60'000, *node, back);
+  r = core_->ListNodes()[0].reliability;
+  EXPECT_EQ(r.inputs.starts, 1);
+  EXPECT_EQ(r.inputs.start_failures, 1);
+  EXPECT_DOUBLE_EQ(r.start_success, 0.5);
+  EXPECT_LT(r.score, 0.3);
+  // The score reaches the market: the node's offer carries it.
+  ASSERT_EQ(core_->ListOffers().size(), 1u);
+  EXPECT_DOUBLE_EQ(core_->ListOffers()[0].reliability, r.score);
+}
+
+TEST_F(TrustTest, AuditBundleIsSignedAndShowsWhatTheJobRanOn) {
+  auto identity = CreateSigningIdentity("test signer");
+  ASSERT_TRUE(identity.ok()) << identity.status().ToString();
+  core_->SetSigningIdentity(*identity);
+  auto link = std::make_shared<RecordingLink>();
+  proto::Hello h = GpuHello();
+  auto node = Hello(link, h);
+  ASSERT_TRUE(node.ok());
+  auto job = core_->SubmitJob(Spec(1, 1), "");
+  ASSERT_TRUE(job.ok());
+  auto assign = link->OfType("assign");
+  ASSERT_EQ(assign.size(), 1u);
+  std::string att = assign[0]["attempt_id"];
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), Msg("started", att)).ok());
+  Json exited = Msg("exited", att);
+  exited["exit_code"] = 0;
+  ASSERT_TRUE(core_->AgentMessage(*node, link.get(), exited).ok());
+  // The node changes afterwards; the bundle must still show what the job ran on.
+  proto::Hello later = h;
+  later.node_id = *node;
+  later.inventory.driver_version = "560.35.03";
+  ASSERT_TRUE(core_->AgentHello(std::make_shared<RecordingLink>(), later).ok());
+
+  auto zip = core_->AuditBundle(job->id);
+  ASSERT_TRUE(zip.ok()) << zip.status().ToString();
+  auto check = VerifyBundle(*zip, identity->cert_pem);
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  EXPECT_TRUE(check->ok) << check->failure;
+  auto files = ReadBundleFiles(*zip);
+  ASSERT_TRUE(files.ok());
+  for (const char* name :
+       {"environment-fingerprint.json", "hardware-inventory.json", "conformance-log.txt",
+        "events.jsonl", "manifest.sha256", "signature.p7s"}) {
+    EXPECT_TRUE(files->count(name)) << name;
+  }
+  auto env = ParseJson(files->at("environment-fingerprint.json"));
+  ASSERT_TRUE(env.ok());
+  const Json& a = (*env)["attempts"][0];
+  EXPECT_EQ(a["verification"], "verified");
+  EXPECT_EQ(a["hardware_fingerprint"].get<std::string>().size(), 64u);
+  auto hw = ParseJson(files->at("hardware-inventory.json"));
+  ASSERT_TRUE(hw.ok());
+  EXPECT_EQ((*hw)["attempts"][0]["inventory"]["driver_version"], "550.54.15");  // not 560
+  EXPECT_NE(files->at("conformance-log.txt").find("PASS gpu-compute.0"), std::string::npos)
+      << files->at("conformance-log.txt");
+  EXPECT_NE(files->at("events.jsonl").find("\"event\":\"placed\""), std::string::npos);
+
+  // Without a signing key there is no bundle, and an unknown job has none either.
+  EXPECT_EQ(core_->AuditBundle("job-none").status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -1,0 +1,54 @@
+// Test helper: the conformance report a healthy machine with `inv` would send, measurement by
+// measurement within audit::VerificationRules' defaults, so tests can get a node verified the
+// way a real agent does (by reporting), not by poking its state.
+#pragma once
+
+#include <string>
+
+#include "common/conformance.h"
+#include "common/inventory.h"
+
+namespace sluice::server::testing {
+
+inline conformance::Report PassingReport(const Inventory& inv) {
+  using conformance::Check;
+  using conformance::Outcome;
+  conformance::Report r;
+  r.trigger = "registration";
+  r.started_ms = 1;
+  r.duration_ms = 100;
+  r.checks.push_back(
+      Check{"cpu", Outcome::kPass, {{"cores", inv.cpu_cores}, {"ops_per_s", 1e9}}, "measured"});
+  double mem = static_cast<double>(inv.memory_mib);
+  r.checks.push_back(Check{
+      "memory",
+      Outcome::kPass,
+      {{"total_mib", mem}, {"available_mib", mem / 2}, {"touched_mib", 256}, {"touch_mib_s", 4000}},
+      "measured"});
+  r.checks.push_back(
+      Check{"disk",
+            Outcome::kPass,
+            {{"write_mib_s", 500}, {"fsync_ms", 2}, {"read_mib_s", 900}, {"free_mib", 100000}},
+            "measured"});
+  r.checks.push_back(
+      Check{"link",
+            Outcome::kPass,
+            {{"rtt_ms", 0.3}, {"rtt_max_ms", 1}, {"download_mib_s", 800}, {"upload_mib_s", 700}},
+            "measured"});
+  for (const auto& g : inv.gpus) {
+    std::string n = std::to_string(g.index);
+    r.checks.push_back(Check{"gpu-memory." + n,
+                             Outcome::kPass,
+                             {{"total_mib", static_cast<double>(g.memory_mib)},
+                              {"allocated_mib", 1024},
+                              {"h2d_gib_s", 12}},
+                             "measured"});
+    r.checks.push_back(Check{"gpu-compute." + n,
+                             Outcome::kPass,
+                             {{"elements", 1 << 24}, {"kernel_ms", 3}, {"mismatches", 0}},
+                             "measured"});
+  }
+  return r;
+}
+
+}  // namespace sluice::server::testing
