@@ -19,7 +19,9 @@
 #include <thread>
 
 #include "agent/checkpoint_sync.h"
+#include "agent/conformance.h"
 #include "agent/host_info.h"
+#include "agent/link_probe.h"
 #include "agent/process.h"
 #include "common/agent_protocol.h"
 #include "common/archive.h"
@@ -141,6 +143,10 @@ class Agent {
   void PreemptAllLocked(const std::string& cause);
   // Polls opt_.spot_metadata_url until the agent stops; a termination notice preempts all.
   void SpotNoticeLoop();
+  // Runs the conformance suite for `trigger` (the server's reason) once no job holds a GPU, and
+  // queues its report for the server. One run at a time; a request during a run is kept.
+  void VerifyLoop();
+  bool GpuBusyLocked() const;
   void RecoverAttempts();
   void PersistLocked(const Attempt& a);
   void ConnectionLoop();
@@ -171,6 +177,10 @@ class Agent {
   std::string node_id_;
   int64_t heartbeat_ms_ = 3000;
   int active_workers_ = 0;
+  bool welcomed_ = false;         // the current connection got its `welcome`
+  bool verify_running_ = false;   // VerifyLoop is alive
+  std::string verify_requested_;  // trigger of a requested run not yet started, or ""
+  std::string pending_report_;    // a `conformance` message not yet sent
 };
 
 void Agent::RecoverAttempts() {
@@ -524,8 +534,25 @@ void Agent::OnMessage(std::string_view text) {
     return;
   }
   std::string type = msg->value("type", "");
+  if (type == "reverify") {
+    std::string reason = msg->value("reason", "");
+    std::string trigger = reason == "registration" ? "registration"
+                          : reason == "scheduled"  ? "schedule"
+                          : reason == "on-demand"  ? "on-demand"
+                                                   : "re-verification";
+    std::lock_guard<std::mutex> lock(mu_);
+    Log("the server asks for the conformance suite (%s)", reason);
+    verify_requested_ = trigger;
+    if (!verify_running_) {
+      verify_running_ = true;
+      SpawnLocked([this] { VerifyLoop(); });
+    }
+    cv_.notify_all();
+    return;
+  }
   if (type == "welcome") {
     std::lock_guard<std::mutex> lock(mu_);
+    welcomed_ = true;
     node_id_ = msg->value("node_id", "");
     heartbeat_ms_ = std::max<int64_t>(100, msg->value("heartbeat_interval_ms", int64_t{3000}));
     (void)WriteFileAtomic(opt_.data_dir + "/node.id", node_id_ + "\n");
@@ -567,10 +594,66 @@ void Agent::OnMessage(std::string_view text) {
     ForgetLocked(attempt_id);
   } else if (type == "error") {
     Log("server says: %s", msg->value("message", ""));
+    // Refused at hello (a claim the probe contradicts): retrying cannot help.
+    if (!welcomed_ && msg->value("code", "") == "FAILED_PRECONDITION") {
+      fatal_ = true;
+      stopping_ = true;
+      cv_.notify_all();
+      ::kill(::getpid(), SIGTERM);  // wake the main thread's signal wait
+    }
   }
 }
 
+bool Agent::GpuBusyLocked() const {
+  if (inventory_.gpus.empty()) return false;
+  for (const auto& [id, a] : attempts_) {
+    if (a->proc && !a->exit) return true;
+  }
+  return false;
+}
+
+void Agent::VerifyLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_ && !verify_requested_.empty()) {
+    // Allocating GPU memory and launching kernels under a running job would disturb it and
+    // measure the job, not the machine: wait until the GPUs are idle.
+    if (GpuBusyLocked()) {
+      Log("conformance suite deferred until running jobs finish");
+      cv_.wait(lock, [&] { return stopping_ || !GpuBusyLocked(); });
+      continue;
+    }
+    ConformanceOptions o = opt_.conformance;
+    o.trigger = verify_requested_;
+    verify_requested_.clear();
+    if (o.disk_dir.empty()) o.disk_dir = opt_.data_dir;
+    Inventory inv = inventory_;
+    lock.unlock();
+    HttpLinkProbe link(url_, token_);
+    conformance::Report report = RunSuite(o, inv, &link, *RealClock::Get());
+    int pass = 0, fail = 0, skip = 0;
+    for (const auto& c : report.checks) {
+      pass += c.outcome == conformance::Outcome::kPass;
+      fail += c.outcome == conformance::Outcome::kFail;
+      skip += c.outcome == conformance::Outcome::kSkip;
+      if (c.outcome == conformance::Outcome::kFail)
+        Log("conformance: %s failed: %s", c.name, c.reason);
+    }
+    Log("conformance suite (%s): %s", report.trigger,
+        std::to_string(pass) + " passed, " + std::to_string(fail) + " failed, " +
+            std::to_string(skip) + " skipped in " + std::to_string(report.duration_ms) + " ms");
+    lock.lock();
+    pending_report_ = DumpJson(Json{{"type", "conformance"}, {"report", ToJson(report)}});
+    dirty_ = true;
+    cv_.notify_all();
+  }
+  verify_running_ = false;
+}
+
 void Agent::FlushLocked(WsClient& ws) {
+  if (!pending_report_.empty()) {
+    ws.Send(pending_report_);
+    pending_report_.clear();
+  }
   for (auto& [id, a] : attempts_) {
     if (a->proc && !a->started_sent) {
       ws.Send(DumpJson(Json{{"type", "started"}, {"attempt_id", id}}));
@@ -641,6 +724,8 @@ Status Agent::ConnectOnce() {
   hello.interruptible_price_per_cpu_hour = opt_.interruptible_price_per_cpu_hour;
   hello.region = opt_.region;
   hello.agent_version = kVersion;
+  hello.claims = opt_.claims;
+  welcomed_ = false;
   std::vector<std::string> lost;
   for (auto& [id, a] : attempts_) {
     proto::AttemptReport r;

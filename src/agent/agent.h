@@ -8,6 +8,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "agent/conformance.h"
+#include "common/agent_protocol.h"
 
 namespace sluice::agent {
 
@@ -30,6 +34,12 @@ struct AgentOptions {
   // (AWS style, http://169.254.169.254/latest/meta-data/spot/instance-action), 404 means not.
   std::string spot_metadata_url;
   double spot_poll_interval_s = 5;
+  // What the provider advertises (`--advertise-gpu h100-80gb:8`): checked by the server against
+  // the probe, and the node is refused when they disagree. Offers always come from the probe.
+  std::vector<proto::GpuClaim> claims;
+  // The conformance suite the server asks for (at registration, on schedule, `node verify`).
+  // disk_dir defaults to data_dir; trigger is set per run.
+  ConformanceOptions conformance;
 };
 
 // Runs until SIGINT/SIGTERM (exit 0) or a fatal error such as a rejected join token (exit 1).

@@ -21,6 +21,8 @@
 #include <system_error>
 #include <thread>
 
+#include "audit/compat.h"
+
 namespace sluice {
 
 using conformance::Check;
@@ -582,6 +584,15 @@ Check GpuMemory(const CudaDriver& cuda, const GpuInfo& gpu, const CudaDevice& de
   const uint64_t seed = RunSeed(clock);
   Deadline deadline(clock, options.gpu_timeout_ms);
   double h2d_ms = 0, d2h_ms = 0;
+  // One untimed copy first: the first transfer pays for page faults and DMA setup, which say
+  // nothing about the link's bandwidth (it made a fast link look like 0.25 GiB/s).
+  std::memset(words, 0, staging);
+  if (Status s = cuda.Check(api.memcpy_htod(buf.ptr, words, staging), "cuMemcpyHtoD_v2"); !s.ok()) {
+    return Set(c, Outcome::kFail, Describe(dev) + ": " + s.message());
+  }
+  if (Status s = cuda.Check(api.ctx_synchronize(), "cuCtxSynchronize"); !s.ok()) {
+    return Set(c, Outcome::kFail, Describe(dev) + ": " + s.message());
+  }
   for (size_t off = 0; off < bytes; off += staging) {
     const size_t n = std::min(staging, bytes - off);
     for (size_t i = 0; i < n / 8; ++i) words[i] = PatternWord(off / 8 + i, seed);
@@ -876,6 +887,39 @@ std::vector<Check> CheckGpus(const ConformanceOptions& options, const Inventory&
   }
 }
 
+std::vector<conformance::Check> CheckCompatibility(const Inventory& inventory) {
+  std::vector<conformance::Check> out;
+  if (inventory.driver_version.empty()) return out;  // no driver: nothing to be compatible with
+  conformance::Check drv;
+  drv.name = std::string(conformance::kCheckDriverCuda);
+  if (inventory.cuda_version.empty()) {
+    drv.outcome = Outcome::kSkip;
+    drv.reason = "the driver did not report a CUDA version";
+  } else {
+    audit::CompatVerdict v =
+        audit::DriverSupportsCuda(inventory.driver_version, inventory.cuda_version);
+    // The driver's own CUDA version needs native support; minor-version compatibility is for
+    // applications built against a newer toolkit, not for what the driver claims.
+    drv.outcome = v.ok && !v.minor_compat_only ? Outcome::kPass
+                  : v.known                    ? Outcome::kFail
+                                               : Outcome::kSkip;
+    drv.reason = v.reason;
+  }
+  out.push_back(std::move(drv));
+  if (!inventory.torch_builds.empty()) {
+    conformance::Check torch;
+    torch.name = std::string(conformance::kCheckTorchCuda);
+    torch.outcome = Outcome::kPass;
+    for (const auto& build : inventory.torch_builds) {
+      audit::CompatVerdict v = audit::TorchBuildRuns(build, inventory.driver_version);
+      if (!v.ok) torch.outcome = Outcome::kFail;
+      torch.reason += (torch.reason.empty() ? "" : "; ") + build + ": " + v.reason;
+    }
+    out.push_back(std::move(torch));
+  }
+  return out;
+}
+
 conformance::Report RunSuite(const ConformanceOptions& options, const Inventory& inventory,
                              LinkProbe* link, const Clock& clock) {
   conformance::Report r;
@@ -887,6 +931,7 @@ conformance::Report RunSuite(const ConformanceOptions& options, const Inventory&
   r.checks.push_back(CheckDisk(options, clock));
   r.checks.push_back(CheckLink(link));
   for (auto& c : CheckGpus(options, inventory, clock)) r.checks.push_back(std::move(c));
+  for (auto& c : CheckCompatibility(inventory)) r.checks.push_back(std::move(c));
   r.duration_ms = clock.MonotonicMillis() - start;
   return r;
 }

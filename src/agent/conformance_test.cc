@@ -548,5 +548,26 @@ TEST(ConformanceSuiteTest, OneFailingCheckDoesNotStopTheOthers) {
   EXPECT_EQ(FakeCudaLiveAllocations(), baseline);
 }
 
+TEST(ConformanceCompatTest, DriverAndTorchAreJudgedByTheTables) {
+  Inventory inv;
+  EXPECT_TRUE(CheckCompatibility(inv).empty());  // no driver: nothing to check
+  inv.driver_version = "535.54.03";              // CUDA 12.2 GA's minimum in the table
+  inv.cuda_version = "12.2";
+  inv.torch_builds = {"2.1.0+cu121"};
+  auto checks = CheckCompatibility(inv);
+  ASSERT_EQ(checks.size(), 2u);
+  EXPECT_EQ(checks[0].name, "driver-cuda");
+  EXPECT_EQ(checks[0].outcome, conformance::Outcome::kPass) << checks[0].reason;
+  EXPECT_EQ(checks[1].name, "torch-cuda");
+  EXPECT_EQ(checks[1].outcome, conformance::Outcome::kPass) << checks[1].reason;
+  // A driver claiming CUDA 12.4 is older than the 12.4 minimum: known bad.
+  inv.cuda_version = "12.4";
+  inv.torch_builds = {"2.1.0+cu121", "2.4.0+cu124"};
+  checks = CheckCompatibility(inv);
+  ASSERT_EQ(checks.size(), 2u);
+  EXPECT_EQ(checks[0].outcome, conformance::Outcome::kFail) << checks[0].reason;
+  EXPECT_NE(checks[1].reason.find("2.4.0+cu124"), std::string::npos) << checks[1].reason;
+}
+
 }  // namespace
 }  // namespace sluice

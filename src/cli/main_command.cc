@@ -70,6 +70,12 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   server
+      ->add_option("--reverify-interval", sopt.reverify_interval_s,
+                   "Seconds after which a verified node is asked to run its conformance suite "
+                   "again (0: only at registration and on `sluice node verify`)")
+      ->check(CLI::Range(0.0, 365.0 * 86400))
+      ->capture_default_str();
+  server
       ->add_option("--preempt-cooldown", sopt.preempt_cooldown_s,
                    "Seconds a preempted job avoids the node it was preempted or lost on")
       ->check(CLI::Range(0.0, 86400.0))
@@ -139,7 +145,53 @@ int Main(int argc, char** argv) {
       ->add_option("--stop-grace", aopt.stop_grace_s,
                    "On shutdown, seconds between SIGTERM and SIGKILL for running jobs")
       ->capture_default_str();
+  std::vector<std::string> advertise;
+  agent_cmd->add_option("--advertise-gpu", advertise,
+                        "GPUs this node is listed with, as LABEL[:COUNT] (h100-80gb:8). Offers "
+                        "always come from the probe; the server refuses the node when the probe "
+                        "does not show what it advertises");
+  agent_cmd
+      ->add_option("--conformance-disk-mib", aopt.conformance.disk_mib,
+                   "MiB the conformance suite writes, fsyncs and reads back in --data-dir")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  agent_cmd
+      ->add_option("--conformance-memory-mib", aopt.conformance.memory_mib,
+                   "MiB of RAM the conformance suite allocates, writes and verifies")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  agent_cmd
+      ->add_option("--conformance-gpu-mib", aopt.conformance.gpu_alloc_mib,
+                   "MiB of GPU memory the conformance suite allocates and copies per GPU")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  agent_cmd
+      ->add_option("--conformance-gpu-elements", aopt.conformance.gpu_elements,
+                   "32-bit words the conformance kernel hashes and the agent verifies per GPU")
+      ->check(CLI::Range(1024u, 1u << 30))
+      ->capture_default_str();
+  agent_cmd
+      ->add_option("--cuda-library", aopt.conformance.cuda_library,
+                   "The CUDA driver library the GPU checks load")
+      ->capture_default_str();
   agent_cmd->callback([&] {
+    for (const auto& a : advertise) {
+      proto::GpuClaim c;
+      size_t colon = a.find(':');
+      c.label = a.substr(0, colon);
+      try {
+        c.count = colon == std::string::npos ? 1 : std::stoi(a.substr(colon + 1));
+      } catch (...) {
+        c.count = 0;
+      }
+      if (c.label.empty() || c.count < 1) {
+        std::fprintf(stderr, "sluice agent: --advertise-gpu: expected LABEL[:COUNT], got `%s`\n",
+                     a.c_str());
+        rc = 2;
+        return;
+      }
+      aopt.claims.push_back(c);
+    }
     if (aopt.server_url.empty()) {
       auto cfg = ResolveClientConfig("", "unused");
       if (!cfg.ok()) {
@@ -291,6 +343,77 @@ int Main(int argc, char** argv) {
   reclaim->add_option("--cause", reclaim_cause, "Why, recorded with the attempt");
   AddClientFlags(reclaim, &g);
   reclaim->callback([&] { rc = NodeReclaimCommand(g, reclaim_node, reclaim_gpus, reclaim_cause); });
+
+  std::string status_node;
+  auto* node_status = node_cmd->add_subcommand(
+      "status",
+      "A node's verification (verified, unverified, deverified) with the server's reasons, its "
+      "hardware and software fingerprints, reliability score and last conformance report. "
+      "Exit code 2 when it is not verified");
+  node_status->add_option("node", status_node, "Node id or name")->required();
+  AddClientFlags(node_status, &g);
+  node_status->callback([&] { rc = NodeStatusCommand(g, status_node); });
+
+  std::string verify_node;
+  bool verify_no_wait = false;
+  double verify_timeout = 300;
+  auto* node_verify = node_cmd->add_subcommand(
+      "verify",
+      "Run the node's conformance suite now and show the server's verdict (exit code 2 when "
+      "the node is not verified)");
+  node_verify->add_option("node", verify_node, "Node id or name")->required();
+  node_verify->add_flag("--no-wait", verify_no_wait, "Ask and return; do not wait for the report");
+  node_verify->add_option("--timeout", verify_timeout, "Seconds to wait for the report")
+      ->capture_default_str();
+  AddClientFlags(node_verify, &g);
+  node_verify->callback(
+      [&] { rc = NodeVerifyCommand(g, verify_node, !verify_no_wait, verify_timeout); });
+
+  std::string audit_since;
+  bool audit_csv = false;
+  auto* audit_log = app.add_subcommand(
+      "audit-log",
+      "Every API mutation: time, actor (token id or agent), source address, action, target, "
+      "parameters (secrets removed) and the answer's status, oldest first");
+  audit_log->add_option("--since", audit_since,
+                        "Only entries since: a duration ago (1h, 7d), a UTC time "
+                        "(2026-11-30T08:00:00Z) or Unix milliseconds");
+  audit_log->add_flag("--csv", audit_csv, "CSV (RFC 4180) instead of a table");
+  AddClientFlags(audit_log, &g);
+  audit_log->callback([&] { rc = AuditLogCommand(g, audit_since, audit_csv); });
+
+  std::string audit_job, audit_out, verify_path, verify_cert;
+  auto* audit = app.add_subcommand(
+      "audit",
+      "`sluice audit JOB -o report.zip` writes the job's signed audit bundle: "
+      "environment-fingerprint.json, hardware-inventory.json, conformance-log.txt, events.jsonl, "
+      "job.json, manifest.sha256 and signature.p7s (CMS, by the server's key). "
+      "`sluice audit verify report.zip` checks one");
+  audit->add_option("job", audit_job, "Job id");
+  audit->add_option("-o,--output", audit_out, "Where to write the bundle (default JOB-audit.zip)");
+  AddClientFlags(audit, &g);
+  auto* audit_verify = audit->add_subcommand(
+      "verify",
+      "Check a bundle: the CMS signature over manifest.sha256 against the signing certificate, "
+      "and every file against the manifest (no file missing, changed or unlisted). Exit code 1 "
+      "when anything fails");
+  audit_verify->add_option("bundle", verify_path, "The .zip written by `sluice audit`")->required();
+  audit_verify->add_option("--cert", verify_cert,
+                           "The signing certificate (PEM) to trust; default: fetch it from the "
+                           "server's /v1/audit/certificate");
+  AddClientFlags(audit_verify, &g);
+  audit_verify->callback([&] { rc = AuditVerifyCommand(g, verify_path, verify_cert); });
+  audit->callback([&] {
+    if (audit_verify->parsed()) return;
+    if (audit_job.empty()) {
+      std::fprintf(stderr,
+                   "sluice audit: give a job id (sluice audit JOB -o report.zip) or use "
+                   "`sluice audit verify report.zip`\n");
+      rc = 2;
+      return;
+    }
+    rc = AuditBundleCommand(g, audit_job, audit_out);
+  });
 
   try {
     app.parse(argc, argv);
