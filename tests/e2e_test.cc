@@ -238,7 +238,9 @@ TEST_F(E2ETest, JobThatCanNeverFitSaysWhy) {
 TEST_F(E2ETest, EstimateRanksAgentAndCatalogOffersByExpectedCost) {
   std::string fixture =
       std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/tests/fixtures/nvidia-smi/h100-sxm5-80gb-1.txt";
-  cluster_.StartAgent("gpu", {"--from-nvidia-smi", fixture, "--price-per-gpu-hour", "2.5"});
+  Cluster::FakeGpus fake = cluster_.FakeGpuAgent(fixture);
+  fake.args.insert(fake.args.end(), {"--price-per-gpu-hour", "2.5"});
+  cluster_.StartAgent("gpu", fake.args, true, fake.env);
   ASSERT_EQ(cluster_
                 .Cli({"catalog", "import",
                       std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/data/catalog/lambda.csv"})
@@ -355,7 +357,9 @@ TEST_F(E2ETest, SoftwareFactsComeFromTheMachine) {
 TEST_F(E2ETest, GpuInventoryFromRecordedNvidiaSmiShowsInOffers) {
   std::string fixture =
       std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/tests/fixtures/nvidia-smi/h100-sxm5-80gb-1.txt";
-  cluster_.StartAgent("gpu", {"--from-nvidia-smi", fixture, "--price-per-gpu-hour", "2.5"});
+  Cluster::FakeGpus fake = cluster_.FakeGpuAgent(fixture);
+  fake.args.insert(fake.args.end(), {"--price-per-gpu-hour", "2.5"});
+  cluster_.StartAgent("gpu", fake.args, true, fake.env);
   Json offers = cluster_.CliJson({"offers"});
   ASSERT_TRUE(offers.is_array()) << cluster_.Cli({"offers"}).err;
   ASSERT_EQ(offers.size(), 1u);

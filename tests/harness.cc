@@ -231,7 +231,7 @@ void Cluster::KillServer(int sig) {
 }
 
 Daemon* Cluster::StartAgent(const std::string& name, std::vector<std::string> extra,
-                            bool wait_online) {
+                            bool wait_online, std::map<std::string, std::string> env) {
   std::vector<std::string> argv = {SluiceBinary(),
                                    "agent",
                                    "--server",
@@ -243,24 +243,60 @@ Daemon* Cluster::StartAgent(const std::string& name, std::vector<std::string> ex
                                    "--name",
                                    name,
                                    "--keep-alive-interval",
-                                   "1"};
+                                   "1",
+                                   "--conformance-disk-mib",
+                                   "16",
+                                   "--conformance-memory-mib",
+                                   "64"};
   if (!probe_software) argv.push_back("--skip-software-probe");
   for (const auto& e : extra) argv.push_back(e);
-  agents_[name] = std::make_unique<Daemon>(argv, std::map<std::string, std::string>{},
-                                           dir_ + "/agent-" + name + ".log");
+  agents_[name] = std::make_unique<Daemon>(argv, env, dir_ + "/agent-" + name + ".log");
   Daemon* d = agents_[name].get();
   if (wait_online) {
     bool online = WaitUntil([&] {
       Json nodes = CliJson({"nodes"});
       if (!nodes.is_array()) return false;
       for (const auto& n : nodes) {
-        if (n.value("name", "") == name && n.value("state", "") == "online") return true;
+        if (n.value("name", "") == name && n.value("state", "") == "online" &&
+            n.value("verification", "") == "verified") {
+          return true;
+        }
       }
       return false;
     });
-    if (!online) throw std::runtime_error("agent " + name + " did not come online:\n" + d->Log());
+    if (!online) {
+      throw std::runtime_error("agent " + name + " did not come online verified:\n" + d->Log() +
+                               "\n" + Cli({"node", "status", name}).out);
+    }
   }
   return d;
+}
+
+Cluster::FakeGpus Cluster::FakeGpuAgent(const std::string& fixture) {
+  FakeGpus f;
+  f.args = {"--from-nvidia-smi",
+            fixture,
+            "--cuda-library",
+            SLUICE_FAKE_CUDA_PATH,
+            "--conformance-gpu-mib",
+            "16",
+            "--conformance-gpu-elements",
+            "65536"};
+  CommandResult probe =
+      RunCommand({SluiceBinary(), "probe", "--from-nvidia-smi", fixture, "--json"});
+  auto inv = ParseJson(probe.out);
+  if (!inv.ok() || !inv->contains("gpus")) {
+    throw std::runtime_error("sluice probe " + fixture + " failed: " + probe.err);
+  }
+  std::string pci;
+  for (const auto& g : (*inv)["gpus"]) {
+    pci += (pci.empty() ? "" : ",") + g.value("pci_bus_id", "");
+  }
+  f.env = {{"FAKE_CUDA_DEVICES", std::to_string((*inv)["gpus"].size())},
+           {"FAKE_CUDA_PCI", pci},
+           {"FAKE_CUDA_TOTAL_MIB",
+            std::to_string((*inv)["gpus"].empty() ? 0 : (*inv)["gpus"][0].value("memory_mib", 0))}};
+  return f;
 }
 
 CommandResult Cluster::Cli(std::vector<std::string> args, std::chrono::milliseconds timeout) {

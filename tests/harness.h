@@ -63,11 +63,20 @@ class Cluster {
   // Starts (or restarts, on the same data dir and port) the server and waits for server.url.
   void StartServer(std::vector<std::string> extra = {});
   void KillServer(int sig);
-  // Starts an agent named `name` with its own data dir and waits until it is online.
+  // Starts an agent named `name` with its own data dir and waits until it is online and the
+  // server has verified it (its conformance suite passed; only verified nodes take work).
   // Agents skip the software probe (python/torch imports take seconds) unless a test sets
-  // probe_software before starting them.
+  // probe_software before starting them, and run a small conformance suite.
   Daemon* StartAgent(const std::string& name, std::vector<std::string> extra = {},
-                     bool wait_online = true);
+                     bool wait_online = true, std::map<std::string, std::string> env = {});
+  // Arguments and environment that make an agent probe its GPUs from a recorded nvidia-smi
+  // output and run its GPU conformance checks on the fake CUDA driver (src/agent/fake_cuda)
+  // pretending to be exactly those GPUs (PCI ids and memory from the same recording).
+  struct FakeGpus {
+    std::vector<std::string> args;
+    std::map<std::string, std::string> env;
+  };
+  FakeGpus FakeGpuAgent(const std::string& nvidia_smi_fixture);
   bool probe_software = false;
 
   // Runs the CLI against this cluster's server with the admin token.

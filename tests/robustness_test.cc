@@ -254,13 +254,19 @@ TEST_F(RobustnessTest, GarbageOnTheAgentChannelClosesIt) {
   // A valid hello followed by garbage messages: errors, then the link is closed or answered.
   std::string hello =
       "{\"type\":\"hello\",\"name\":\"evil\",\"inventory\":{\"cpu_cores\":1,\"memory_mib\":100}}";
-  std::string r =
-      WsExchange(port_, WsUpgrade(j),
-                 WsFrame(hello) + WsFrame("{\"type\":\"log\"}") +
-                     WsFrame("{\"type\":\"exited\",\"attempt_id\":\"a\",\"exit_code\":\"x\"}") +
-                     WsFrame("{}"));
+  std::string r = WsExchange(
+      port_, WsUpgrade(j),
+      WsFrame(hello) +
+          // Conformance reports the server must refuse, not trust or crash on.
+          WsFrame("{\"type\":\"conformance\",\"report\":{\"checks\":\"x\"}}") +
+          WsFrame("{\"type\":\"conformance\"}") + WsFrame("{\"type\":\"log\"}") +
+          WsFrame("{\"type\":\"conformance\",\"report\":{\"checks\":[{\"name\":"
+                  "\"cpu\",\"outcome\":\"pass\",\"measurements\":{\"cores\":\"many\"}}]}}") +
+          WsFrame("{\"type\":\"exited\",\"attempt_id\":\"a\",\"exit_code\":\"x\"}") +
+          WsFrame("{}"));
   EXPECT_NE(r.find("welcome"), std::string::npos);
   EXPECT_NE(r.find("error"), std::string::npos);
+  EXPECT_NE(r.find("conformance.report.checks: expected an array"), std::string::npos) << r;
   ExpectAlive();
 }
 

@@ -1,0 +1,255 @@
+// End-to-end tests of trust (issue 5): verification by conformance, claims checked against the
+// probe, re-verification after a driver change, the audit log and signed audit bundles checked
+// by `sluice audit verify` and by plain openssl. Real server, agents and CLI on loopback.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "common/text.h"
+#include "harness.h"
+
+namespace sluice::testing {
+namespace {
+
+bool Contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+std::string Fixture(const std::string& name) {
+  return std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/tests/fixtures/nvidia-smi/" + name;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class TrustE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_.StartServer(
+        {"--heartbeat-interval", "0.3", "--heartbeat-grace", "6", "--cancel-grace", "1"});
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << "---- server log ----\n" << cluster_.ServerLog() << "\n";
+  }
+  Json Node(const std::string& name) {
+    Json nodes = cluster_.CliJson({"nodes"});
+    if (!nodes.is_array()) return Json();
+    for (const auto& n : nodes) {
+      if (n.value("name", "") == name) return n;
+    }
+    return Json();
+  }
+  std::string RunToEnd(const std::string& spec) {
+    CommandResult r = cluster_.Cli({"run", spec, "--follow"});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    Json jobs = cluster_.CliJson({"jobs"});
+    return jobs.is_array() && !jobs.empty() ? jobs[0].value("id", "") : "";
+  }
+  Cluster cluster_;
+};
+
+TEST_F(TrustE2ETest, ACpuNodeIsVerifiedByItsConformanceSuiteAndOnDemand) {
+  cluster_.StartAgent("cpu1");  // waits for "verified"
+  CommandResult status = cluster_.Cli({"node", "status", "cpu1"});
+  EXPECT_EQ(status.exit_code, 0) << status.out << status.err;
+  EXPECT_TRUE(Contains(status.out, "verification verified")) << status.out;
+  for (const char* check : {"PASS cpu", "PASS memory", "PASS disk", "PASS link", "SKIP gpu"}) {
+    EXPECT_TRUE(Contains(status.out, check)) << check << "\n" << status.out;
+  }
+  Json n = Node("cpu1");
+  EXPECT_EQ(n["hardware_fingerprint"].get<std::string>().size(), 64u);
+  EXPECT_EQ(n["software_fingerprint"].get<std::string>().size(), 64u);
+  int64_t first = n.value("verified_ms", int64_t{0});
+  // On demand: the suite runs again and a new verdict arrives.
+  CommandResult verify = cluster_.Cli({"node", "verify", "cpu1", "--timeout", "60"});
+  EXPECT_EQ(verify.exit_code, 0) << verify.out << verify.err;
+  EXPECT_GT(Node("cpu1").value("verified_ms", int64_t{0}), first);
+  Json offers = cluster_.CliJson({"offers", "verified=verified"});
+  ASSERT_TRUE(offers.is_array());
+  EXPECT_EQ(offers.size(), 1u);
+}
+
+TEST_F(TrustE2ETest, ANodeAdvertisingAGpuItsProbeDoesNotShowIsRejected) {
+  Daemon* agent = cluster_.StartAgent("liar", {"--advertise-gpu", "h100-80gb:8"}, false);
+  int rc = agent->Wait(std::chrono::seconds(30));
+  EXPECT_EQ(rc, 1) << agent->Log();
+  EXPECT_TRUE(Contains(agent->Log(), "advertises 8 x h100-80gb but its probe shows 0"))
+      << agent->Log();
+  EXPECT_TRUE(Node("liar").is_null());
+  // The refusal is in the audit log.
+  CommandResult log = cluster_.Cli({"audit-log", "--csv"});
+  EXPECT_TRUE(Contains(log.out, "agent.hello")) << log.out;
+  EXPECT_TRUE(Contains(log.out, "claim rejected")) << log.out;
+}
+
+// The recorded H100 machine, its GPU checks run on the fake CUDA driver. A driver upgrade
+// (the same recording with another driver version) deverifies the node and withdraws its offers;
+// while its GPU check fails it stays out of the market, with the reason; once it passes it is
+// back.
+TEST_F(TrustE2ETest, ADriverChangeIsReverifiedAndOffersAreWithdrawnUntilItPasses) {
+  Cluster::FakeGpus fake = cluster_.FakeGpuAgent(Fixture("h100-sxm5-80gb-1.txt"));
+  Daemon* agent = cluster_.StartAgent("h100", fake.args, true, fake.env);
+  ASSERT_EQ(cluster_.CliJson({"offers", "gpu=h100"}).size(), 1u);
+  Json before = Node("h100");
+  std::string driver = before["inventory"].value("driver_version", "");
+  ASSERT_FALSE(driver.empty());
+
+  // Upgrade: the same recording with a newer driver, and (for now) a GPU that fails its check.
+  std::string recorded = ReadAll(Fixture("h100-sxm5-80gb-1.txt"));
+  std::string upgraded = std::regex_replace(recorded, std::regex(driver), "560.35.03");
+  ASSERT_NE(upgraded, recorded);
+  std::string path = cluster_.WriteFile("h100-upgraded.txt", upgraded);
+  agent->Signal(SIGTERM);
+  ASSERT_EQ(agent->Wait(std::chrono::seconds(30)), 0);
+  Cluster::FakeGpus broken = cluster_.FakeGpuAgent(path);
+  broken.env["FAKE_CUDA_FAIL"] = "wrong-result";
+  cluster_.StartAgent("h100", broken.args, false, broken.env);
+  ASSERT_TRUE(WaitUntil([&] {
+    Json n = Node("h100");
+    return n.value("state", "") == "online" && n.value("verification", "") == "deverified" &&
+           !n.value("verifying", true);
+  })) << cluster_.Cli({"node", "status", "h100"}).out;
+  Json n = Node("h100");
+  EXPECT_EQ(n["hardware_fingerprint"], before["hardware_fingerprint"]);
+  EXPECT_NE(n["software_fingerprint"], before["software_fingerprint"]);
+  CommandResult status = cluster_.Cli({"node", "status", "h100"});
+  EXPECT_EQ(status.exit_code, 2);
+  EXPECT_TRUE(Contains(status.out, "gpu-compute.0")) << status.out;
+  EXPECT_TRUE(cluster_.CliJson({"offers", "gpu=h100"}).empty());
+  // A job for it is refused with the reason.
+  std::string spec =
+      cluster_.WriteFile("g.yaml", "name: g\nresources: {gpu: h100, gpus: 1}\nrun: true\n");
+  CommandResult refused = cluster_.Cli({"run", spec});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_TRUE(Contains(refused.err, "node h100 is deverified and takes no work")) << refused.err;
+
+  // The GPU is fixed: the next run passes and the offers are back.
+  cluster_.agent("h100")->Signal(SIGTERM);
+  ASSERT_EQ(cluster_.agent("h100")->Wait(std::chrono::seconds(30)), 0);
+  Cluster::FakeGpus fixed = cluster_.FakeGpuAgent(path);
+  cluster_.StartAgent("h100", fixed.args, true, fixed.env);
+  EXPECT_EQ(cluster_.CliJson({"offers", "gpu=h100"}).size(), 1u);
+  EXPECT_EQ(Node("h100")["inventory"].value("driver_version", ""), "560.35.03");
+}
+
+TEST_F(TrustE2ETest, AuditLogRecordsMutationsWithoutSecrets) {
+  cluster_.StartAgent("a1");
+  std::string spec = cluster_.WriteFile(
+      "s.yaml", "name: s\nresources: {cpus: 1}\nenv: {WANDB_API_KEY: s3cr3t-value}\nrun: true\n");
+  RunToEnd(spec);
+  CommandResult csv = cluster_.Cli({"audit-log", "--csv", "--since", "1h"});
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  EXPECT_TRUE(Contains(csv.out, "id,ts_ms,actor,source,action,target,status,params")) << csv.out;
+  EXPECT_TRUE(Contains(csv.out, ",POST /v1/jobs,job-")) << csv.out;
+  EXPECT_TRUE(Contains(csv.out, "127.0.0.1:")) << csv.out;
+  EXPECT_TRUE(Contains(csv.out, "admin-")) << csv.out;
+  EXPECT_TRUE(Contains(csv.out, "WANDB_API_KEY")) << csv.out;
+  EXPECT_FALSE(Contains(csv.out, "s3cr3t-value")) << csv.out;
+  EXPECT_FALSE(Contains(csv.out, "GET /v1/")) << "reads are not mutations";
+  // Nothing since a minute in the future.
+  CommandResult none = cluster_.Cli({"audit-log", "--since", "2999-01-01"});
+  EXPECT_TRUE(Contains(none.out, "no audit entries")) << none.out;
+  CommandResult bad = cluster_.Cli({"audit-log", "--since", "yesterday-ish"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(Contains(bad.err, "--since")) << bad.err;
+}
+
+TEST_F(TrustE2ETest, AuditBundleVerifiesWithSluiceAndOpensslAndAnyChangeIsCaught) {
+  Cluster::FakeGpus fake = cluster_.FakeGpuAgent(Fixture("h100-sxm5-80gb-1.txt"));
+  cluster_.StartAgent("h100", fake.args, true, fake.env);
+  std::string spec =
+      cluster_.WriteFile("j.yaml", "name: j\nresources: {gpu: h100, gpus: 1}\nrun: echo trained\n");
+  std::string id = RunToEnd(spec);
+  ASSERT_FALSE(id.empty());
+  std::string zip = cluster_.dir() + "/report.zip";
+  CommandResult written = cluster_.Cli({"audit", id, "-o", zip});
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  CommandResult ok = cluster_.Cli({"audit", "verify", zip});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_TRUE(Contains(ok.out, "bundle verified")) << ok.out;
+
+  // Plain openssl, with the certificate the server publishes.
+  std::string cert = cluster_.dir() + "/cert.pem";
+  // Published without a token, and the same file the server keeps.
+  CommandResult pem = RunCommand(
+      {"/usr/bin/python3", "-c",
+       "import sys,urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read()"
+       ".decode())",
+       cluster_.url() + "/v1/audit/certificate"});
+  ASSERT_EQ(pem.exit_code, 0) << pem.err;
+  EXPECT_EQ(pem.out, ReadAll(cluster_.server_data_dir() + "/audit-signing.crt"));
+  std::ofstream(cert) << pem.out;
+  std::string x = cluster_.dir() + "/x";
+  std::filesystem::create_directories(x);
+  ASSERT_EQ(RunCommand({"/usr/bin/python3", "-c",
+                        "import sys,zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])",
+                        zip, x})
+                .exit_code,
+            0);
+  auto openssl_ok = [&] {
+    return RunCommand({"/usr/bin/openssl", "cms", "-verify", "-binary", "-inform", "DER", "-in",
+                       x + "/signature.p7s", "-content", x + "/manifest.sha256", "-CAfile", cert,
+                       "-out", "/dev/null"})
+                   .exit_code == 0 &&
+           RunCommand({"/bin/sh", "-c", "cd '" + x + "' && sha256sum --strict -c manifest.sha256"})
+                   .exit_code == 0;
+  };
+  EXPECT_TRUE(openssl_ok());
+  // What the job ran on is in the bundle: the recorded H100's serials and the verdict.
+  std::string hw = ReadAll(x + "/hardware-inventory.json");
+  EXPECT_TRUE(Contains(hw, "NVIDIA H100 80GB HBM3")) << hw;
+  EXPECT_TRUE(Contains(ReadAll(x + "/conformance-log.txt"), "PASS gpu-compute.0"));
+  EXPECT_TRUE(
+      Contains(ReadAll(x + "/environment-fingerprint.json"), "\"verification\": \"verified\""));
+
+  // One byte of events.jsonl changed: sluice and sha256sum both refuse it.
+  std::string events = ReadAll(x + "/events.jsonl");
+  events[events.size() / 2] ^= 1;
+  std::ofstream(x + "/events.jsonl", std::ios::binary | std::ios::trunc) << events;
+  EXPECT_FALSE(openssl_ok());
+  std::string tampered = cluster_.dir() + "/tampered.zip";
+  ASSERT_EQ(
+      RunCommand(
+          {"/usr/bin/python3", "-c",
+           "import os,sys,zipfile\n"
+           "z=zipfile.ZipFile(sys.argv[1],'w')\n"
+           "[z.write(os.path.join(sys.argv[2],f),f) for f in sorted(os.listdir(sys.argv[2]))]\n"
+           "z.close()",
+           tampered, x})
+          .exit_code,
+      0);
+  CommandResult bad = cluster_.Cli({"audit", "verify", tampered, "--cert", cert});
+  EXPECT_EQ(bad.exit_code, 1) << bad.out << bad.err;
+  EXPECT_TRUE(Contains(bad.out, "MODIFIED  events.jsonl")) << bad.out;
+}
+
+TEST_F(TrustE2ETest, DryRunExplainsWhichRuntimeFactFailsOnWhichOffers) {
+  cluster_.StartAgent("cpu1");
+  std::string fits = cluster_.WriteFile("fits.yaml", "name: f\nresources: {cpus: 1}\nrun: true\n");
+  CommandResult ok = cluster_.Cli({"run", "--dry-run", fits});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_TRUE(Contains(ok.out + ok.err, "cpu1")) << ok.out << ok.err;
+  std::string needs = cluster_.WriteFile(
+      "needs.yaml",
+      "name: n\nresources: {cpus: 1}\nruntime: {driver: \">=535\", cuda: \"12.1\"}\nrun: true\n");
+  CommandResult no = cluster_.Cli({"run", "--dry-run", needs});
+  EXPECT_NE(no.exit_code, 0);
+  std::string all = no.out + no.err;
+  EXPECT_TRUE(Contains(all, "driver>=535")) << all;
+  EXPECT_TRUE(Contains(all, "sha256")) << all;
+  // Nothing was submitted.
+  Json jobs = cluster_.CliJson({"jobs"});
+  ASSERT_TRUE(jobs.is_array());
+  EXPECT_TRUE(jobs.empty());
+}
+
+}  // namespace
+}  // namespace sluice::testing
