@@ -33,20 +33,25 @@ echo "==> starting a local agent (it probes this machine and publishes its offer
 "$bin" agent --server "$SLUICE_SERVER" --join-token-file "$work/server/join.token" \
   --data-dir "$work/agent" --name local >"$work/agent.log" 2>&1 &
 agent_pid=$!
-# The probe imports PyTorch when it is installed, which can take several seconds.
+# The probe imports PyTorch when it is installed, which can take several seconds; then the
+# server has the agent run its conformance suite and verifies the node.
 online=""
-for _ in $(seq 1 600); do
-  if "$bin" nodes --json 2>/dev/null | grep -q '"state": "online"'; then
+for _ in $(seq 1 900); do
+  if "$bin" nodes --json 2>/dev/null | grep -q '"verification": "verified"'; then
     online=yes
     break
   fi
   sleep 0.1
 done
 if [[ -z $online ]]; then
-  echo "demo: the agent did not come online within 60 s" >&2
+  echo "demo: the agent was not online and verified within 90 s" >&2
+  "$bin" node status local >&2 || true
   exit 1
 fi
 "$bin" nodes
+echo
+echo "==> sluice node status local (the conformance suite, judged by the server)"
+"$bin" node status local
 echo
 "$bin" offers
 echo
@@ -57,6 +62,11 @@ rc=$?
 set -e
 echo
 "$bin" jobs
+job=$("$bin" jobs --json | sed -n 's/.*"id": "\(job-[0-9a-f]*\)".*/\1/p' | head -n 1)
+echo
+echo "==> sluice audit $job -o $work/audit.zip; sluice audit verify $work/audit.zip"
+"$bin" audit "$job" -o "$work/audit.zip"
+"$bin" audit verify "$work/audit.zip"
 echo
 echo "==> shutting down (exit code of the job: $rc)"
 exit $rc

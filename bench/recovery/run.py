@@ -227,8 +227,10 @@ class SluiceRecovery:
         def online():
             self._check_alive()
             nodes = self.api("GET", "/v1/nodes")["nodes"]
-            return sum(1 for n in nodes if n.get("state") == "online") >= self.n_agents
-        wait_for(online, 60, f"{self.n_agents} nodes 'online' in GET /v1/nodes", interval=0.1)
+            return sum(1 for n in nodes if n.get("state") == "online"
+                       and n.get("verification") == "verified") >= self.n_agents
+        wait_for(online, 60, f"{self.n_agents} nodes 'online' and verified in GET /v1/nodes",
+                 interval=0.1)
         self.node_names = {n["id"]: n["name"] for n in self.api("GET", "/v1/nodes")["nodes"]}
         log(f"sluice: {self.n_agents} agents online")
 

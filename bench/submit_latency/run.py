@@ -497,9 +497,12 @@ class Sluice:
             except ValueError:
                 return False
             nodes = doc.get("nodes", []) if isinstance(doc, dict) else doc
+            # Only verified nodes take work (issue 5): wait for the verdict too, so the first
+            # measured submit does not include the conformance suite.
             return sum(1 for n in nodes if isinstance(n, dict)
-                       and n.get("state") == "online") >= 1
-        wait_for(online, 30, "one node with state 'online' in `sluice nodes --json`",
+                       and n.get("state") == "online"
+                       and n.get("verification") == "verified") >= 1
+        wait_for(online, 60, "one verified node with state 'online' in `sluice nodes --json`",
                  interval=0.05)
         log("sluice: agent online")
 
