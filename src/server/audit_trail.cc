@@ -74,7 +74,10 @@ store::AuditEntry AuditEntryFor(const HttpRequest& req, int status,
   e.status = status;
   Json params = Json::object();
   for (const auto& [k, v] : req.query) params["query"][k] = NamesSecret(k) ? kRedacted : v;
-  if (!req.body.empty()) {
+  if (!req.body.empty() && req.path.rfind("/v1/blobs/", 0) == 0) {
+    // Content-addressed: the digest in the path already names the bytes.
+    params["body_bytes"] = req.body.size();
+  } else if (!req.body.empty()) {
     auto body = req.body.size() <= kMaxRecordedBody ? ParseJson(req.body) : Result<Json>(Json());
     if (body.ok() && body->is_object()) {
       params["body"] = RedactSecrets(*body);

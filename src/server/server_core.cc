@@ -1325,7 +1325,11 @@ void ServerCore::Tick() {
 
 void ServerCore::CloseUptimeLocked(NodeState& node, WriteBatch& batch) {
   if (node.online_since_ms == 0) return;
-  batch.uptime.push_back({node.record.id, node.online_since_ms, clock_->NowMillis()});
+  // Online until its last sign of life, not until now: a node declared lost has been silent for
+  // the whole heartbeat grace.
+  int64_t silent = std::max<int64_t>(0, clock_->MonotonicMillis() - node.last_seen_mono);
+  int64_t end = std::max(node.online_since_ms, clock_->NowMillis() - silent);
+  batch.uptime.push_back({node.record.id, node.online_since_ms, end});
   node.online_since_ms = 0;
 }
 

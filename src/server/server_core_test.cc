@@ -1025,6 +1025,26 @@ TEST_F(TrustTest, ReliabilityFollowsUptimeAndStartFailures) {
   EXPECT_DOUBLE_EQ(core_->ListOffers()[0].reliability, r.score);
 }
 
+TEST_F(TrustTest, ANodeLostForSilenceWasOnlineUntilItsLastHeartbeat) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = Hello(link, CpuHello());
+  ASSERT_TRUE(node.ok());
+  Live(600'000, *node, link);
+  // Silent: declared lost once the 10 s grace has passed, at the first tick after it.
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(5000);
+    core_->Tick();
+  }
+  ASSERT_EQ(core_->ListNodes()[0].node.state, store::NodeState::kLost);
+  clock_.Advance(600'000 - 20'000);
+  auto back = std::make_shared<RecordingLink>();
+  ASSERT_TRUE(core_->AgentHello(back, CpuHello(*node)).ok());
+  Live(120'000, *node, back);
+  market::Reliability r = core_->ListNodes()[0].reliability;
+  // Ten minutes of silence and absence, not ten minutes minus the grace.
+  EXPECT_EQ(r.inputs.window_ms - r.inputs.online_ms, 600'000);
+}
+
 TEST_F(TrustTest, AuditBundleIsSignedAndShowsWhatTheJobRanOn) {
   auto identity = CreateSigningIdentity("test signer");
   ASSERT_TRUE(identity.ok()) << identity.status().ToString();
