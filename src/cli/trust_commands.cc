@@ -243,7 +243,7 @@ int AuditBundleCommand(const GlobalFlags& g, const std::string& job, const std::
     std::cout << "  " << name << " (" << data.size() << " bytes)\n";
   }
   std::cout << "check it with `sluice audit verify " << path
-            << "` or plain openssl (see the README, \"Audit bundles\")\n";
+            << "` or with plain openssl (README: \"Trust: verified nodes, reliability, audit\")\n";
   return 0;
 }
 
