@@ -140,6 +140,34 @@ TEST_F(TrustE2ETest, ADriverChangeIsReverifiedAndOffersAreWithdrawnUntilItPasses
   EXPECT_EQ(Node("h100")["inventory"].value("driver_version", ""), "560.35.03");
 }
 
+// The driver changes under a running agent (here: its recorded nvidia-smi output is rewritten).
+// The next verification probes again, the agent registers anew, and the server deverifies the
+// node, re-runs the suite and verifies it with the new software fingerprint.
+TEST_F(TrustE2ETest, ASoftwareChangeUnderARunningAgentIsCaughtAtTheNextVerification) {
+  std::string recorded = ReadAll(Fixture("h100-sxm5-80gb-1.txt"));
+  std::string path = cluster_.WriteFile("h100-live.txt", recorded);
+  Cluster::FakeGpus fake = cluster_.FakeGpuAgent(path);
+  cluster_.StartAgent("h100", fake.args, true, fake.env);
+  Json before = Node("h100");
+  std::string driver = before["inventory"].value("driver_version", "");
+  ASSERT_FALSE(driver.empty());
+  cluster_.WriteFile("h100-live.txt",
+                     std::regex_replace(recorded, std::regex(driver), "560.35.03"));
+
+  CommandResult verify = cluster_.Cli({"node", "verify", "h100", "--timeout", "90"});
+  EXPECT_EQ(verify.exit_code, 0) << verify.out << verify.err;
+  Json after = Node("h100");
+  EXPECT_EQ(after["inventory"].value("driver_version", ""), "560.35.03");
+  EXPECT_EQ(after["hardware_fingerprint"], before["hardware_fingerprint"]);
+  EXPECT_NE(after["software_fingerprint"], before["software_fingerprint"]);
+  EXPECT_EQ(after.value("verification", ""), "verified");
+  EXPECT_TRUE(Contains(cluster_.agent("h100")->Log(), "registering it again"))
+      << cluster_.agent("h100")->Log();
+  // The server's side of it is on record: a second hello, and the suite's verdict after it.
+  CommandResult log = cluster_.Cli({"audit-log", "--csv"});
+  EXPECT_TRUE(Contains(log.out, "560.35.03")) << log.out;
+}
+
 TEST_F(TrustE2ETest, AuditLogRecordsMutationsWithoutSecrets) {
   cluster_.StartAgent("a1");
   std::string spec = cluster_.WriteFile(

@@ -23,6 +23,7 @@
 #include "agent/host_info.h"
 #include "agent/link_probe.h"
 #include "agent/process.h"
+#include "audit/fingerprint.h"
 #include "common/agent_protocol.h"
 #include "common/archive.h"
 #include "common/clock.h"
@@ -181,6 +182,8 @@ class Agent {
   bool verify_running_ = false;   // VerifyLoop is alive
   std::string verify_requested_;  // trigger of a requested run not yet started, or ""
   std::string pending_report_;    // a `conformance` message not yet sent
+  bool reregister_ = false;       // the inventory changed: reconnect and say hello again
+  ProbeOptions probe_options_;    // how Run() probed the machine; VerifyLoop probes again
 };
 
 void Agent::RecoverAttempts() {
@@ -628,6 +631,23 @@ void Agent::VerifyLoop() {
     if (o.disk_dir.empty()) o.disk_dir = opt_.data_dir;
     Inventory inv = inventory_;
     lock.unlock();
+    // Probe again first: a driver, toolkit or PyTorch build installed since registration must
+    // reach the server, whose fingerprints then deverify the node and ask for a new run.
+    if (auto now = TryProbeHost(probe_options_); now.ok()) {
+      bool changed =
+          audit::HardwareFingerprint(*now).sha256 != audit::HardwareFingerprint(inv).sha256 ||
+          audit::SoftwareFingerprint(*now).sha256 != audit::SoftwareFingerprint(inv).sha256;
+      if (changed) {
+        lock.lock();
+        Log("the machine changed since registration (new probe); registering it again");
+        inventory_ = *now;
+        reregister_ = true;
+        cv_.notify_all();
+        continue;  // the server asks for the suite again once it has the new inventory
+      }
+    } else {
+      Log("probe before the conformance suite failed: %s", now.status().message());
+    }
     HttpLinkProbe link(url_, token_);
     conformance::Report report = RunSuite(o, inv, &link, *RealClock::Get());
     int pass = 0, fail = 0, skip = 0;
@@ -750,7 +770,7 @@ Status Agent::ConnectOnce() {
   for (const auto& id : lost) ForgetLocked(id);  // reported once; the server marks them lost
   dirty_ = true;
   auto next_heartbeat = std::chrono::steady_clock::now();
-  while (connected_ && !stopping_) {
+  while (connected_ && !stopping_ && !reregister_) {
     if (dirty_) {
       dirty_ = false;
       FlushLocked(*ws);
@@ -760,7 +780,16 @@ Status Agent::ConnectOnce() {
       ws->Send(R"({"type":"heartbeat"})");
       next_heartbeat = now + std::chrono::milliseconds(heartbeat_ms_);
     }
-    cv_.wait_until(lock, next_heartbeat, [&] { return dirty_ || !connected_ || stopping_; });
+    cv_.wait_until(lock, next_heartbeat,
+                   [&] { return dirty_ || !connected_ || stopping_ || reregister_; });
+  }
+  if (reregister_ && !stopping_) {
+    // The machine changed (VerifyLoop): say hello again with the new inventory.
+    reregister_ = false;
+    ws_.reset();
+    lock.unlock();
+    ws->Close();
+    return Status::AlreadyExists("re-registering with the changed inventory");
   }
   bool stopping = stopping_;
   if (stopping) FlushLocked(*ws);  // last words: exits of the jobs stopped with the agent
@@ -790,6 +819,7 @@ void Agent::ConnectionLoop() {
       ::kill(::getpid(), SIGTERM);  // wake the main thread's signal wait
       return;
     }
+    if (s.code() == StatusCode::kAlreadyExists) continue;  // re-registering: at once
     if (std::chrono::steady_clock::now() - started > std::chrono::seconds(10)) backoff = 0.1;
     Log("server unreachable (%s); retrying", s.message());
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
@@ -820,7 +850,7 @@ int Agent::Run() {
                  ec.message().c_str());
     return 1;
   }
-  ProbeOptions popt;
+  ProbeOptions& popt = probe_options_;
   popt.data_dir = opt_.data_dir;
   popt.nvidia_smi_file = opt_.nvidia_smi_file;
   popt.skip_software = opt_.skip_software_probe;
