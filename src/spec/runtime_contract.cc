@@ -190,12 +190,13 @@ Result<RuntimeContract> RuntimeContractFromSpec(const SpecValue& value, bool jso
     const std::optional<RuntimeFact> fact = FactFromName(key.text);
     if (!fact) {
       std::string msg = "unknown field";
-      std::string_view best;
+      // A string, not a view: the alias below is a temporary.
+      std::string best;
       size_t best_d = std::numeric_limits<size_t>::max();
       const std::string lower = ToLower(key.text);
       for (RuntimeFact f : kRuntimeFacts) {
         const size_t d = EditDistance(lower, Name(f));
-        if (d < best_d) best_d = d, best = Name(f);
+        if (d < best_d) best_d = d, best = std::string(Name(f));
       }
       if (lower == "pytorch" || lower == "cuda_version" || lower == "driver_version" ||
           lower == "python_version") {
