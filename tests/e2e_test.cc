@@ -491,7 +491,10 @@ TEST_F(RecoveryE2ETest, PyTorchJobSurvivesFourInterruptionsBitIdentically) {
   cluster_.StartServer({"--heartbeat-interval", "0.3", "--heartbeat-grace", "6", "--cancel-grace",
                         "1", "--preempt-cooldown", "2"});
   const std::string example = std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/examples/pytorch";
-  const std::string args = "train.py --steps 400 --checkpoint-every 20";
+  // Long enough (≥ 40 s at the step delay below) that the job is still training when the last
+  // interruption comes, even on a sanitized build where each agent's start, conformance suite
+  // included, takes seconds.
+  const std::string args = "train.py --steps 1000 --checkpoint-every 20";
   std::string reference = ShellOutput(
       "cd " + example + " && d=$(mktemp -d) && SLUICE_CHECKPOINT_DIR=$d /usr/bin/python3 " + args +
       " | grep '^final sha256'; rm -rf \"$d\"");
