@@ -221,7 +221,11 @@ class SluiceRecovery:
             self.procs.start(name, [self.path, "agent", "--server", self.url,
                                     "--join-token-file", join,
                                     "--data-dir", os.path.join(self.d, name),
-                                    "--name", name, "--skip-software-probe"],
+                                    "--name", name, "--skip-software-probe",
+                                    # 21 agents verify at once on a small machine: a small
+                                    # conformance suite (it runs before the measurement).
+                                    "--conformance-memory-mib", "64",
+                                    "--conformance-disk-mib", "8"],
                              stdout=lg(name), stderr=subprocess.STDOUT)
 
         def online():
@@ -229,7 +233,7 @@ class SluiceRecovery:
             nodes = self.api("GET", "/v1/nodes")["nodes"]
             return sum(1 for n in nodes if n.get("state") == "online"
                        and n.get("verification") == "verified") >= self.n_agents
-        wait_for(online, 60, f"{self.n_agents} nodes 'online' and verified in GET /v1/nodes",
+        wait_for(online, 120, f"{self.n_agents} nodes 'online' and verified in GET /v1/nodes",
                  interval=0.1)
         self.node_names = {n["id"]: n["name"] for n in self.api("GET", "/v1/nodes")["nodes"]}
         log(f"sluice: {self.n_agents} agents online")

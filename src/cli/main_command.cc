@@ -157,7 +157,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   agent_cmd
       ->add_option("--conformance-memory-mib", aopt.conformance.memory_mib,
-                   "MiB of RAM the conformance suite allocates, writes and verifies")
+                   "MiB of RAM the conformance suite allocates, writes and verifies (the server "
+                   "requires at least 64 by default)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   agent_cmd
