@@ -13,18 +13,20 @@
 
 #include <memory>
 
+#include "audit/openssl_util.h"
+
 namespace sluice {
 namespace {
 
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-struct PkeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
+using ossl::Bio;
+using ossl::Cert;
+using ossl::kMaxPemBytes;
+using ossl::MemBio;
+using ossl::OpenSslError;
+using ossl::ParseCert;
+using ossl::ParseKey;
+using ossl::Pkey;
+
 struct CmsFree {
   void operator()(CMS_ContentInfo* c) const { CMS_ContentInfo_free(c); }
 };
@@ -42,39 +44,11 @@ struct CertStackPopFree {
 struct CrlStackPopFree {
   void operator()(STACK_OF(X509_CRL) * s) const { sk_X509_CRL_pop_free(s, X509_CRL_free); }
 };
-using Bio = std::unique_ptr<BIO, BioFree>;
-using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
-using Cert = std::unique_ptr<X509, X509Free>;
 using Cms = std::unique_ptr<CMS_ContentInfo, CmsFree>;
 using CertStack = std::unique_ptr<STACK_OF(X509), StackFree>;
 
-constexpr size_t kMaxPemBytes = 1 << 20;
 // A signature is a few hundred bytes plus a certificate; anything huge is not ours.
 constexpr size_t kMaxSignatureBytes = 1 << 20;
-
-// Drains OpenSSL's thread-local error queue so a stale error cannot be blamed on a later call.
-std::string OpenSslError() {
-  std::string out;
-  while (unsigned long e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
-    if (out.empty()) out = buf;  // the first is the root cause
-  }
-  return out.empty() ? "unknown OpenSSL error" : out;
-}
-
-Bio MemBio(std::string_view s) {
-  // BIO_new_mem_buf rejects a null pointer even for zero bytes.
-  return Bio(BIO_new_mem_buf(s.empty() ? "" : s.data(), static_cast<int>(s.size())));
-}
-
-Cert ParseCert(std::string_view pem) {
-  if (pem.size() > kMaxPemBytes) return nullptr;
-  Bio bio = MemBio(pem);
-  Cert cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
-  ERR_clear_error();
-  return cert;
-}
 
 // Reads one DER element at `p`, moving `p` past it; false on a bad or indefinite length.
 struct DerElement {
@@ -133,11 +107,9 @@ bool ReadVersions(std::string_view der, int* signed_data_version, int* signer_in
 Result<std::string> SignDetached(const SigningIdentity& identity, std::string_view data) {
   if (data.size() > INT_MAX) return Status::InvalidArgument("data to sign is too large");
   if (identity.key_pem.size() > kMaxPemBytes) return Status::InvalidArgument("key is too large");
-  Bio key_bio = MemBio(identity.key_pem);
-  Pkey key(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  Pkey key = ParseKey(identity.key_pem);
   Cert cert = ParseCert(identity.cert_pem);
   if (!key || !cert) {
-    ERR_clear_error();
     return Status::InvalidArgument("signing identity does not hold a PEM key and certificate");
   }
   if (X509_check_private_key(cert.get(), key.get()) != 1) {

@@ -2,6 +2,7 @@
 # libarchive stay private: the headers speak only strings and Status.
 add_library(sluice_audit_sign STATIC
   ${CMAKE_CURRENT_LIST_DIR}/signing_key.cc
+  ${CMAKE_CURRENT_LIST_DIR}/openssl_util.cc
   ${CMAKE_CURRENT_LIST_DIR}/cms.cc
   ${CMAKE_CURRENT_LIST_DIR}/bundle_zip.cc
   ${CMAKE_CURRENT_LIST_DIR}/bundle.cc)

@@ -15,64 +15,29 @@
 #include <memory>
 #include <system_error>
 
+#include "audit/openssl_util.h"
 #include "common/crypto.h"
 
 namespace sluice {
 namespace {
 
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-struct PkeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
+using ossl::Bio;
+using ossl::Cert;
+using ossl::kMaxPemBytes;
+using ossl::MemBio;
+using ossl::OpenSslError;
+using ossl::ParseCert;
+using ossl::ParseKey;
+using ossl::Pkey;
+
 struct BnFree {
   void operator()(BIGNUM* b) const { BN_free(b); }
 };
 struct ExtFree {
   void operator()(X509_EXTENSION* e) const { X509_EXTENSION_free(e); }
 };
-using Bio = std::unique_ptr<BIO, BioFree>;
-using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
-using Cert = std::unique_ptr<X509, X509Free>;
 
 constexpr long kValiditySeconds = 10L * 365 * 24 * 3600;
-constexpr size_t kMaxPemBytes = 1 << 20;
-
-// Drains OpenSSL's thread-local error queue so a stale error cannot be blamed on a later call.
-std::string OpenSslError() {
-  std::string out;
-  while (unsigned long e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
-    if (out.empty()) out = buf;  // the first is the root cause
-  }
-  return out.empty() ? "unknown OpenSSL error" : out;
-}
-
-Bio MemBio(std::string_view s) {
-  // BIO_new_mem_buf rejects a null pointer even for zero bytes.
-  return Bio(BIO_new_mem_buf(s.empty() ? "" : s.data(), static_cast<int>(s.size())));
-}
-
-Pkey ParseKey(std::string_view pem) {
-  if (pem.size() > kMaxPemBytes) return nullptr;
-  Bio bio = MemBio(pem);
-  Pkey key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
-  ERR_clear_error();
-  return key;
-}
-
-Cert ParseCert(std::string_view pem) {
-  if (pem.size() > kMaxPemBytes) return nullptr;
-  Bio bio = MemBio(pem);
-  Cert cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
-  ERR_clear_error();
-  return cert;
-}
 
 Result<std::string> BioContents(BIO* bio) {
   char* p = nullptr;
