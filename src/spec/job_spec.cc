@@ -55,42 +55,6 @@ constexpr std::pair<Capacity, std::string_view> kCapacityNames[] = {
 
 constexpr std::string_view kDurationForm = "a duration such as 90s, 30m, 1h or 2h30m";
 
-// User text shown inside a one-line message: truncated, control bytes escaped.
-std::string Quote(std::string_view s) {
-  constexpr size_t kMaxShown = 40;
-  std::string out = "\"";
-  for (size_t i = 0; i < s.size() && i < kMaxShown; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f || c == '"' || c == '\\') {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += (c == '"' || c == '\\') ? std::string{'\\', static_cast<char>(c)}
-                                     : std::string{'\\', 'x', kHex[c >> 4], kHex[c & 15]};
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > kMaxShown) out += "...";
-  return out + "\"";
-}
-
-std::string Describe(const SpecValue& v) {
-  switch (v.kind) {
-    case Kind::kString:
-      return "string " + Quote(v.text);
-    case Kind::kNumber:
-      return v.text;
-    case Kind::kBool:
-      return "boolean " + v.text;
-    case Kind::kNull:
-      return "null";
-    case Kind::kMap:
-      return "a mapping";
-    case Kind::kSeq:
-      return "a sequence";
-  }
-  return "a value";
-}
-
 bool HasControlChar(std::string_view s) {
   for (char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
@@ -122,8 +86,9 @@ class Validator {
 
   Result<JobSpec> Validate(const SpecValue& root) {
     if (root.kind != Kind::kMap) {
-      return Error(root.pos, "",
-                   "expected a mapping of job fields (run, resources, ...), got " + Describe(root));
+      return Error(
+          root.pos, "",
+          "expected a mapping of job fields (run, resources, ...), got " + DescribeValue(root));
     }
     SLUICE_RETURN_IF_ERROR(CheckKeys(root, "", kTopFields));
     JobSpec spec;
@@ -135,7 +100,8 @@ class Validator {
       const std::string& k = key.text;
       if (k == "resources") {
         if (v.kind == Kind::kNull) continue;
-        if (v.kind != Kind::kMap) return Error(v.pos, k, "expected a mapping, got " + Describe(v));
+        if (v.kind != Kind::kMap)
+          return Error(v.pos, k, "expected a mapping, got " + DescribeValue(v));
         SLUICE_RETURN_IF_ERROR(CheckKeys(v, k, kResourceFields));
         for (const auto& [rkey, rv] : v.entries) {
           SLUICE_RETURN_IF_ERROR(Resource(rkey.text, rv, spec.resources));
@@ -169,7 +135,8 @@ class Validator {
                            std::to_string(kMaxNameBytes));
         }
         if (HasControlChar(spec.name)) {
-          return Error(v.pos, k, "must not contain control characters, got " + Quote(spec.name));
+          return Error(v.pos, k,
+                       "must not contain control characters, got " + QuoteText(spec.name));
         }
       } else if (k == "run") {
         if (v.kind == Kind::kNull) return Error(v.pos, k, "must not be empty");
@@ -217,7 +184,7 @@ class Validator {
       } else if (k == "objective") {
         SLUICE_ASSIGN_OR_RETURN(std::string o, Text(v, k));
         if (v.kind != Kind::kString || (o != "cost" && o != "time" && o != "price")) {
-          return Error(v.pos, k, "expected one of cost, time, price, got " + Describe(v));
+          return Error(v.pos, k, "expected one of cost, time, price, got " + DescribeValue(v));
         }
         spec.objective = o;
       }
@@ -240,7 +207,8 @@ class Validator {
     if (k == "gpu") {
       SLUICE_ASSIGN_OR_RETURN(r.gpu, Text(v, path));
       if (r.gpu.empty() || r.gpu.size() > kMaxGpuLabelBytes || HasControlChar(r.gpu)) {
-        return Error(v.pos, path, "expected a GPU label such as a100-80gb, got " + Describe(v));
+        return Error(v.pos, path,
+                     "expected a GPU label such as a100-80gb, got " + DescribeValue(v));
       }
     } else if (k == "min_vram_gb") {
       SLUICE_ASSIGN_OR_RETURN(double gb, Number(v, path, "a positive number"));
@@ -281,7 +249,7 @@ class Validator {
   Status LifecycleFields(const SpecValue& v, Lifecycle& lc) {
     const std::string k = "lifecycle";
     if (v.kind == Kind::kNull) return Status::Ok();
-    if (v.kind != Kind::kMap) return Error(v.pos, k, "expected a mapping, got " + Describe(v));
+    if (v.kind != Kind::kMap) return Error(v.pos, k, "expected a mapping, got " + DescribeValue(v));
     if (json_) {
       SLUICE_RETURN_IF_ERROR(CheckKeys(v, k, kLifecycleJsonFields));
     } else {
@@ -354,7 +322,7 @@ class Validator {
       if (c != Capacity::kOnDemand) msg += ", ";
       msg += n;
     }
-    msg += ", got " + Describe(v);
+    msg += ", got " + DescribeValue(v);
     const std::string lower = ToLower(name);
     std::string_view best;
     if (lower == "spot" || lower == "preemptible" || lower == "preemptable") {
@@ -377,7 +345,8 @@ class Validator {
       return Int(v, path, ("a whole number of seconds or " + std::string(kDurationForm)).c_str());
     }
     if (v.kind != Kind::kString) {
-      return Error(v.pos, path, "expected " + std::string(kDurationForm) + ", got " + Describe(v));
+      return Error(v.pos, path,
+                   "expected " + std::string(kDurationForm) + ", got " + DescribeValue(v));
     }
     auto s = ParseDurationSeconds(v.text);
     if (!s.ok()) return Error(v.pos, path, s.status().message());
@@ -385,7 +354,8 @@ class Validator {
   }
 
   Status Env(const SpecValue& v, std::map<std::string, std::string>& env) {
-    if (v.kind != Kind::kMap) return Error(v.pos, "env", "expected a mapping, got " + Describe(v));
+    if (v.kind != Kind::kMap)
+      return Error(v.pos, "env", "expected a mapping, got " + DescribeValue(v));
     if (v.entries.size() > kMaxEnvEntries) {
       return Error(v.pos, "env",
                    "has " + std::to_string(v.entries.size()) + " entries, over the limit of " +
@@ -396,7 +366,7 @@ class Validator {
       if (!IsEnvName(name)) {
         return Error(
             key.pos, "env",
-            "invalid variable name " + Quote(name) + "; names match [A-Za-z_][A-Za-z0-9_]*");
+            "invalid variable name " + QuoteText(name) + "; names match [A-Za-z_][A-Za-z0-9_]*");
       }
       const std::string path = "env." + name;
       if (name.starts_with("SLUICE_") || name == "CUDA_VISIBLE_DEVICES") {
@@ -407,7 +377,7 @@ class Validator {
                      "has no value; write " + name + ": \"\" for an empty string");
       }
       if (val.kind == Kind::kMap || val.kind == Kind::kSeq) {
-        return Error(val.pos, path, "expected a scalar value, got " + Describe(val));
+        return Error(val.pos, path, "expected a scalar value, got " + DescribeValue(val));
       }
       if (val.text.size() > kMaxEnvValueBytes) {
         return Error(val.pos, path,
@@ -467,7 +437,7 @@ class Validator {
     if (v.kind == Kind::kString || v.kind == Kind::kNumber || v.kind == Kind::kBool) {
       return v.text;
     }
-    return Error(v.pos, path, "expected a string, got " + Describe(v));
+    return Error(v.pos, path, "expected a string, got " + DescribeValue(v));
   }
 
   Result<double> Number(const SpecValue& v, const std::string& path, const char* what) {
@@ -478,7 +448,7 @@ class Validator {
       auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), d);
       if (ec == std::errc() && end == t.data() + t.size() && std::isfinite(d)) return d;
     }
-    return Error(v.pos, path, std::string("expected ") + what + ", got " + Describe(v));
+    return Error(v.pos, path, std::string("expected ") + what + ", got " + DescribeValue(v));
   }
 
   Result<int64_t> Int(const SpecValue& v, const std::string& path, const char* what) {
@@ -492,7 +462,7 @@ class Validator {
         return Error(v.pos, path, "the number " + v.text + " is out of range");
       }
     }
-    return Error(v.pos, path, std::string("expected ") + what + ", got " + Describe(v));
+    return Error(v.pos, path, std::string("expected ") + what + ", got " + DescribeValue(v));
   }
 
   static std::string Fmt(double d) {
@@ -626,7 +596,7 @@ std::optional<Capacity> CapacityFromName(std::string_view name) {
 
 Result<int64_t> ParseDurationSeconds(std::string_view text) {
   const auto expected = [&](std::string_view what) {
-    return Status::InvalidArgument("expected " + std::string(what) + ", got " + Quote(text));
+    return Status::InvalidArgument("expected " + std::string(what) + ", got " + QuoteText(text));
   };
   const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
   // Each number is at most 12 significant digits before the point, so a total of three parts
@@ -671,7 +641,7 @@ Result<int64_t> ParseDurationSeconds(std::string_view text) {
     }
     while (int_part.size() > 1 && int_part[0] == '0') int_part.remove_prefix(1);
     if (int_part.size() > kMaxIntDigits) {
-      return Status::InvalidArgument("the duration " + Quote(text) + " is out of range");
+      return Status::InvalidArgument("the duration " + QuoteText(text) + " is out of range");
     }
     int64_t whole = 0;
     std::from_chars(int_part.data(), int_part.data() + int_part.size(), whole);

@@ -57,32 +57,6 @@ std::string_view Example(RuntimeFact fact) {
   return "a version";
 }
 
-// User text inside a one-line message: truncated, control bytes and quotes escaped.
-std::string Quote(std::string_view s) {
-  constexpr size_t kMaxShown = 40;
-  std::string out = "\"" + EscapeControl(s.substr(0, kMaxShown));
-  if (s.size() > kMaxShown) out += "...";
-  return out + "\"";
-}
-
-std::string Describe(const SpecValue& v) {
-  switch (v.kind) {
-    case Kind::kString:
-      return "string " + Quote(v.text);
-    case Kind::kNumber:
-      return v.text;
-    case Kind::kBool:
-      return "boolean " + v.text;
-    case Kind::kNull:
-      return "null";
-    case Kind::kMap:
-      return "a mapping";
-    case Kind::kSeq:
-      return "a sequence";
-  }
-  return "a value";
-}
-
 std::optional<RuntimeFact> FactFromName(std::string_view name) {
   for (RuntimeFact f : kRuntimeFacts) {
     if (Name(f) == name) return f;
@@ -141,7 +115,7 @@ VersionOp DefaultOp(RuntimeFact fact) {
 Result<VersionConstraint> ParseVersionConstraint(RuntimeFact fact, std::string_view text) {
   const auto bad = [&] {
     return Status::InvalidArgument("expected " + std::string(Example(fact)) + ", got " +
-                                   Quote(text));
+                                   QuoteText(text));
   };
   std::string rest = Trim(text);
   VersionConstraint c;
@@ -159,7 +133,7 @@ Result<VersionConstraint> ParseVersionConstraint(RuntimeFact fact, std::string_v
     }
   }
   if (rest.size() > kMaxRuntimeVersionBytes) {
-    return Status::InvalidArgument("the version " + Quote(text) + " is over the limit of " +
+    return Status::InvalidArgument("the version " + QuoteText(text) + " is over the limit of " +
                                    std::to_string(kMaxRuntimeVersionBytes) + " bytes");
   }
   c.version = ToLower(rest);
@@ -180,9 +154,9 @@ Result<RuntimeContract> RuntimeContractFromSpec(const SpecValue& value, bool jso
   RuntimeContract contract;
   if (value.kind == Kind::kNull) return contract;
   if (value.kind != Kind::kMap) {
-    return error(
-        value.pos, path,
-        "expected a mapping such as {cuda: \"12.1\", python: \"3.10\"}, got " + Describe(value));
+    return error(value.pos, path,
+                 "expected a mapping such as {cuda: \"12.1\", python: \"3.10\"}, got " +
+                     DescribeValue(value));
   }
   std::set<std::string_view> seen;
   for (const auto& [key, v] : value.entries) {
@@ -211,7 +185,7 @@ Result<RuntimeContract> RuntimeContractFromSpec(const SpecValue& value, bool jso
     if (v.kind == Kind::kNull) continue;  // an empty optional field = no requirement
     const bool text_ok = v.kind == Kind::kString || (!json && v.kind == Kind::kNumber);
     if (!text_ok) {
-      std::string msg = "expected " + std::string(Example(*fact)) + ", got " + Describe(v);
+      std::string msg = "expected " + std::string(Example(*fact)) + ", got " + DescribeValue(v);
       if (json && v.kind == Kind::kNumber) msg += " (write versions as strings)";
       return error(v.pos, field, msg);
     }

@@ -42,4 +42,10 @@ const char* KindName(SpecValue::Kind kind);
 // offending character) are written as \xNN.
 std::string EscapeControl(std::string_view s);
 
+// User text shown inside a one-line message: quoted, truncated to 40 bytes, control bytes, quotes
+// and backslashes escaped.
+std::string QuoteText(std::string_view s);
+// What a value is, for "expected X, got Y" messages: `string "abc"`, `12`, `a mapping`, ...
+std::string DescribeValue(const SpecValue& v);
+
 }  // namespace sluice::spec
