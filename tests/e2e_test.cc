@@ -690,7 +690,9 @@ TEST_F(RecoveryE2ETest, OnDemandArrivalPreemptsInterruptibleWork) {
                        "  n=$(cat \"$SLUICE_CHECKPOINT_DIR/n\" 2>/dev/null || echo 0)\n"
                        "  echo \"attempt=$SLUICE_ATTEMPT from=$n\"\n"
                        "  trap 'echo $n > \"$SLUICE_CHECKPOINT_DIR/n\"; exit 143' TERM\n"
-                       "  while [ $n -lt 40 ]; do n=$((n+1)); sleep 0.05; done\n");
+                       // 10 s: still running when the on-demand job arrives, even on
+                       // a loaded sanitized build (2 s was not always enough).
+                       "  while [ $n -lt 200 ]; do n=$((n+1)); sleep 0.05; done\n");
   std::string spot_id = JobId(cluster_.Cli({"run", spot, "--detach"}));
   ASSERT_TRUE(WaitUntil([&] {
     return Contains(cluster_.Cli({"logs", spot_id}).out, "attempt=1");
