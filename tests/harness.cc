@@ -38,6 +38,8 @@ std::vector<std::string> EnvWith(const std::map<std::string, std::string>& extra
   // The CLI must never pick up a developer's own server by accident.
   env.erase("SLUICE_SERVER");
   env.erase("SLUICE_TOKEN");
+  env.erase("SLUICE_TOKEN_FILE");
+  env.erase("SLUICE_CA_FILE");
   for (const auto& [k, v] : extra) env[k] = v;
   std::vector<std::string> out;
   for (const auto& [k, v] : env) out.push_back(k + "=" + v);
@@ -220,9 +222,11 @@ void Cluster::StartServer(std::vector<std::string> extra) {
   }
   url_ = Trim(ReadAll(data + "/server.url"));
   // A restart must come back on the same port, or agents could not find it.
-  listen_ = url_.substr(std::string("http://").size());
-  admin_token_ = Trim(ReadAll(data + "/admin.token"));
-  join_token_ = Trim(ReadAll(data + "/join.token"));
+  listen_ = url_.substr(url_.find("://") + 3);
+  // Token files hold the secret on their first line (then optional ca-sha256/server lines).
+  auto first_line = [](const std::string& text) { return Trim(text.substr(0, text.find('\n'))); };
+  admin_token_ = first_line(ReadAll(data + "/admin.token"));
+  join_token_ = first_line(ReadAll(data + "/join.token"));
 }
 
 void Cluster::KillServer(int sig) {
@@ -232,22 +236,23 @@ void Cluster::KillServer(int sig) {
 
 Daemon* Cluster::StartAgent(const std::string& name, std::vector<std::string> extra,
                             bool wait_online, std::map<std::string, std::string> env) {
-  std::vector<std::string> argv = {SluiceBinary(),
-                                   "agent",
-                                   "--server",
-                                   url_,
-                                   "--join-token-file",
-                                   server_data_dir() + "/join.token",
-                                   "--data-dir",
-                                   dir_ + "/agent-" + name,
-                                   "--name",
-                                   name,
-                                   "--keep-alive-interval",
-                                   "1",
-                                   "--conformance-disk-mib",
-                                   "16",
-                                   "--conformance-memory-mib",
-                                   "64"};
+  std::vector<std::string> argv = {
+      SluiceBinary(),
+      "agent",
+      "--server",
+      url_,
+      "--join-token-file",
+      agent_join_token_file.empty() ? server_data_dir() + "/join.token" : agent_join_token_file,
+      "--data-dir",
+      dir_ + "/agent-" + name,
+      "--name",
+      name,
+      "--keep-alive-interval",
+      "1",
+      "--conformance-disk-mib",
+      "16",
+      "--conformance-memory-mib",
+      "64"};
   if (!probe_software) argv.push_back("--skip-software-probe");
   for (const auto& e : extra) argv.push_back(e);
   agents_[name] = std::make_unique<Daemon>(argv, env, dir_ + "/agent-" + name + ".log");
@@ -302,7 +307,11 @@ Cluster::FakeGpus Cluster::FakeGpuAgent(const std::string& fixture) {
 CommandResult Cluster::Cli(std::vector<std::string> args, std::chrono::milliseconds timeout) {
   std::vector<std::string> argv = {SluiceBinary()};
   for (auto& a : args) argv.push_back(a);
-  return RunCommand(argv, {{"SLUICE_SERVER", url_}, {"SLUICE_TOKEN", admin_token_}}, timeout);
+  std::map<std::string, std::string> env = {{"SLUICE_SERVER", url_},
+                                            {"SLUICE_TOKEN", admin_token_}};
+  // An https server (started with --tls) is verified against the CA it generated.
+  if (url_.rfind("https://", 0) == 0) env["SLUICE_CA_FILE"] = server_data_dir() + "/tls/ca.crt";
+  return RunCommand(argv, env, timeout);
 }
 
 Json Cluster::CliJson(std::vector<std::string> args) {

@@ -78,8 +78,11 @@ class Cluster {
   };
   FakeGpus FakeGpuAgent(const std::string& nvidia_smi_fixture);
   bool probe_software = false;
+  // The --join-token-file agents are started with; empty: the server's join.token.
+  std::string agent_join_token_file;
 
-  // Runs the CLI against this cluster's server with the admin token.
+  // Runs the CLI against this cluster's server with the admin token (and, for a server started
+  // with --tls, its generated CA as SLUICE_CA_FILE).
   CommandResult Cli(std::vector<std::string> args,
                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
   // `sluice <args> --json` parsed.

@@ -1,12 +1,16 @@
 #include "agent/agent.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +33,7 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/text.h"
+#include "common/token_file.h"
 #include "net/http_client.h"
 #include "net/http_types.h"
 #include "net/ws_client.h"
@@ -68,6 +73,48 @@ Status WriteFileAtomic(const std::string& path, const std::string& content) {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) return Status::Internal("cannot rename " + tmp + ": " + ec.message());
+  return Status::Ok();
+}
+
+// A string field of a server message; "" when absent or not a string.
+std::string StringField(const Json& msg, const char* key) {
+  auto v = GetStringOr(msg, key, "");
+  return v.ok() ? *v : "";
+}
+
+// Writes a secret readable by this user only from the moment it exists (0600), and durable once
+// this returns: the file is fsynced before the rename and the directory after it.
+Status WriteSecretFileAtomic(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  auto fail = [&](const std::string& what) {
+    return Status::Internal(what + " " + tmp + ": " + std::strerror(errno));
+  };
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return fail("cannot create");
+  ::fchmod(fd, 0600);  // a leftover tmp file keeps its old mode under O_CREAT
+  for (size_t off = 0; off < content.size();) {
+    ssize_t n = ::write(fd, content.data() + off, content.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status s = fail("cannot write");
+      ::close(fd);
+      return s;
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    Status s = fail("cannot fsync");
+    ::close(fd);
+    return s;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot rename");
+  std::string dir = fs::path(path).parent_path().string();
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
   return Status::Ok();
 }
 
@@ -130,6 +177,13 @@ class Agent {
 
  private:
   std::string AttemptsDir() const { return opt_.data_dir + "/attempts"; }
+  // The node's own credential (docs/design-notes.md "Node identity"), issued at enrolment.
+  std::string CredentialPath() const { return opt_.data_dir + "/node.credential"; }
+  // The bearer token for the server: the node credential once enrolled, else the join token.
+  std::string BearerToken() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return token_;
+  }
   std::string WorkDir(const std::string& id) const { return opt_.data_dir + "/work/" + id; }
   // One directory per job, reused across its attempts on this node.
   std::string CheckpointDir(const std::string& job_id) const {
@@ -162,7 +216,8 @@ class Agent {
   std::map<std::string, std::string> JobEnv(const proto::Assign& a) const;
 
   const AgentOptions opt_;
-  std::string token_;
+  std::string token_;      // guarded by mu_ once Run() starts threads (it changes at enrolment)
+  bool enrolled_ = false;  // token_ is this node's credential, not the join token (mu_)
   Url url_;
   Inventory inventory_;
 
@@ -181,6 +236,7 @@ class Agent {
   bool welcomed_ = false;         // the current connection got its `welcome`
   bool verify_running_ = false;   // VerifyLoop is alive
   std::string verify_requested_;  // trigger of a requested run not yet started, or ""
+  std::string verify_nonce_;      // the newest request's nonce; the report echoes it
   std::string pending_report_;    // a `conformance` message not yet sent
   bool reregister_ = false;       // the inventory changed: reconnect and say hello again
   ProbeOptions probe_options_;    // how Run() probed the machine; VerifyLoop probes again
@@ -276,7 +332,7 @@ std::string Agent::SaveCheckpoint(Attempt& a) {
   std::lock_guard<std::mutex> one_at_a_time(a.upload_mu);
   std::error_code ec;
   if (fs::is_empty(a.checkpoint_dir, ec) || ec) return "";  // the job saved nothing (yet)
-  checkpoint::HttpBlobTransport transport(url_, token_);
+  checkpoint::HttpBlobTransport transport(url_, BearerToken());
   auto r = checkpoint::UploadCheckpoint(a.checkpoint_dir, transport);
   if (!r.ok()) {
     Log("saving the checkpoint of %s failed: %s", a.id, r.status().message());
@@ -413,7 +469,7 @@ void Agent::StartAttempt(proto::Assign assign) {
   Status prepared =
       ec ? Status::Internal("cannot create " + dir + ": " + ec.message()) : Status::Ok();
   if (prepared.ok() && !assign.workdir_blob.empty()) {
-    HttpClient http(url_, token_, std::chrono::seconds(60));
+    HttpClient http(url_, BearerToken(), std::chrono::seconds(60));
     auto resp = http.Request("GET", "/v1/blobs/" + assign.workdir_blob);
     if (!resp.ok()) {
       prepared = resp.status();
@@ -430,7 +486,7 @@ void Agent::StartAttempt(proto::Assign assign) {
   std::string restore_warning;
   if (prepared.ok()) {
     if (!assign.checkpoint.empty()) {
-      checkpoint::HttpBlobTransport transport(url_, token_);
+      checkpoint::HttpBlobTransport transport(url_, BearerToken());
       Status r = checkpoint::RestoreCheckpoint(assign.checkpoint, ckpt, transport);
       resumed = r.ok();
       if (!r.ok()) {
@@ -546,6 +602,7 @@ void Agent::OnMessage(std::string_view text) {
     std::lock_guard<std::mutex> lock(mu_);
     Log("the server asks for the conformance suite (%s)", reason);
     verify_requested_ = trigger;
+    verify_nonce_ = StringField(*msg, "nonce");
     if (!verify_running_) {
       verify_running_ = true;
       SpawnLocked([this] { VerifyLoop(); });
@@ -555,6 +612,24 @@ void Agent::OnMessage(std::string_view text) {
   }
   if (type == "welcome") {
     std::lock_guard<std::mutex> lock(mu_);
+    if (std::string cred = StringField(*msg, "credential"); !cred.empty()) {
+      // Enrolled: this credential is the node's only proof from now on (the server keeps just
+      // its hash), so it is on disk before anything relies on it.
+      Status saved = WriteSecretFileAtomic(CredentialPath(), cred + "\n");
+      if (!saved.ok()) {
+        Log("cannot save the node credential (%s); stopping, as the node could not prove itself "
+            "on its next connection",
+            saved.message());
+        fatal_ = true;
+        stopping_ = true;
+        cv_.notify_all();
+        ::kill(::getpid(), SIGTERM);  // wake the main thread's signal wait
+        return;
+      }
+      token_ = cred;
+      enrolled_ = true;
+      Log("enrolled; node credential saved to %s", CredentialPath());
+    }
     welcomed_ = true;
     node_id_ = msg->value("node_id", "");
     heartbeat_ms_ = std::max<int64_t>(100, msg->value("heartbeat_interval_ms", int64_t{3000}));
@@ -597,8 +672,10 @@ void Agent::OnMessage(std::string_view text) {
     ForgetLocked(attempt_id);
   } else if (type == "error") {
     Log("server says: %s", msg->value("message", ""));
-    // Refused at hello (a claim the probe contradicts): retrying cannot help.
-    if (!welcomed_ && msg->value("code", "") == "FAILED_PRECONDITION") {
+    // Refused at hello (a claim the probe contradicts, a revoked node, a node id enrolled with a
+    // credential this agent lacks): retrying cannot help.
+    std::string code = msg->value("code", "");
+    if (!welcomed_ && (code == "FAILED_PRECONDITION" || code == "PERMISSION_DENIED")) {
       fatal_ = true;
       stopping_ = true;
       cv_.notify_all();
@@ -628,6 +705,8 @@ void Agent::VerifyLoop() {
     ConformanceOptions o = opt_.conformance;
     o.trigger = verify_requested_;
     verify_requested_.clear();
+    const std::string nonce = verify_nonce_;  // this run answers the newest request
+    const std::string token = token_;
     if (o.disk_dir.empty()) o.disk_dir = opt_.data_dir;
     Inventory inv = inventory_;
     lock.unlock();
@@ -648,7 +727,7 @@ void Agent::VerifyLoop() {
     } else {
       Log("probe before the conformance suite failed: %s", now.status().message());
     }
-    HttpLinkProbe link(url_, token_);
+    HttpLinkProbe link(url_, token);
     conformance::Report report = RunSuite(o, inv, &link, *RealClock::Get());
     int pass = 0, fail = 0, skip = 0;
     for (const auto& c : report.checks) {
@@ -662,7 +741,8 @@ void Agent::VerifyLoop() {
         std::to_string(pass) + " passed, " + std::to_string(fail) + " failed, " +
             std::to_string(skip) + " skipped in " + std::to_string(report.duration_ms) + " ms");
     lock.lock();
-    pending_report_ = DumpJson(Json{{"type", "conformance"}, {"report", ToJson(report)}});
+    pending_report_ =
+        DumpJson(Json{{"type", "conformance"}, {"report", ToJson(report)}, {"nonce", nonce}});
     dirty_ = true;
     cv_.notify_all();
   }
@@ -720,7 +800,7 @@ Status Agent::ConnectOnce() {
   WsClient::Options o;
   o.url = url_;
   o.path = "/v1/agent/connect";
-  o.headers.emplace_back("Authorization", "Bearer " + token_);
+  o.headers.emplace_back("Authorization", "Bearer " + BearerToken());
   o.keepalive_interval =
       std::chrono::milliseconds(static_cast<int64_t>(opt_.keep_alive_interval_s * 1000));
   o.idle_timeout = o.keepalive_interval * 3;
@@ -811,8 +891,15 @@ void Agent::ConnectionLoop() {
     Status s = ConnectOnce();
     if (s.code() == StatusCode::kCancelled) return;
     if (s.code() == StatusCode::kUnauthenticated || s.code() == StatusCode::kPermissionDenied) {
-      Log("the server refused the join token: %s", s.message());
       std::lock_guard<std::mutex> lock(mu_);
+      // Never fall back to the join token: it cannot speak for an enrolled node, and a revoked
+      // node must stay off until its provider enrols it again.
+      if (enrolled_) {
+        Log("node credential refused (revoked?): remove %s to enrol again (%s)",
+            CredentialPath() + " and " + opt_.data_dir + "/node.id", s.message());
+      } else {
+        Log("the server refused the join token: %s", s.message());
+      }
       fatal_ = true;
       stopping_ = true;
       cv_.notify_all();
@@ -836,13 +923,32 @@ int Agent::Run() {
     std::fprintf(stderr, "sluice agent: --join-token-file: %s\n", token.status().message().c_str());
     return 2;
   }
-  token_ = Trim(*token);
+  // The secret on the first line, then optional `ca-sha256:` / `server:` lines (token_file.h).
+  auto join_file = ParseTokenFile(*token);
+  if (!join_file.ok()) {
+    std::fprintf(stderr, "sluice agent: --join-token-file %s: %s\n", opt_.join_token_file.c_str(),
+                 join_file.status().message().c_str());
+    return 2;
+  }
+  token_ = join_file->secret;
   auto url = ParseUrl(opt_.server_url);
   if (!url.ok()) {
     std::fprintf(stderr, "sluice agent: --server: %s\n", url.status().message().c_str());
     return 2;
   }
   url_ = *url;
+  // How an https/wss server is verified (docs/design-notes.md, "TLS"): --ca-file, else the join
+  // token's CA pin, else the system store. url_ carries it into every client the agent makes.
+  if (!opt_.ca_file.empty()) {
+    auto ca = ReadFile(opt_.ca_file);
+    if (!ca.ok()) {
+      std::fprintf(stderr, "sluice agent: --ca-file: %s\n", ca.status().message().c_str());
+      return 2;
+    }
+    url_.tls.ca_pem = *ca;
+  } else {
+    url_.tls.ca_sha256 = join_file->ca_sha256;
+  }
   std::error_code ec;
   fs::create_directories(opt_.data_dir + "/work", ec);
   if (ec) {
@@ -864,6 +970,13 @@ int Agent::Run() {
       std::to_string(inventory_.cpu_cores) + " CPUs, " +
           std::to_string(inventory_.memory_mib / 1024) + " GiB, " +
           std::to_string(inventory_.gpus.size()) + " GPUs (" + inventory_.gpu_source + ")");
+  // Enrolled before: the node proves itself with its own credential, and the join token (read
+  // above for what else it carries) is not sent (docs/design-notes.md "Node identity").
+  if (auto cred = ReadFile(CredentialPath()); cred.ok() && !Trim(*cred).empty()) {
+    token_ = Trim(*cred);
+    enrolled_ = true;
+    Log("using the node credential in %s", CredentialPath());
+  }
   if (auto id = ReadFile(opt_.data_dir + "/node.id"); id.ok()) node_id_ = Trim(*id);
   RecoverAttempts();
 

@@ -18,6 +18,7 @@ namespace sluice::agent {
 struct AgentOptions {
   std::string server_url;  // http://host:port
   std::string join_token_file;
+  std::string ca_file;  // PEM CA an https server must chain to; default: the join token's pin
   std::string data_dir;
   std::string name;  // defaults to the hostname
   double price_per_gpu_hour = 0;

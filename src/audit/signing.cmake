@@ -5,7 +5,8 @@ add_library(sluice_audit_sign STATIC
   ${CMAKE_CURRENT_LIST_DIR}/openssl_util.cc
   ${CMAKE_CURRENT_LIST_DIR}/cms.cc
   ${CMAKE_CURRENT_LIST_DIR}/bundle_zip.cc
-  ${CMAKE_CURRENT_LIST_DIR}/bundle.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/bundle.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tls_identity.cc)
 target_link_libraries(sluice_audit_sign PUBLIC sluice_common
   PRIVATE OpenSSL::Crypto LibArchive::LibArchive)
 
@@ -14,4 +15,5 @@ target_link_libraries(sluice_audit_sign PUBLIC sluice_common
 sluice_test(audit_sign_test SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/signing_key_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/bundle_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tls_identity_test.cc
   LIBS sluice_audit_sign)

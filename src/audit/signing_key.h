@@ -39,8 +39,16 @@ Result<SigningIdentity> CreateSigningIdentity(std::string_view common_name);
 // certificate (any key type OpenSSL signs CMS with) in place before the first start.
 // Errors: FailedPrecondition (dir missing; bad, mismatched, expired or orphaned files),
 // InvalidArgument (common_name), PermissionDenied / Internal (I/O).
+// `files` names the two files and what errors call them (the TLS CA, tls_identity.h, is kept
+// the same way as ca.key / ca.crt).
+struct IdentityFiles {
+  std::string_view key_file = kSigningKeyFile;
+  std::string_view cert_file = kSigningCertFile;
+  std::string_view label = "audit signing";
+};
 Result<SigningIdentity> LoadOrCreateSigningIdentity(const std::string& dir,
-                                                    std::string_view common_name);
+                                                    std::string_view common_name,
+                                                    const IdentityFiles& files = {});
 
 // Checks that both PEMs parse and that the key belongs to the certificate.
 // Errors: InvalidArgument, saying which of the two is at fault.

@@ -2,6 +2,7 @@
 // server's own message.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,6 +20,12 @@ class ApiClient {
 
   Result<Json> Get(const std::string& path);
   Result<Json> Post(const std::string& path, const Json& body);
+  // POST with an `Idempotency-Key` (issue 10 item 3): retried with the same key and body on a
+  // connection error or 502/503/504, for up to `retry_for`, so a server that dies mid-submit
+  // yields exactly one job. `on_retry` (may be null) hears about each retry.
+  Result<Json> PostIdempotent(const std::string& path, const Json& body, const std::string& key,
+                              std::chrono::milliseconds retry_for,
+                              const std::function<void(const Status&)>& on_retry = nullptr);
   Result<Json> Delete(const std::string& path);
   // GET of a non-JSON body (a zip, a CSV, a PEM): the bytes on 2xx, the server's error otherwise.
   Result<std::string> GetBytes(const std::string& path);

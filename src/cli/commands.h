@@ -24,6 +24,7 @@ struct RunFlags {
   bool queue = false;     // queue even when no registered node can ever run it
   std::string objective;  // overrides the spec's objective when set
   bool dry_run = false;   // check the spec, this machine and the market; submit nothing
+  std::string team;       // share the job with this team's members
 };
 
 struct EstimateFlags {
@@ -58,6 +59,28 @@ int NodeReclaimCommand(const GlobalFlags& g, const std::string& node, const std:
 int NodeStatusCommand(const GlobalFlags& g, const std::string& node);
 // Asks the node to run its conformance suite; with `wait`, prints the server's verdict.
 int NodeVerifyCommand(const GlobalFlags& g, const std::string& node, bool wait, double timeout_s);
+// Node identity (issue 10 item 2): cuts a node off; its credential stops working at once.
+int NodeRevokeCommand(const GlobalFlags& g, const std::string& node);
+// Accounts and tenancy (issue 10 item 1), in account_commands.cc.
+struct TokenFlags {
+  std::string name;
+  std::string scope = "full";  // full | read | metrics
+  std::string kind = "api";    // api | join
+  std::string account;         // admins: for another account
+  std::string ttl;             // "90d", "12h", "30m", seconds; empty: never expires
+  std::string out;             // write a token file (mode 0600) instead of printing the secret
+};
+int WhoamiCommand(const GlobalFlags& g);
+int AccountCreateCommand(const GlobalFlags& g, const std::string& name, const std::string& role,
+                         const std::string& out);
+int AccountListCommand(const GlobalFlags& g);
+int AccountDisableCommand(const GlobalFlags& g, const std::string& name, bool disable);
+int TokenCreateCommand(const GlobalFlags& g, const TokenFlags& f);
+int TokenListCommand(const GlobalFlags& g, const std::string& account);
+int TokenRevokeCommand(const GlobalFlags& g, const std::string& id);
+int TeamAddCommand(const GlobalFlags& g, const std::string& team, const std::string& account);
+int TeamRemoveCommand(const GlobalFlags& g, const std::string& team, const std::string& account);
+int TeamListCommand(const GlobalFlags& g);
 int AuditLogCommand(const GlobalFlags& g, const std::string& since, bool csv);
 int AuditBundleCommand(const GlobalFlags& g, const std::string& job, const std::string& out);
 int AuditVerifyCommand(const GlobalFlags& g, const std::string& path, const std::string& cert);

@@ -200,7 +200,17 @@ int RunCommand(const GlobalFlags& g, const RunFlags& f) {
   Json body{{"spec", spec::ToJson(*spec)}};
   if (!blob.empty()) body["workdir_blob"] = blob;
   if (f.queue) body["queue"] = true;
-  auto resp = (*api)->Post("/v1/jobs", body);
+  if (!f.team.empty()) body["team"] = f.team;
+  // One key per `sluice run`: if the server dies mid-submit, the retry returns the job the first
+  // attempt created instead of a second one.
+  const std::string key = "run-" + RandomHex(16);
+  auto resp = (*api)->PostIdempotent(
+      "/v1/jobs", body, key, std::chrono::seconds(60), [&](const Status& s) {
+        if (!g.json) {
+          std::fprintf(stderr, "sluice: submit: %s; retrying with the same Idempotency-Key\n",
+                       s.message().c_str());
+        }
+      });
   if (!resp.ok()) {
     Fail(resp.status());
     if (resp.status().code() == StatusCode::kFailedPrecondition) {

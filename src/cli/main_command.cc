@@ -20,6 +20,10 @@ void AddClientFlags(CLI::App* cmd, GlobalFlags* g, bool json = true) {
                   "Server URL (default: $SLUICE_SERVER, else the local server's server.url)");
   cmd->add_option("--token", g->token,
                   "API token (default: $SLUICE_TOKEN, else the local server's admin.token)");
+  cmd->add_option("--ca-file", CaFileFlag(),
+                  "CA certificate (PEM) an https:// server must chain to (default: "
+                  "$SLUICE_CA_FILE, else the token file's ca-sha256 pin, else the local server's "
+                  "tls/ca.crt, else the system trust store)");
   if (json) cmd->add_flag("--json", g->json, "Print JSON for scripts instead of a table");
 }
 
@@ -86,8 +90,52 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   server
+      ->add_option("--max-active-jobs-per-account", sopt.max_active_jobs_per_account,
+                   "Unfinished jobs one user account may have (admins are exempt)")
+      ->check(CLI::Range(1, 10000000))
+      ->capture_default_str();
+  server
+      ->add_option("--max-nodes-per-provider", sopt.max_nodes_per_provider,
+                   "Nodes one provider account may enrol")
+      ->check(CLI::Range(1, 10000000))
+      ->capture_default_str();
+  server
+      ->add_option("--max-log-mib-per-attempt", sopt.max_log_mib_per_attempt,
+                   "Log bytes kept per attempt (MiB); past it the oldest lines give way")
+      ->check(CLI::Range(0.001, 1048576.0))
+      ->capture_default_str();
+  server
+      ->add_option("--max-upload-gib-per-account", sopt.max_upload_gib_per_account,
+                   "Workdir and checkpoint bytes one account (or node) may upload (GiB)")
+      ->check(CLI::Range(0.0, 1048576.0))
+      ->capture_default_str();
+  server
+      ->add_option("--refusals-per-second", sopt.refusals_per_second,
+                   "Refused requests (bad or missing tokens) one client address may make per "
+                   "second before it gets 429s")
+      ->check(CLI::Range(0.01, 1000000.0))
+      ->capture_default_str();
+  server
       ->add_option("--keep-alive-interval", sopt.keep_alive_interval_s,
                    "Seconds between WebSocket pings on agent links")
+      ->capture_default_str();
+  // TLS and connection limits (README "TLS").
+  server->add_flag("--tls", sopt.tls,
+                   "Serve HTTPS/WSS with a CA and certificate generated in DATA_DIR/tls (clients "
+                   "pin the CA: token files carry its sha256)");
+  server->add_option("--tls-cert", sopt.tls_cert_file,
+                     "Serve HTTPS/WSS with this PEM certificate chain (leaf first) instead");
+  server->add_option("--tls-key", sopt.tls_key_file, "The private key (PEM) for --tls-cert");
+  server->add_option("--tls-san", sopt.tls_sans,
+                     "Extra DNS name or IP address for the generated certificate (repeatable); "
+                     "localhost, 127.0.0.1, ::1 and the --listen host are always in it");
+  server->add_flag("--insecure-http", sopt.insecure_http,
+                   "Allow plain HTTP on a non-loopback --listen address (behind a TLS proxy)");
+  server
+      ->add_option("--max-connections-per-address", sopt.max_connections_per_address,
+                   "Open connections one client IP address may hold; more are closed at once "
+                   "(0: no cap)")
+      ->check(CLI::Range(0, 10000000))
       ->capture_default_str();
   server->callback([&] { rc = server::RunServer(sopt); });
 
@@ -96,10 +144,14 @@ int Main(int argc, char** argv) {
   aopt.data_dir = DefaultAgentDataDir();
   auto* agent_cmd = app.add_subcommand("agent", "Join this machine to a server as a provider");
   agent_cmd->add_option("--server", aopt.server_url,
-                        "Server URL (default: $SLUICE_SERVER, else the local server's server.url)");
+                        "Server URL (default: $SLUICE_SERVER, else the join token file's server: "
+                        "line, else the local server's server.url)");
   agent_cmd->add_option("--join-token-file", aopt.join_token_file,
                         "File holding the provider join token (default: the local server's "
                         "join.token)");
+  agent_cmd->add_option("--ca-file", aopt.ca_file,
+                        "CA certificate (PEM) an https:// server must chain to (default: the "
+                        "join token file's ca-sha256 pin, else the system trust store)");
   agent_cmd->add_option("--data-dir", aopt.data_dir, "Agent state and job work directories")
       ->capture_default_str();
   agent_cmd->add_option("--name", aopt.name, "Node name (default: the hostname)");
@@ -193,16 +245,14 @@ int Main(int argc, char** argv) {
       }
       aopt.claims.push_back(c);
     }
-    if (aopt.server_url.empty()) {
-      auto cfg = ResolveClientConfig("", "unused");
-      if (!cfg.ok()) {
-        std::fprintf(stderr, "sluice agent: --server: %s\n", cfg.status().message().c_str());
-        rc = 2;
-        return;
-      }
-      aopt.server_url = cfg->server;
-    }
     if (aopt.join_token_file.empty()) aopt.join_token_file = DefaultServerDataDir() + "/join.token";
+    auto server_url = ResolveAgentServer(aopt.server_url, aopt.join_token_file);
+    if (!server_url.ok()) {
+      std::fprintf(stderr, "sluice agent: --server: %s\n", server_url.status().message().c_str());
+      rc = 2;
+      return;
+    }
+    aopt.server_url = *server_url;
     rc = agent::RunAgent(aopt);
   });
 
@@ -224,6 +274,8 @@ int Main(int argc, char** argv) {
       "Stream state changes and logs until the job ends, exit with its exit code (default "
       "when stdout is a terminal)");
   run->add_flag("-d,--detach", rf.detach, "Print the job id and return")->excludes(follow_flag);
+  run->add_option("--team", rf.team,
+                  "Share the job with the members of this team (you must be one of them)");
   run->add_flag("--queue", rf.queue,
                 "Queue the job even if no registered node can run it (it waits, with the "
                 "reason, for one to join); without it such a job is refused with an explanation");
@@ -369,6 +421,99 @@ int Main(int argc, char** argv) {
   AddClientFlags(node_verify, &g);
   node_verify->callback(
       [&] { rc = NodeVerifyCommand(g, verify_node, !verify_no_wait, verify_timeout); });
+
+  std::string revoke_node;
+  auto* node_revoke = node_cmd->add_subcommand(
+      "revoke",
+      "Cut a node off: its credential stops working, its agent is disconnected (and exits), its "
+      "offers leave the market and its running jobs are requeued elsewhere. To bring the "
+      "machine back, enrol it again as a new node");
+  node_revoke->add_option("node", revoke_node, "Node id or name")->required();
+  AddClientFlags(node_revoke, &g);
+  node_revoke->callback([&] { rc = NodeRevokeCommand(g, revoke_node); });
+
+  // --- accounts, tokens, teams (issue 10)
+  auto* whoami = app.add_subcommand("whoami", "The account, role and scope of the token in use");
+  AddClientFlags(whoami, &g);
+  whoami->callback([&] { rc = WhoamiCommand(g); });
+
+  auto* account_cmd = app.add_subcommand(
+      "account", "Accounts (admin): users submit jobs, providers own nodes, admins run the server");
+  account_cmd->require_subcommand(1);
+  std::string acct_name, acct_role = "user", acct_out;
+  auto* acct_create = account_cmd->add_subcommand(
+      "create", "Create an account; prints its first full token once (or writes it with --out)");
+  acct_create->add_option("name", acct_name, "Account name: a-z, 0-9, '.', '_', '-'")->required();
+  acct_create->add_option("--role", acct_role, "user, provider or admin")
+      ->check(CLI::IsMember({"user", "provider", "admin"}))
+      ->capture_default_str();
+  acct_create->add_option("--out", acct_out,
+                          "Write the token to this file (mode 0600, with the server's URL and CA "
+                          "pin) instead of printing it");
+  AddClientFlags(acct_create, &g);
+  acct_create->callback([&] { rc = AccountCreateCommand(g, acct_name, acct_role, acct_out); });
+  auto* acct_list = account_cmd->add_subcommand("list", "Every account, with its role and state");
+  AddClientFlags(acct_list, &g);
+  acct_list->callback([&] { rc = AccountListCommand(g); });
+  auto* acct_disable = account_cmd->add_subcommand(
+      "disable", "Disable an account: its tokens and its nodes' credentials stop working");
+  acct_disable->add_option("name", acct_name, "Account name or id")->required();
+  AddClientFlags(acct_disable, &g);
+  acct_disable->callback([&] { rc = AccountDisableCommand(g, acct_name, true); });
+  auto* acct_enable = account_cmd->add_subcommand("enable", "Enable a disabled account again");
+  acct_enable->add_option("name", acct_name, "Account name or id")->required();
+  AddClientFlags(acct_enable, &g);
+  acct_enable->callback([&] { rc = AccountDisableCommand(g, acct_name, false); });
+
+  auto* token_cmd = app.add_subcommand(
+      "token", "API tokens: scoped (full, read, metrics), expiring, revocable; listed without "
+               "their secrets");
+  token_cmd->require_subcommand(1);
+  TokenFlags tf;
+  auto* tok_create = token_cmd->add_subcommand(
+      "create", "Mint a token for this account (admins: --account); the secret is shown once");
+  tok_create->add_option("--name", tf.name, "A label shown by `sluice token list`");
+  tok_create->add_option("--scope", tf.scope, "full, read (GET only) or metrics")
+      ->check(CLI::IsMember({"full", "read", "metrics"}))
+      ->capture_default_str();
+  tok_create->add_option("--kind", tf.kind,
+                         "api, or join (a provider's: enrols new nodes with `sluice agent`)")
+      ->check(CLI::IsMember({"api", "join"}))
+      ->capture_default_str();
+  tok_create->add_option("--ttl", tf.ttl, "Expires after this long: 90d, 12h, 30m (default: never)");
+  tok_create->add_option("--account", tf.account, "Admins: mint for this account");
+  tok_create->add_option("--out", tf.out,
+                         "Write a token file (mode 0600, with the server's URL and CA pin) "
+                         "instead of printing the secret");
+  AddClientFlags(tok_create, &g);
+  tok_create->callback([&] { rc = TokenCreateCommand(g, tf); });
+  std::string tok_account, tok_id;
+  auto* tok_list = token_cmd->add_subcommand("list", "Tokens of this account (admins: all)");
+  tok_list->add_option("--account", tok_account, "Admins: only this account's");
+  AddClientFlags(tok_list, &g);
+  tok_list->callback([&] { rc = TokenListCommand(g, tok_account); });
+  auto* tok_revoke = token_cmd->add_subcommand("revoke", "Revoke a token at once");
+  tok_revoke->add_option("id", tok_id, "Token id (from `sluice token list`)")->required();
+  AddClientFlags(tok_revoke, &g);
+  tok_revoke->callback([&] { rc = TokenRevokeCommand(g, tok_id); });
+
+  auto* team_cmd = app.add_subcommand(
+      "team", "Teams share jobs deliberately: `sluice run --team T` makes a job visible to T");
+  team_cmd->require_subcommand(1);
+  std::string team_name, team_account;
+  auto* team_add = team_cmd->add_subcommand("add", "Add an account to a team (admin)");
+  team_add->add_option("team", team_name, "Team name")->required();
+  team_add->add_option("account", team_account, "Account name or id")->required();
+  AddClientFlags(team_add, &g);
+  team_add->callback([&] { rc = TeamAddCommand(g, team_name, team_account); });
+  auto* team_remove = team_cmd->add_subcommand("remove", "Remove an account from a team (admin)");
+  team_remove->add_option("team", team_name, "Team name")->required();
+  team_remove->add_option("account", team_account, "Account name or id")->required();
+  AddClientFlags(team_remove, &g);
+  team_remove->callback([&] { rc = TeamRemoveCommand(g, team_name, team_account); });
+  auto* team_list = team_cmd->add_subcommand("list", "Teams and members (yours; admins: all)");
+  AddClientFlags(team_list, &g);
+  team_list->callback([&] { rc = TeamListCommand(g); });
 
   std::string audit_since;
   bool audit_csv = false;

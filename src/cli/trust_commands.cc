@@ -1,4 +1,4 @@
-// `sluice node status|verify`, `sluice audit-log`, `sluice audit JOB -o F` and
+// `sluice node status|verify|revoke`, `sluice audit-log`, `sluice audit JOB -o F` and
 // `sluice audit verify F` (issue 5): what a provider sees about its node's verification, and
 // what an auditor gets and checks.
 #include <sys/stat.h>
@@ -173,6 +173,24 @@ int NodeVerifyCommand(const GlobalFlags& g, const std::string& node, bool wait, 
   return Fail(Status::DeadlineExceeded("no conformance report within " +
                                        std::to_string(static_cast<int>(timeout_s)) +
                                        "s; see `sluice node status " + id + "` later"));
+}
+
+int NodeRevokeCommand(const GlobalFlags& g, const std::string& node) {
+  auto api = Connect(g);
+  if (!api.ok()) return Fail(api.status());
+  auto n = FindNode(**api, node);
+  if (!n.ok()) return Fail(n.status());
+  const std::string id = n->value("id", "");
+  auto resp = (*api)->Post("/v1/nodes/" + id + "/revoke", Json::object());
+  if (!resp.ok()) return Fail(resp.status());
+  if (g.json) {
+    std::cout << DumpJson(*resp, 2) << "\n";
+    return 0;
+  }
+  std::cout << "revoked node " << n->value("name", "") << " (" << id
+            << "): its credential no longer works, its agent is disconnected and its running "
+               "jobs are requeued elsewhere\n";
+  return 0;
 }
 
 int AuditLogCommand(const GlobalFlags& g, const std::string& since_text, bool csv) {

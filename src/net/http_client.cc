@@ -3,10 +3,13 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <limits>
 #include <optional>
+#include <variant>
 
 #include "net/net_internal.h"
+#include "net/tls_internal.h"
 
 namespace sluice {
 
@@ -14,6 +17,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 namespace {
 
@@ -29,21 +33,36 @@ class HttpClient::Impl {
   Impl(Url base, std::string token, std::chrono::milliseconds timeout)
       : base_(std::move(base)), token_(std::move(token)), timeout_(timeout) {
     where_ = net_internal::FormatEndpoint(base_.host, base_.port);
+    if (base_.secure()) {
+      // A bad CA file or pin surfaces on the first request, as a connection error would.
+      auto ctx = net_internal::TlsClientContext::Create(base_.tls);
+      if (ctx.ok()) {
+        tls_ = std::move(*ctx);
+      } else {
+        tls_error_ = ctx.status();
+      }
+    }
   }
 
   Result<HttpResponse> Request(std::string_view method, std::string_view target, std::string body,
-                               std::string content_type) {
+                               std::string content_type,
+                               const std::vector<std::pair<std::string, std::string>>& headers) {
     auto req = BuildRequest(method, target, std::move(body), content_type);
+    for (const auto& [k, v] : headers) req.set(beast::string_view(k), beast::string_view(v));
     for (int attempt = 0;; ++attempt) {
-      bool reused = stream_.has_value();
+      bool reused = connected();
       SLUICE_RETURN_IF_ERROR(Connect());
       http::response_parser<http::string_body> parser;
       parser.body_limit(kMaxResponseBody);
       if (method == "HEAD") parser.skip(true);
-      stream_->expires_after(timeout_);
-      beast::error_code ec = Run([&](auto done) { http::async_write(*stream_, req, done); });
+      Tcp().expires_after(timeout_);
+      beast::error_code ec = Run([&](auto done) {
+        WithStream([&](auto& stream) { http::async_write(stream, req, done); });
+      });
       if (!ec) {
-        ec = Run([&](auto done) { http::async_read(*stream_, buf_, parser, done); });
+        ec = Run([&](auto done) {
+          WithStream([&](auto& stream) { http::async_read(stream, buf_, parser, done); });
+        });
       }
       if (ec) {
         Disconnect();
@@ -68,16 +87,20 @@ class HttpClient::Impl {
     auto req = BuildRequest(method, target, "", "");
     std::optional<http::response_parser<http::buffer_body>> parser;
     for (int attempt = 0;; ++attempt) {
-      bool reused = stream_.has_value();
+      bool reused = connected();
       SLUICE_RETURN_IF_ERROR(Connect());
       parser.emplace();
       parser->body_limit(std::numeric_limits<uint64_t>::max());
-      stream_->expires_after(timeout_);
-      beast::error_code ec = Run([&](auto done) { http::async_write(*stream_, req, done); });
+      Tcp().expires_after(timeout_);
+      beast::error_code ec = Run([&](auto done) {
+        WithStream([&](auto& stream) { http::async_write(stream, req, done); });
+      });
       // The stream's head may legitimately come late (the server answers when there is data).
-      stream_->expires_never();
+      Tcp().expires_never();
       if (!ec) {
-        ec = Run([&](auto done) { http::async_read_header(*stream_, buf_, *parser, done); });
+        ec = Run([&](auto done) {
+          WithStream([&](auto& stream) { http::async_read_header(stream, buf_, *parser, done); });
+        });
       }
       if (ec) {
         Disconnect();
@@ -94,8 +117,9 @@ class HttpClient::Impl {
     while (!parser->is_done()) {
       parser->get().body().data = chunk;
       parser->get().body().size = sizeof(chunk);
-      beast::error_code ec =
-          Run([&](auto done) { http::async_read_some(*stream_, buf_, *parser, done); });
+      beast::error_code ec = Run([&](auto done) {
+        WithStream([&](auto& stream) { http::async_read_some(stream, buf_, *parser, done); });
+      });
       if (ec == http::error::need_buffer) ec = {};
       size_t n = sizeof(chunk) - parser->get().body().size;
       pending.append(chunk, n);
@@ -156,29 +180,57 @@ class HttpClient::Impl {
     return net_internal::RunToCompletion(ioc_, std::forward<Start>(start));
   }
 
+  bool connected() const { return stream_.index() != 0; }
+  beast::tcp_stream& Tcp() {
+    if (auto* t = std::get_if<TlsStream>(&stream_)) return beast::get_lowest_layer(*t);
+    return std::get<beast::tcp_stream>(stream_);
+  }
+  // Runs `f` on the stream HTTP is spoken over (TLS or plain); connected() must hold.
+  template <typename F>
+  void WithStream(F&& f) {
+    if (auto* t = std::get_if<TlsStream>(&stream_)) return f(*t);
+    f(std::get<beast::tcp_stream>(stream_));
+  }
+
   Status Connect() {
-    if (stream_) return Status::Ok();
+    if (connected()) return Status::Ok();
+    if (base_.secure() && !tls_) return tls_error_;
     beast::error_code ec;
     tcp::resolver resolver(ioc_);
     auto results = resolver.resolve(base_.host, std::to_string(base_.port), ec);
     if (ec) return Status::Unavailable("cannot resolve " + where_ + ": " + ec.message());
-    stream_.emplace(ioc_);
-    stream_->expires_after(timeout_);
-    ec = Run([&](auto done) { stream_->async_connect(results, done); });
+    auto& tcp_stream = stream_.emplace<beast::tcp_stream>(ioc_);
+    tcp_stream.expires_after(timeout_);
+    ec = Run([&](auto done) { tcp_stream.async_connect(results, done); });
     if (ec) {
       Disconnect();
       return Status::Unavailable("cannot connect to " + where_ + ": " + ec.message());
     }
-    stream_->socket().set_option(tcp::no_delay(true), ec);
+    tcp_stream.socket().set_option(tcp::no_delay(true), ec);
+    if (!base_.secure()) return Status::Ok();
+    // The handshake runs under the same deadline as the TCP connect.
+    beast::tcp_stream connected_tcp = std::move(tcp_stream);
+    auto& tls = stream_.emplace<TlsStream>(std::move(connected_tcp), tls_->context());
+    SLUICE_RETURN_IF_ERROR(tls_->Prepare(tls.native_handle(), base_.host));
+    ec = Run([&](auto done) { tls.async_handshake(net_internal::ssl::stream_base::client, done); });
+    if (ec) {
+      Status st = ec == beast::error::timeout
+                      ? Status::DeadlineExceeded("TLS handshake with " + where_ + " timed out")
+                      : tls_->HandshakeError(tls.native_handle(), ec, where_);
+      Disconnect();
+      return st;
+    }
     return Status::Ok();
   }
 
+  // Drops the connection without a TLS close_notify: every response is delimited by length or
+  // chunking, so nothing depends on a clean TLS shutdown, and waiting for one could hang.
   void Disconnect() {
-    if (!stream_) return;
+    if (!connected()) return;
     beast::error_code ec;
-    stream_->socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_->close();
-    stream_.reset();
+    Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
+    Tcp().close();
+    stream_.emplace<std::monostate>();
     buf_.consume(buf_.size());
   }
 
@@ -193,8 +245,10 @@ class HttpClient::Impl {
   const std::string token_;
   const std::chrono::milliseconds timeout_;
   std::string where_;
+  std::unique_ptr<net_internal::TlsClientContext> tls_;  // https only
+  Status tls_error_;                                     // why tls_ could not be made
   asio::io_context ioc_;
-  std::optional<beast::tcp_stream> stream_;
+  std::variant<std::monostate, beast::tcp_stream, TlsStream> stream_;  // monostate: none
   beast::flat_buffer buf_;
 };
 
@@ -202,10 +256,12 @@ HttpClient::HttpClient(Url base, std::string bearer_token, std::chrono::millisec
     : impl_(std::make_unique<Impl>(std::move(base), std::move(bearer_token), timeout)) {}
 HttpClient::~HttpClient() = default;
 
-Result<HttpResponse> HttpClient::Request(std::string_view method, std::string_view path_and_query,
-                                         std::string body, std::string content_type) {
+Result<HttpResponse> HttpClient::Request(
+    std::string_view method, std::string_view path_and_query, std::string body,
+    std::string content_type, const std::vector<std::pair<std::string, std::string>>& headers) {
   try {
-    return impl_->Request(method, path_and_query, std::move(body), std::move(content_type));
+    return impl_->Request(method, path_and_query, std::move(body), std::move(content_type),
+                          headers);
   } catch (const std::exception& e) {
     return Status::Internal(std::string("HTTP client failed: ") + e.what());
   }

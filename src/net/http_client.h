@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "net/http_types.h"
@@ -15,8 +17,9 @@ namespace sluice {
 
 class HttpClient {
  public:
-  // `base` comes from ParseUrl; its base_path prefixes every path. `timeout` bounds connecting
-  // and each Request as a whole.
+  // `base` comes from ParseUrl; its base_path prefixes every path. For https, base.tls says how
+  // the server is verified (docs/design-notes.md, "TLS"). `timeout` bounds connecting (TLS
+  // handshake included) and each Request as a whole.
   HttpClient(Url base, std::string bearer_token,
              std::chrono::milliseconds timeout = std::chrono::seconds(30));
   ~HttpClient();
@@ -25,10 +28,14 @@ class HttpClient {
 
   // Sends one request; sets Authorization: Bearer when the token is non-empty. Any HTTP status
   // is a successful Result. Connection failures are Unavailable naming the address; running
-  // past the timeout is DeadlineExceeded. A stale keep-alive connection is retried once.
+  // past the timeout is DeadlineExceeded; a server certificate the trust refuses is
+  // FailedPrecondition "server certificate not trusted: ...". A stale keep-alive connection is
+  // retried once.
+  // `headers` are sent as given (e.g. Idempotency-Key).
   Result<HttpResponse> Request(std::string_view method, std::string_view path_and_query,
                                std::string body = "",
-                               std::string content_type = "application/json");
+                               std::string content_type = "application/json",
+                               const std::vector<std::pair<std::string, std::string>>& headers = {});
 
   // For chunked NDJSON streams: calls on_line for each '\n'-terminated line (without the '\n')
   // as soon as it arrives; on_line returning false stops reading (and drops the connection).

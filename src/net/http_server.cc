@@ -7,8 +7,11 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/beast/core/detect_ssl.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -18,10 +21,12 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "common/text.h"
 #include "net/net_internal.h"
+#include "net/tls_internal.h"
 
 namespace sluice {
 
@@ -30,6 +35,14 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+namespace ssl = asio::ssl;
+
+// A connection is plain TCP or TLS for its whole life (a server speaks one or the other); the
+// session code is written once and picks the layer through these variants.
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+using PlainWs = websocket::stream<PlainStream>;
+using TlsWs = websocket::stream<TlsStream>;
 
 namespace {
 
@@ -63,6 +76,12 @@ struct ServerShared {
   std::condition_variable cv;
   std::map<uint64_t, std::weak_ptr<Closable>> sessions;  // guarded by mu
   bool stopping = false;                                 // guarded by mu
+  // Set in Start when options.tls_cert_chain_pem is; null: plain HTTP.
+  std::shared_ptr<ssl::context> tls;
+  // Open connections per client IP (accepted and not yet destroyed), for the per-address cap.
+  std::mutex addr_mu;
+  std::map<std::string, size_t> per_address;  // guarded by addr_mu
+  std::atomic<uint64_t> refused{0};
 
   // False when the server is stopping: the caller must drop the connection.
   bool Register(uint64_t id, std::weak_ptr<Closable> s) {
@@ -75,6 +94,38 @@ struct ServerShared {
     std::lock_guard<std::mutex> lock(mu);
     if (sessions.erase(id) > 0) cv.notify_all();
   }
+  // False (and counted) when `ip` is at its cap; otherwise its count goes up by one.
+  bool Admit(const std::string& ip) {
+    const size_t cap = options.max_connections_per_address;
+    std::lock_guard<std::mutex> lock(addr_mu);
+    size_t& n = per_address[ip];
+    if (cap != 0 && n >= cap) {
+      refused.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    ++n;
+    return true;
+  }
+  void Release(const std::string& ip) {
+    std::lock_guard<std::mutex> lock(addr_mu);
+    auto it = per_address.find(ip);
+    if (it != per_address.end() && --it->second == 0) per_address.erase(it);
+  }
+};
+
+// One admitted connection's place under its address's cap, given back when the last session
+// object holding it (HTTP, then possibly WebSocket) is gone.
+class AddressSlot {
+ public:
+  AddressSlot(std::shared_ptr<ServerShared> shared, std::string ip)
+      : shared_(std::move(shared)), ip_(std::move(ip)) {}
+  ~AddressSlot() { shared_->Release(ip_); }
+  AddressSlot(const AddressSlot&) = delete;
+  AddressSlot& operator=(const AddressSlot&) = delete;
+
+ private:
+  const std::shared_ptr<ServerShared> shared_;
+  const std::string ip_;
 };
 
 namespace {
@@ -214,21 +265,30 @@ class WsSession;
 
 class HttpSession : public Closable, public std::enable_shared_from_this<HttpSession> {
  public:
-  HttpSession(tcp::socket&& socket, std::shared_ptr<ServerShared> shared, uint64_t id)
-      : stream_(std::move(socket)), shared_(std::move(shared)), id_(id) {
-    remote_addr_ = RemoteAddr(stream_.socket());
+  HttpSession(tcp::socket&& socket, std::shared_ptr<ServerShared> shared, uint64_t id,
+              std::shared_ptr<AddressSlot> slot)
+      : shared_(std::move(shared)), id_(id), slot_(std::move(slot)) {
+    if (shared_->tls) {
+      stream_.emplace<TlsStream>(std::move(socket), *shared_->tls);
+    } else {
+      stream_.emplace<PlainStream>(std::move(socket));
+    }
+    remote_addr_ = RemoteAddr(Tcp().socket());
   }
   ~HttpSession() override { shared_->Unregister(id_); }
 
   void Start() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadHeader(); });
+    asio::dispatch(Tcp().get_executor(), [self = shared_from_this()] {
+      if (std::holds_alternative<TlsStream>(self->stream_)) return self->DetectTls();
+      self->ReadHeader();
+    });
   }
   void Abort() override {
-    asio::post(stream_.get_executor(), [self = shared_from_this()] { self->DoClose(); });
+    asio::post(Tcp().get_executor(), [self = shared_from_this()] { self->DoClose(); });
   }
   template <typename F>
   void Post(F&& f) {
-    asio::post(stream_.get_executor(), std::forward<F>(f));
+    asio::post(Tcp().get_executor(), std::forward<F>(f));
   }
 
   // The Do* methods run on the strand, posted by ResponseWriter::Impl in call order.
@@ -259,6 +319,57 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
   }
 
  private:
+  beast::tcp_stream& Tcp() {
+    if (auto* t = std::get_if<TlsStream>(&stream_)) return beast::get_lowest_layer(*t);
+    return std::get<PlainStream>(stream_);
+  }
+  // Runs `f` on the stream HTTP is spoken over (TLS or plain).
+  template <typename F>
+  void WithStream(F&& f) {
+    if (auto* t = std::get_if<TlsStream>(&stream_)) return f(*t);
+    f(std::get<PlainStream>(stream_));
+  }
+
+  // TLS ports first look at the first bytes: a TLS ClientHello goes on to the handshake, and
+  // anything else (a plain HTTP request) gets a readable 400 instead of a handshake failure.
+  // Detection and handshake share one deadline, so a client that connects and sends nothing,
+  // or trickles a handshake, cannot hold the connection (and its slot) for long.
+  void DetectTls() {
+    Tcp().expires_after(shared_->options.tls_handshake_timeout);
+    beast::async_detect_ssl(Tcp(), buffer_,
+                            [self = shared_from_this()](beast::error_code ec, bool is_tls) {
+                              self->OnDetect(ec, is_tls);
+                            });
+  }
+  void OnDetect(beast::error_code ec, bool is_tls) {
+    if (closed_) return;
+    if (ec) return DoClose();
+    if (!is_tls) return RefusePlainHttp();
+    std::get<TlsStream>(stream_).async_handshake(
+        ssl::stream_base::server, buffer_.data(),
+        [self = shared_from_this()](beast::error_code ec, size_t used) {
+          self->OnHandshake(ec, used);
+        });
+  }
+  void OnHandshake(beast::error_code ec, size_t used) {
+    if (closed_) return;
+    if (ec) return DoClose();  // garbage, a wrong protocol version, a timeout: nothing to say
+    buffer_.consume(used);
+    ReadHeader();
+  }
+  void RefusePlainHttp() {
+    close_after_ = true;
+    write_buf_ = ErrorResponse(
+        400, Status::InvalidArgument("this server speaks HTTPS: use https:// (or wss://)"));
+    writing_ = true;
+    asio::async_write(Tcp(), asio::buffer(write_buf_),
+                      [self = shared_from_this()](beast::error_code ec, size_t) {
+                        self->writing_ = false;
+                        if (ec || self->closed_) return self->DoClose();
+                        self->LingerClose();
+                      });
+  }
+
   void ReadHeader() {
     if (closed_) return;
     response_done_ = false;
@@ -268,10 +379,12 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
     // The real limit is set once the headers are known (it may depend on them); Beast would
     // otherwise reject a large Content-Length while still parsing headers.
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    stream_.expires_after(shared_->options.http_idle_timeout);
-    http::async_read_header(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+    Tcp().expires_after(shared_->options.http_idle_timeout);
+    WithStream([&](auto& stream) {
+      http::async_read_header(
+          stream, buffer_, *parser_,
+          [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+    });
   }
 
   static bool IsHttpParseError(const beast::error_code& ec) {
@@ -316,10 +429,12 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
     if (ToLower(req_.Header("expect")) == "100-continue") {
       Enqueue("HTTP/1.1 100 Continue\r\n\r\n");
     }
-    stream_.expires_after(shared_->options.http_idle_timeout);
-    http::async_read(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+    Tcp().expires_after(shared_->options.http_idle_timeout);
+    WithStream([&](auto& stream) {
+      http::async_read(
+          stream, buffer_, *parser_,
+          [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+    });
   }
 
   void OnBody(beast::error_code ec) {
@@ -345,7 +460,7 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
     writer_state_ = std::make_shared<ResponseWriter::Impl>(shared_from_this());
     auto writer = std::make_shared<ResponseWriter>(writer_state_);
     // The client may now legitimately wait for minutes (long-poll, log stream).
-    stream_.expires_never();
+    Tcp().expires_never();
     StartWatch();
     if (!shared_->handler) {
       writer->Send({404, "application/json", ErrorBody(Status::NotFound("no handler")), {}});
@@ -368,9 +483,11 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
   void StartWatch() {
     if (closed_ || watching_ || buffer_.size() >= kMaxPipelined) return;
     watching_ = true;
-    stream_.async_read_some(
-        buffer_.prepare(4096),
-        [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnWatch(ec, n); });
+    WithStream([&](auto& stream) {
+      stream.async_read_some(
+          buffer_.prepare(4096),
+          [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnWatch(ec, n); });
+    });
   }
 
   void OnWatch(beast::error_code ec, size_t n) {
@@ -395,10 +512,12 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
     write_buf_.clear();
     for (auto& s : out_) write_buf_ += s;
     out_.clear();
-    stream_.expires_after(shared_->options.http_idle_timeout);
-    asio::async_write(
-        stream_, asio::buffer(write_buf_),
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+    Tcp().expires_after(shared_->options.http_idle_timeout);
+    WithStream([&](auto& stream) {
+      asio::async_write(
+          stream, asio::buffer(write_buf_),
+          [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+    });
   }
 
   void OnWrite(beast::error_code ec) {
@@ -419,7 +538,7 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
     if (watching_) {
       next_pending_ = true;
       beast::error_code ec;
-      stream_.socket().cancel(ec);
+      Tcp().socket().cancel(ec);
       return;
     }
     ReadHeader();
@@ -435,28 +554,29 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
   // Half-closes and drains what the client is still sending for a moment, then closes.
   void LingerClose() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    Tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
     if (watching_) return;  // OnWatch -> DoClose on eof
-    stream_.expires_after(
+    Tcp().expires_after(
         std::min<std::chrono::milliseconds>(kLingerTime, shared_->options.http_idle_timeout));
     Drain();
   }
+  // Raw bytes, below TLS: they are thrown away, so there is no need to decrypt them.
   void Drain() {
     drain_buf_.resize(16 * 1024);
-    stream_.async_read_some(asio::buffer(drain_buf_),
-                            [self = shared_from_this()](beast::error_code ec, size_t n) {
-                              self->drained_ += n;
-                              if (ec || self->drained_ > kLingerBytes) return self->DoClose();
-                              self->Drain();
-                            });
+    Tcp().async_read_some(asio::buffer(drain_buf_),
+                          [self = shared_from_this()](beast::error_code ec, size_t n) {
+                            self->drained_ += n;
+                            if (ec || self->drained_ > kLingerBytes) return self->DoClose();
+                            self->Drain();
+                          });
   }
 
   void DoClose() {
     if (closed_) return;
     closed_ = true;
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.close();
+    Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
+    Tcp().close();
     if (writer_state_) {
       writer_state_->MarkClosed();
       writer_state_.reset();
@@ -466,9 +586,10 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
 
   void Upgrade();
 
-  beast::tcp_stream stream_;
+  std::variant<std::monostate, PlainStream, TlsStream> stream_;  // set in the constructor
   const std::shared_ptr<ServerShared> shared_;
   const uint64_t id_;
+  const std::shared_ptr<AddressSlot> slot_;  // handed on to the WebSocket session, if any
   std::string remote_addr_;
 
   // All below: touched only on the strand.
@@ -556,20 +677,36 @@ void ResponseWriter::OnClose(std::function<void()> fn) { impl_->OnClose(std::mov
 // ---- WebSocket ----
 
 class WsConnection::Impl : public Closable, public std::enable_shared_from_this<Impl> {
+  // First in the class: members below deduce their return types through WithWs.
+  // Runs `f` on the WebSocket stream (TLS or plain).
+  template <typename F>
+  decltype(auto) WithWs(F&& f) {
+    if (auto* t = std::get_if<TlsWs>(&ws_)) return f(*t);
+    return f(std::get<PlainWs>(ws_));
+  }
+  beast::tcp_stream& Tcp() {
+    return WithWs([](auto& ws) -> beast::tcp_stream& { return beast::get_lowest_layer(ws); });
+  }
+
  public:
-  Impl(beast::tcp_stream&& stream, std::shared_ptr<ServerShared> shared, uint64_t id,
-       std::string remote_addr)
-      : ws_(std::move(stream)),
-        ping_timer_(ws_.get_executor()),
+  // `Stream` is PlainStream or TlsStream: the upgraded HTTP connection, moved in.
+  template <typename Stream>
+  Impl(Stream&& stream, std::shared_ptr<ServerShared> shared, uint64_t id, std::string remote_addr,
+       std::shared_ptr<AddressSlot> slot)
+      : executor_(stream.get_executor()),
+        ping_timer_(executor_),
         shared_(std::move(shared)),
         id_(id),
-        remote_addr_(std::move(remote_addr)) {}
+        remote_addr_(std::move(remote_addr)),
+        slot_(std::move(slot)) {
+    ws_.template emplace<websocket::stream<std::decay_t<Stream>>>(std::move(stream));
+  }
   ~Impl() override { shared_->Unregister(id_); }
 
   void Run(http::request<http::string_body> req, HttpRequest head) {
     if (!shared_->Register(id_, weak_from_this())) {
       beast::error_code ec;
-      ws_.next_layer().socket().close(ec);
+      Tcp().socket().close(ec);
       return;
     }
     conn_ = std::make_shared<WsConnection>(id_, remote_addr_, weak_from_this());
@@ -586,7 +723,7 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
     if (!decided.ok()) return Refuse(decided.status());
     handler_ = std::move(decided).value();
 
-    ws_.next_layer().expires_never();  // the websocket timeout below takes over
+    Tcp().expires_never();  // the websocket timeout below takes over
     websocket::stream_base::timeout t;
     t.handshake_timeout = shared_->options.http_idle_timeout;
     t.idle_timeout = shared_->options.ws_idle_timeout;
@@ -595,24 +732,26 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
     // peer silent for that long after the ping. Our timer adds pings at ws_keepalive_interval
     // so middleboxes that cut idle TCP see traffic.
     t.keep_alive_pings = true;
-    ws_.set_option(t);
-    ws_.read_message_max(shared_->options.ws_max_message);
-    ws_.text(true);
-    ws_.async_accept(req,
-                     [self = shared_from_this()](beast::error_code ec) { self->OnAccept(ec); });
+    WithWs([&](auto& ws) {
+      ws.set_option(t);
+      ws.read_message_max(shared_->options.ws_max_message);
+      ws.text(true);
+      ws.async_accept(req,
+                      [self = shared_from_this()](beast::error_code ec) { self->OnAccept(ec); });
+    });
   }
 
   void Abort() override {
-    asio::post(ws_.get_executor(), [self = shared_from_this()] {
+    asio::post(executor_, [self = shared_from_this()] {
       beast::error_code ec;
-      beast::get_lowest_layer(self->ws_).socket().shutdown(tcp::socket::shutdown_both, ec);
-      beast::get_lowest_layer(self->ws_).close();
+      self->Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
+      self->Tcp().close();
       self->Finish();
     });
   }
 
   void Send(std::string text) {
-    asio::post(ws_.get_executor(), [self = shared_from_this(), t = std::move(text)]() mutable {
+    asio::post(executor_, [self = shared_from_this(), t = std::move(text)]() mutable {
       if (self->finished_) return;
       self->out_.push_back(std::move(t));
       if (self->accepted_ && !self->writing_) self->DoWrite();
@@ -620,7 +759,7 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
   }
 
   void Close() {
-    asio::post(ws_.get_executor(), [self = shared_from_this()] {
+    asio::post(executor_, [self = shared_from_this()] {
       if (self->finished_) return;
       self->close_requested_ = true;
       if (self->accepted_) self->DoClose(websocket::close_code::normal);
@@ -634,15 +773,17 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
     if (st.code() == StatusCode::kPermissionDenied) status = 403;
     if (st.code() == StatusCode::kNotFound) status = 404;
     refusal_ = ErrorResponse(status, st);
-    ws_.next_layer().expires_after(shared_->options.http_idle_timeout);
-    asio::async_write(ws_.next_layer(), asio::buffer(refusal_),
-                      [self = shared_from_this()](beast::error_code, size_t) {
-                        beast::error_code ec;
-                        self->ws_.next_layer().socket().shutdown(tcp::socket::shutdown_both, ec);
-                        self->ws_.next_layer().close();
-                        self->handler_ = {};
-                        self->shared_->Unregister(self->id_);
-                      });
+    Tcp().expires_after(shared_->options.http_idle_timeout);
+    WithWs([&](auto& ws) {
+      asio::async_write(ws.next_layer(), asio::buffer(refusal_),
+                        [self = shared_from_this()](beast::error_code, size_t) {
+                          beast::error_code ec;
+                          self->Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
+                          self->Tcp().close();
+                          self->handler_ = {};
+                          self->shared_->Unregister(self->id_);
+                        });
+    });
   }
 
   void OnAccept(beast::error_code ec) {
@@ -655,13 +796,16 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
   }
 
   void DoRead() {
-    ws_.async_read(read_buf_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+    WithWs([&](auto& ws) {
+      ws.async_read(read_buf_, [self = shared_from_this()](beast::error_code ec, size_t) {
+        self->OnRead(ec);
+      });
+    });
   }
 
   void OnRead(beast::error_code ec) {
     if (ec) return Finish();
-    if (!ws_.got_text()) {
+    if (!WithWs([](auto& ws) { return ws.got_text(); })) {
       read_buf_.consume(read_buf_.size());
       // Only text (JSON) is spoken on the agent channel.
       DoClose(websocket::close_code::unknown_data);
@@ -683,22 +827,26 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
   void DoWrite() {
     if (closing_ || out_.empty()) return;
     writing_ = true;
-    ws_.async_write(asio::buffer(out_.front()),
-                    [self = shared_from_this()](beast::error_code ec, size_t) {
-                      self->writing_ = false;
-                      // On error the read side notices and finishes; once finished, the queue
-                      // is no longer ours to touch (Finish may have dropped it).
-                      if (ec || self->finished_ || self->out_.empty()) return;
-                      self->out_.pop_front();
-                      if (!self->out_.empty()) self->DoWrite();
-                    });
+    WithWs([&](auto& ws) {
+      ws.async_write(asio::buffer(out_.front()),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->writing_ = false;
+                       // On error the read side notices and finishes; once finished, the queue
+                       // is no longer ours to touch (Finish may have dropped it).
+                       if (ec || self->finished_ || self->out_.empty()) return;
+                       self->out_.pop_front();
+                       if (!self->out_.empty()) self->DoWrite();
+                     });
+    });
   }
 
   void DoClose(websocket::close_code code) {
     if (closing_ || finished_) return;
     closing_ = true;
-    ws_.async_close(code, [self = shared_from_this()](beast::error_code) {
-      // The pending read completes with an error and calls Finish().
+    WithWs([&](auto& ws) {
+      ws.async_close(code, [self = shared_from_this()](beast::error_code) {
+        // The pending read completes with an error and calls Finish().
+      });
     });
   }
 
@@ -708,7 +856,9 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
       if (ec || self->finished_) return;
       if (!self->closing_ && !self->pinging_) {
         self->pinging_ = true;
-        self->ws_.async_ping({}, [self](beast::error_code) { self->pinging_ = false; });
+        self->WithWs([&](auto& ws) {
+          ws.async_ping({}, [self](beast::error_code) { self->pinging_ = false; });
+        });
       }
       self->SchedulePing();
     });
@@ -730,11 +880,13 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
     shared_->Unregister(id_);
   }
 
-  websocket::stream<beast::tcp_stream> ws_;
+  asio::any_io_executor executor_;                   // the connection's strand
+  std::variant<std::monostate, PlainWs, TlsWs> ws_;  // set in the constructor
   asio::steady_timer ping_timer_;
   const std::shared_ptr<ServerShared> shared_;
   const uint64_t id_;
   const std::string remote_addr_;
+  const std::shared_ptr<AddressSlot> slot_;
 
   // All below: touched only on the strand.
   std::shared_ptr<WsConnection> conn_;
@@ -756,8 +908,14 @@ void HttpSession::Upgrade() {
   shared_->Unregister(id_);
   auto msg = parser_->release();
   parser_.reset();
-  auto ws = std::make_shared<WsConnection::Impl>(std::move(stream_), shared_,
-                                                 shared_->next_id.fetch_add(1), remote_addr_);
+  std::shared_ptr<WsConnection::Impl> ws;
+  if (auto* t = std::get_if<TlsStream>(&stream_)) {
+    ws = std::make_shared<WsConnection::Impl>(std::move(*t), shared_, shared_->next_id.fetch_add(1),
+                                              remote_addr_, slot_);
+  } else {
+    ws = std::make_shared<WsConnection::Impl>(std::move(std::get<PlainStream>(stream_)), shared_,
+                                              shared_->next_id.fetch_add(1), remote_addr_, slot_);
+  }
   ws->Run(std::move(msg), std::move(req_));
 }
 
@@ -784,6 +942,11 @@ class HttpServer::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     if (started_) return Status::FailedPrecondition("server already started");
     const auto& opt = shared_->options;
+    if (!opt.tls_cert_chain_pem.empty() || !opt.tls_key_pem.empty()) {
+      auto ctx = net_internal::MakeServerTlsContext(opt.tls_cert_chain_pem, opt.tls_key_pem);
+      if (!ctx.ok()) return ctx.status();
+      shared_->tls = *std::move(ctx);
+    }
     beast::error_code ec;
     tcp::endpoint endpoint;
     auto addr = asio::ip::make_address(opt.host, ec);
@@ -861,27 +1024,38 @@ class HttpServer::Impl {
 
   uint16_t port() const { return port_; }
   std::string address() const { return address_; }
+  uint64_t refused() const { return shared_->refused.load(std::memory_order_relaxed); }
+  const HttpServerOptions& options() const { return shared_->options; }
 
  private:
   void DoAccept() {
-    acceptor_.async_accept(
-        asio::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
-          if (!acceptor_.is_open()) return;
-          if (ec) {
-            // Out of descriptors and the like: back off briefly instead of spinning.
-            retry_timer_.expires_after(std::chrono::milliseconds(50));
-            retry_timer_.async_wait([this](beast::error_code ec) {
-              if (!ec && acceptor_.is_open()) DoAccept();
-            });
-            return;
-          }
-          beast::error_code opt_ec;
-          socket.set_option(tcp::no_delay(true), opt_ec);  // latency target: no Nagle delay
-          uint64_t id = shared_->next_id.fetch_add(1);
-          auto session = std::make_shared<HttpSession>(std::move(socket), shared_, id);
-          if (shared_->Register(id, session)) session->Start();
-          DoAccept();
+    acceptor_.async_accept(asio::make_strand(ioc_), [this](beast::error_code ec,
+                                                           tcp::socket socket) {
+      if (!acceptor_.is_open()) return;
+      if (ec) {
+        // Out of descriptors and the like: back off briefly instead of spinning.
+        retry_timer_.expires_after(std::chrono::milliseconds(50));
+        retry_timer_.async_wait([this](beast::error_code ec) {
+          if (!ec && acceptor_.is_open()) DoAccept();
         });
+        return;
+      }
+      beast::error_code opt_ec;
+      tcp::endpoint peer = socket.remote_endpoint(opt_ec);
+      std::string ip = opt_ec ? std::string("unknown") : peer.address().to_string();
+      // Over its cap, an address's new connection is closed at once: one client holding
+      // thousands of idle sockets then costs the others nothing but this accept.
+      if (!shared_->Admit(ip)) {
+        socket.close(opt_ec);
+        return DoAccept();
+      }
+      auto slot = std::make_shared<AddressSlot>(shared_, std::move(ip));
+      socket.set_option(tcp::no_delay(true), opt_ec);  // latency target: no Nagle delay
+      uint64_t id = shared_->next_id.fetch_add(1);
+      auto session = std::make_shared<HttpSession>(std::move(socket), shared_, id, std::move(slot));
+      if (shared_->Register(id, session)) session->Start();
+      DoAccept();
+    });
   }
 
   std::shared_ptr<ServerShared> shared_;
@@ -910,5 +1084,7 @@ Status HttpServer::Start() { return impl_->Start(); }
 uint16_t HttpServer::port() const { return impl_->port(); }
 std::string HttpServer::address() const { return impl_->address(); }
 void HttpServer::Stop() { impl_->Stop(); }
+uint64_t HttpServer::refused_connections() const { return impl_->refused(); }
+bool HttpServer::tls() const { return !impl_->options().tls_cert_chain_pem.empty(); }
 
 }  // namespace sluice

@@ -1,5 +1,6 @@
-// HttpServer: HTTP/1.1 and WebSocket over plain TCP for the Sluice server (DESIGN.md §5).
-// Beast lives in http_server.cc only; this header stays cheap to include.
+// HttpServer: HTTP/1.1 and WebSocket over plain TCP or TLS for the Sluice server (DESIGN.md §5,
+// docs/design-notes.md "TLS"). Beast and OpenSSL live in the .cc files only; this header stays
+// cheap to include.
 //
 // Threading: handlers run on the server's io threads, one connection at a time per connection
 // (never concurrently for one connection). Responses may be produced later, from any thread,
@@ -89,6 +90,19 @@ struct HttpServerOptions {
   std::chrono::milliseconds ws_keepalive_interval{15000};  // ping period
   std::chrono::milliseconds ws_idle_timeout{45000};        // nothing received for this long: close
   size_t ws_max_message = 4 << 20;
+
+  // TLS: with a certificate chain (PEM, leaf first) and its private key (PEM), every connection
+  // is HTTPS/WSS (TLS 1.2 or later; 1.3 with OpenSSL 3 clients). A plain HTTP request to a TLS
+  // server gets a 400 saying so. Both empty: plain HTTP. Bad PEM fails Start.
+  std::string tls_cert_chain_pem;
+  std::string tls_key_pem;
+  // A TLS client must complete its handshake within this (from accept), or it is dropped.
+  std::chrono::milliseconds tls_handshake_timeout{10000};
+
+  // Open connections one client IP address may hold (HTTP and WebSocket together); a new one
+  // beyond it is closed right after accept and counted in refused_connections(). 0: no cap.
+  // Benchmarks that drive the server from loopback raise it.
+  size_t max_connections_per_address = 256;
 };
 
 class HttpServer {
@@ -113,6 +127,10 @@ class HttpServer {
   std::string address() const;
   // Stops accepting, closes every connection, joins the threads. Idempotent.
   void Stop();
+  // Connections closed at accept because their address was at max_connections_per_address.
+  uint64_t refused_connections() const;
+  // True when the server speaks TLS (the options carried a certificate).
+  bool tls() const;
 
  private:
   class Impl;

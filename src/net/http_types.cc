@@ -166,11 +166,8 @@ Result<Url> ParseUrl(std::string_view text) {
   }
   Url url;
   url.scheme = ToLower(text.substr(0, sep));
-  if (url.scheme == "https" || url.scheme == "wss") {
-    return Status::Unimplemented("TLS is not supported yet");
-  }
-  if (url.scheme != "http" && url.scheme != "ws") {
-    return Status::InvalidArgument("URL scheme '" + url.scheme + "' is not http or ws");
+  if (url.scheme != "http" && url.scheme != "ws" && !url.secure()) {
+    return Status::InvalidArgument("URL scheme '" + url.scheme + "' is not http, https, ws or wss");
   }
   std::string_view rest = text.substr(sep + 3);
   size_t slash = rest.find_first_of("/?#");
@@ -209,7 +206,7 @@ Result<Url> ParseUrl(std::string_view text) {
     }
   }
   if (url.host.empty()) return Status::InvalidArgument("URL has no host");
-  url.port = 80;
+  url.port = url.secure() ? 443 : 80;
   if (!port_text.empty()) {
     unsigned value = 0;
     auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), value);

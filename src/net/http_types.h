@@ -33,18 +33,38 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers, sent as given
 };
 
+// How a client decides that an https:// or wss:// server is the right one (docs/design-notes.md,
+// "TLS"). At most one of the two is normally set; with both, the chain must satisfy both.
+struct TlsTrust {
+  // PEM trust anchors (one or more certificates, e.g. a server's DATA_DIR/tls/ca.crt): the
+  // server's chain must verify up to one of them. No hostname check: a private CA issues only
+  // for the server it belongs to, and agents often dial it by an address its SANs do not list.
+  std::string ca_pem;
+  // Lowercase hex SHA-256 of the DER of one certificate in the server's chain (normally the
+  // CA's; what token files carry as `ca-sha256:`). The chain is verified with that certificate
+  // as its trust anchor (signatures, validity), without a hostname check, as for ca_pem.
+  std::string ca_sha256;
+  // Neither set: the system trust store, with the URL's host checked against the certificate.
+  bool system_store() const { return ca_pem.empty() && ca_sha256.empty(); }
+};
+
 struct Url {
-  std::string scheme;  // "http" or "ws"
+  std::string scheme;  // "http", "ws", "https" or "wss"
   std::string host;    // name or address; IPv6 without brackets
   uint16_t port = 0;
   std::string base_path;  // "" or "/prefix" (no trailing slash)
+  // Used only for https/wss. It travels with the URL so that every client made from one (the
+  // agent's WebSocket, blob and probe clients; the CLI's) verifies the server the same way.
+  // ParseUrl leaves it empty (the system store); callers fill it from a token or CA file.
+  TlsTrust tls;
 
+  bool secure() const { return scheme == "https" || scheme == "wss"; }
   // "http://host:port/base", with brackets around IPv6 hosts.
   std::string ToString() const;
 };
 
-// Accepts http:// and ws:// URLs (default port 80) with IPv4, [IPv6] or host names. https and
-// wss return Unimplemented until TLS lands; anything else is InvalidArgument.
+// Accepts http:// and ws:// (default port 80) and https:// and wss:// (default port 443) URLs
+// with IPv4, [IPv6] or host names; anything else is InvalidArgument.
 Result<Url> ParseUrl(std::string_view text);
 
 // Helpers shared by the server and the clients (and handy for handlers).

@@ -19,8 +19,16 @@ namespace sluice::testing {
 
 class RawSocket {
  public:
-  explicit RawSocket(uint16_t port) {
+  // `source`: the local IPv4 address to connect from (any of 127.0.0.0/8 works on loopback),
+  // so tests can play several clients; empty: the kernel's choice.
+  explicit RawSocket(uint16_t port, const std::string& source = "") {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (!source.empty()) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      ::inet_pton(AF_INET, source.c_str(), &local.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) return;
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
@@ -76,6 +84,17 @@ class RawSocket {
   bool connected_ = false;
   bool peer_closed_ = false;
 };
+
+// Polls `cond` every few milliseconds until it holds (true) or `deadline` passes (false).
+template <typename Cond>
+bool WaitFor(Cond cond, std::chrono::milliseconds deadline) {
+  auto end = std::chrono::steady_clock::now() + deadline;
+  for (;;) {
+    if (cond()) return true;
+    if (std::chrono::steady_clock::now() >= end) return false;
+    ::usleep(5000);
+  }
+}
 
 // Set once; waited on with a deadline.
 class Latch {

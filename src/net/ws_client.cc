@@ -6,12 +6,16 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <variant>
 
 #include "net/net_internal.h"
+#include "net/tls_internal.h"
 
 namespace sluice {
 
@@ -20,6 +24,8 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using PlainWs = websocket::stream<beast::tcp_stream>;
+using TlsWs = websocket::stream<beast::ssl_stream<beast::tcp_stream>>;
 
 namespace {
 // How long a local Close waits for the server's close frame before dropping the socket.
@@ -27,16 +33,36 @@ constexpr std::chrono::milliseconds kCloseGrace{1000};
 }  // namespace
 
 class WsClient::Impl : public std::enable_shared_from_this<Impl> {
+  // First in the class: members below deduce their return types through WithWs.
+  // Runs `f` on the WebSocket stream (TLS or plain).
+  template <typename F>
+  decltype(auto) WithWs(F&& f) {
+    if (auto* t = std::get_if<TlsWs>(&ws_)) return f(*t);
+    return f(std::get<PlainWs>(ws_));
+  }
+  beast::tcp_stream& Tcp() {
+    return WithWs([](auto& ws) -> beast::tcp_stream& { return beast::get_lowest_layer(ws); });
+  }
+
  public:
   Impl(Options options, std::function<void(std::string_view)> on_message,
        std::function<void(Status)> on_close)
       : options_(std::move(options)),
         on_message_(std::move(on_message)),
         on_close_(std::move(on_close)),
-        ws_(ioc_),
         ping_timer_(ioc_),
         close_timer_(ioc_) {
     where_ = net_internal::FormatEndpoint(options_.url.host, options_.url.port);
+    if (options_.url.secure()) {
+      auto ctx = net_internal::TlsClientContext::Create(options_.url.tls);
+      if (ctx.ok()) {
+        tls_ = std::move(*ctx);
+        ws_.emplace<TlsWs>(ioc_, tls_->context());
+        return;
+      }
+      tls_error_ = ctx.status();  // reported by Connect
+    }
+    ws_.emplace<PlainWs>(ioc_);
   }
 
   ~Impl() {
@@ -53,11 +79,12 @@ class WsClient::Impl : public std::enable_shared_from_this<Impl> {
 
   Status Connect() {
     if (started_.exchange(true)) return Status::FailedPrecondition("Connect called twice");
+    if (options_.url.secure() && !tls_) return tls_error_;
     beast::error_code ec;
     tcp::resolver resolver(ioc_);
     auto results = resolver.resolve(options_.url.host, std::to_string(options_.url.port), ec);
     if (ec) return Status::Unavailable("cannot resolve " + where_ + ": " + ec.message());
-    auto& tcp_stream = beast::get_lowest_layer(ws_);
+    auto& tcp_stream = Tcp();
     tcp_stream.expires_after(options_.connect_timeout);
     ec = Run([&](auto done) { tcp_stream.async_connect(results, done); });
     if (ec) {
@@ -65,18 +92,40 @@ class WsClient::Impl : public std::enable_shared_from_this<Impl> {
       return Status::Unavailable("cannot connect to " + where_ + ": " + ec.message());
     }
     tcp_stream.socket().set_option(tcp::no_delay(true), ec);
-    auto headers = options_.headers;
-    ws_.set_option(websocket::stream_base::decorator([headers](websocket::request_type& req) {
-      req.set(http::field::user_agent, "sluice-agent");
-      for (const auto& [name, value] : headers) {
-        req.set(beast::string_view(name.data(), name.size()), value);
+    if (auto* tls_ws = std::get_if<TlsWs>(&ws_)) {
+      // Under the same deadline as the TCP connect.
+      auto& tls = tls_ws->next_layer();
+      Status prepared = tls_->Prepare(tls.native_handle(), options_.url.host);
+      if (!prepared.ok()) {
+        tcp_stream.close();
+        return prepared;
       }
-    }));
-    ws_.read_message_max(options_.max_message);
+      ec = Run(
+          [&](auto done) { tls.async_handshake(net_internal::ssl::stream_base::client, done); });
+      if (ec) {
+        Status st = ec == beast::error::timeout
+                        ? Status::Unavailable("TLS handshake with " + where_ + " timed out")
+                        : tls_->HandshakeError(tls.native_handle(), ec, where_);
+        tcp_stream.close();
+        return st;
+      }
+    }
+    auto headers = options_.headers;
+    WithWs([&](auto& ws) {
+      ws.set_option(websocket::stream_base::decorator([headers](websocket::request_type& req) {
+        req.set(http::field::user_agent, "sluice-agent");
+        for (const auto& [name, value] : headers) {
+          req.set(beast::string_view(name.data(), name.size()), value);
+        }
+      }));
+      ws.read_message_max(options_.max_message);
+    });
     websocket::response_type response;
     std::string target = options_.url.base_path + options_.path;
     if (target.empty()) target = "/";
-    ec = Run([&](auto done) { ws_.async_handshake(response, where_, target, done); });
+    ec = Run([&](auto done) {
+      WithWs([&](auto& ws) { ws.async_handshake(response, where_, target, done); });
+    });
     if (ec) {
       tcp_stream.close();
       if (ec == websocket::error::upgrade_declined) {
@@ -98,8 +147,10 @@ class WsClient::Impl : public std::enable_shared_from_this<Impl> {
     // connection times out after idle_timeout no matter what); our own ping timer adds pings
     // at keepalive_interval so idle middleboxes see traffic.
     t.keep_alive_pings = true;
-    ws_.set_option(t);
-    ws_.text(true);
+    WithWs([&](auto& ws) {
+      ws.set_option(t);
+      ws.text(true);
+    });
     connected_ = true;
     ioc_.restart();
     DoRead();
@@ -158,15 +209,18 @@ class WsClient::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   void DoRead() {
-    ws_.async_read(read_buf_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+    WithWs([&](auto& ws) {
+      ws.async_read(read_buf_, [self = shared_from_this()](beast::error_code ec, size_t) {
+        self->OnRead(ec);
+      });
+    });
   }
 
   void OnRead(beast::error_code ec) {
     if (ec) {
       if (local_close_) return Finish(Status::Ok());
       if (ec == websocket::error::closed) {
-        auto reason = ws_.reason();
+        auto reason = WithWs([](auto& ws) { return ws.reason(); });
         return Finish(Status::Unavailable("server closed the connection (" +
                                           std::to_string(reason.code) + " " +
                                           std::string(reason.reason.c_str()) + ")"));
@@ -188,14 +242,16 @@ class WsClient::Impl : public std::enable_shared_from_this<Impl> {
   void DoWrite() {
     if (out_.empty() || closing_) return;
     writing_ = true;
-    ws_.async_write(asio::buffer(out_.front()),
-                    [self = shared_from_this()](beast::error_code ec, size_t) {
-                      self->writing_ = false;
-                      // On error the read side notices; once finished the queue is gone.
-                      if (ec || self->finished_ || self->out_.empty()) return;
-                      self->out_.pop_front();
-                      self->DoWrite();
-                    });
+    WithWs([&](auto& ws) {
+      ws.async_write(asio::buffer(out_.front()),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->writing_ = false;
+                       // On error the read side notices; once finished the queue is gone.
+                       if (ec || self->finished_ || self->out_.empty()) return;
+                       self->out_.pop_front();
+                       self->DoWrite();
+                     });
+    });
   }
 
   void SchedulePing() {
@@ -204,7 +260,9 @@ class WsClient::Impl : public std::enable_shared_from_this<Impl> {
       if (ec || self->finished_) return;
       if (!self->closing_ && !self->pinging_) {
         self->pinging_ = true;
-        self->ws_.async_ping({}, [self](beast::error_code) { self->pinging_ = false; });
+        self->WithWs([&](auto& ws) {
+          ws.async_ping({}, [self](beast::error_code) { self->pinging_ = false; });
+        });
       }
       self->SchedulePing();
     });
@@ -214,11 +272,12 @@ class WsClient::Impl : public std::enable_shared_from_this<Impl> {
     if (finished_ || closing_) return;
     closing_ = true;
     local_close_ = true;
-    ws_.async_close(websocket::close_code::normal, [](beast::error_code) {});
+    WithWs(
+        [](auto& ws) { ws.async_close(websocket::close_code::normal, [](beast::error_code) {}); });
     close_timer_.expires_after(kCloseGrace);
     close_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (ec || self->finished_) return;
-      beast::get_lowest_layer(self->ws_).close();  // the pending read fails -> Finish
+      self->Tcp().close();  // the pending read fails -> Finish
     });
   }
 
@@ -230,7 +289,7 @@ class WsClient::Impl : public std::enable_shared_from_this<Impl> {
     close_timer_.cancel();
     // A write in flight still reads out_.front(); the queue goes with the object then.
     if (!writing_) out_.clear();
-    beast::get_lowest_layer(ws_).close();
+    Tcp().close();
     // Beast's idle timer may still be pending; it must not hold Close() up.
     ioc_.stop();
     if (on_close_) {
@@ -247,7 +306,9 @@ class WsClient::Impl : public std::enable_shared_from_this<Impl> {
   std::string where_;
 
   asio::io_context ioc_;
-  websocket::stream<beast::tcp_stream> ws_;
+  std::unique_ptr<net_internal::TlsClientContext> tls_;  // wss only; outlives ws_
+  Status tls_error_;                                     // why tls_ could not be made
+  std::variant<std::monostate, PlainWs, TlsWs> ws_;      // set in the constructor
   asio::steady_timer ping_timer_;
   asio::steady_timer close_timer_;
   std::atomic<bool> started_{false};

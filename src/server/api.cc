@@ -2,63 +2,61 @@
 
 #include <atomic>
 
+#include "common/crypto.h"
 #include "common/text.h"
 #include "market/explain.h"
 #include "market/offer.h"
 #include "market/query.h"
 #include "market/ranking.h"
+#include "server/api_util.h"
 #include "server/audit_trail.h"
 #include "spec/job_spec.h"
 
 namespace sluice::server {
-namespace {
 
-Result<int64_t> QueryInt(const HttpRequest& req, const char* key, int64_t fallback, int64_t lo,
-                         int64_t hi) {
-  auto it = req.query.find(key);
-  if (it == req.query.end() || it->second.empty()) return fallback;
-  try {
-    size_t used = 0;
-    long long v = std::stoll(it->second, &used);
-    if (used != it->second.size() || v < lo || v > hi) throw std::out_of_range("range");
-    return static_cast<int64_t>(v);
-  } catch (...) {
-    return Status::InvalidArgument(std::string("query parameter `") + key + "`: expected an " +
-                                   "integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                                   "], got `" + it->second + "`");
-  }
+const std::vector<Api::RouteSpec>& Api::Routes() {
+  // Order matters only where a literal segment and a placeholder could both match: literals
+  // first (blobs/missing before blobs/{blob}).
+  static const std::vector<RouteSpec> kRoutes = {
+      {"GET", "/v1/health", Access::kAccount, true},
+      {"GET", "/v1/metrics", Access::kMetrics, true},
+      {"GET", "/v1/whoami", Access::kAccount, true},
+      {"GET", "/v1/audit/certificate", Access::kPublic, true},
+      {"GET", "/v1/offers", Access::kAccount, true},
+      {"POST", "/v1/estimate", Access::kAccount, true},
+      {"POST", "/v1/catalogs", Access::kAdmin, false},
+      {"GET", "/v1/nodes", Access::kAccount, true},
+      {"POST", "/v1/nodes/{node}/reclaim", Access::kNodeOwner, false},
+      {"POST", "/v1/nodes/{node}/verify", Access::kNodeOwner, false},
+      {"POST", "/v1/nodes/{node}/revoke", Access::kNodeOwner, false},
+      {"GET", "/v1/audit-log", Access::kAdmin, true},
+      {"POST", "/v1/jobs", Access::kSubmitter, false},
+      {"GET", "/v1/jobs", Access::kAccount, true},
+      {"GET", "/v1/jobs/{job}", Access::kJobViewer, true},
+      {"DELETE", "/v1/jobs/{job}", Access::kJobOwner, false},
+      {"POST", "/v1/jobs/{job}/cancel", Access::kJobOwner, false},
+      {"GET", "/v1/jobs/{job}/logs", Access::kJobOwner, true},
+      {"GET", "/v1/jobs/{job}/stream", Access::kJobOwner, true},
+      {"GET", "/v1/jobs/{job}/audit", Access::kJobOwner, true},
+      {"POST", "/v1/blobs/missing", Access::kNodeOrAccount, true},
+      {"PUT", "/v1/blobs/{blob}", Access::kNodeOrAccount, false},
+      {"GET", "/v1/blobs/{blob}", Access::kNodeOrAccount, true},
+      {"GET", "/v1/conformance/payload", Access::kNode, true},
+      {"POST", "/v1/conformance/payload", Access::kNode, true},
+      {"GET", "/v1/accounts", Access::kAdmin, true},
+      {"POST", "/v1/accounts", Access::kAdmin, false},
+      {"POST", "/v1/accounts/{account}/disable", Access::kAdmin, false},
+      {"POST", "/v1/accounts/{account}/enable", Access::kAdmin, false},
+      {"GET", "/v1/tokens", Access::kAccount, true},
+      {"POST", "/v1/tokens", Access::kAccount, false},
+      {"POST", "/v1/tokens/{token}/revoke", Access::kAccount, false},
+      {"GET", "/v1/teams", Access::kAccount, true},
+      {"POST", "/v1/teams/{team}/members", Access::kAdmin, false},
+      {"DELETE", "/v1/teams/{team}/members/{account}", Access::kAdmin, false},
+      {"GET", "/v1/agent/connect", Access::kAgentChannel, true},
+  };
+  return kRoutes;
 }
-
-std::string QueryParam(const HttpRequest& req, const char* key) {
-  auto it = req.query.find(key);
-  return it == req.query.end() ? std::string() : it->second;
-}
-
-bool QueryFlag(const HttpRequest& req, const char* key, bool fallback) {
-  auto it = req.query.find(key);
-  if (it == req.query.end()) return fallback;
-  return it->second != "0" && it->second != "false";
-}
-
-// The agent's end of the WebSocket as the core sees it.
-class WsLink final : public AgentLink {
- public:
-  explicit WsLink(std::shared_ptr<WsConnection> conn) : conn_(std::move(conn)) {}
-  void Send(const Json& message) override { conn_->Send(DumpJson(message)); }
-  void Close() override { conn_->Close(); }
-
- private:
-  std::shared_ptr<WsConnection> conn_;
-};
-
-// One agent connection: the first message must be `hello`; later ones go to the core.
-struct AgentSession {
-  std::shared_ptr<WsLink> link;
-  std::string node_id;  // set by hello; touched only from this connection's handler
-  int errors = 0;
-};
-
-}  // namespace
 
 HttpResponse ErrorResponse(const Status& status) {
   return JsonResponse(
@@ -73,8 +71,22 @@ HttpResponse JsonResponse(int http_status, const Json& body) {
   return r;
 }
 
-Api::Api(ServerCore* core, store::BlobStore* blobs, const TokenAuth* auth)
-    : core_(core), blobs_(blobs), auth_(auth) {}
+Json RedactJobEnv(Json job) {
+  if (job.contains("spec") && job["spec"].is_object() && job["spec"].contains("env") &&
+      job["spec"]["env"].is_object()) {
+    for (auto& [k, v] : job["spec"]["env"].items()) v = "[redacted]";
+  }
+  return job;
+}
+
+Api::Api(ServerCore* core, store::BlobStore* blobs, Accounts* accounts, const Clock* clock,
+         ApiOptions options)
+    : core_(core),
+      blobs_(blobs),
+      accounts_(accounts),
+      clock_(clock),
+      options_(options),
+      limiter_(clock, options.refusals) {}
 
 size_t Api::BodyLimit(const HttpRequest& head) const {
   if (head.method == "PUT" && head.path.rfind("/v1/blobs/", 0) == 0) return kMaxBlobBody;
@@ -83,24 +95,217 @@ size_t Api::BodyLimit(const HttpRequest& head) const {
   return kMaxJsonBody;
 }
 
+void Api::CountRefusal(const HttpRequest& req) {
+  (void)req;
+  refused_.fetch_add(1);
+}
+
 void Api::Handle(HttpRequest req, std::shared_ptr<ResponseWriter> w) {
   bool streaming = false;
-  HttpResponse resp = Route(req, w, &streaming);
-  if (IsAuditedMutation(req)) {
-    std::string actor;
-    auth_->Authenticate(req.Header("authorization"), &actor);
+  Principal who;
+  HttpResponse resp = Route(req, w, &streaming, &who);
+  // Only authorized mutations are audited: a refused request is a counter, never a row (issue 10
+  // item 5: 10,000 bad requests must not grow the database).
+  bool refused = resp.status == 401 || resp.status == 403 || resp.status == 429;
+  if (who.authenticated() && !refused && IsAuditedMutation(req)) {
     // Best effort by design: the mutation itself is already durable, and a failed audit write
     // must not turn its success into an error the client would retry.
-    (void)core_->RecordAudit(AuditEntryFor(req, resp.status, resp.body, actor));
+    (void)core_->RecordAudit(AuditEntryFor(req, resp.status, resp.body, who.Actor()));
   }
   if (!streaming) w->Send(std::move(resp));
 }
 
+namespace {
+
+// Matches `path` segments against a route pattern; fills placeholders.
+bool MatchPattern(std::string_view pattern, const std::vector<std::string>& parts,
+                  std::map<std::string, std::string>* params) {
+  std::vector<std::string> pat = Split(std::string(pattern), '/');
+  if (pat.size() != parts.size()) return false;
+  std::map<std::string, std::string> out;
+  for (size_t i = 0; i < pat.size(); ++i) {
+    if (pat[i].size() > 2 && pat[i].front() == '{' && pat[i].back() == '}') {
+      if (parts[i].empty()) return false;
+      out[pat[i].substr(1, pat[i].size() - 2)] = parts[i];
+    } else if (pat[i] != parts[i]) {
+      return false;
+    }
+  }
+  *params = std::move(out);
+  return true;
+}
+
+bool ScopeAllows(const Principal& who, const Api::RouteSpec& route) {
+  switch (who.scope) {
+    case Scope::kFull:
+      return true;
+    case Scope::kRead:
+      return route.read_only;
+    case Scope::kMetrics:
+      return route.access == Access::kMetrics || std::string_view(route.pattern) == "/v1/health";
+    case Scope::kJoin:
+      return route.access == Access::kAgentChannel;
+    case Scope::kNode:
+      return route.access == Access::kNode || route.access == Access::kNodeOrAccount ||
+             route.access == Access::kAgentChannel;
+  }
+  return false;
+}
+
+// Whether the principal's role may use a route of this access class at all. Object checks (is
+// it this account's job or node) follow in Dispatch.
+bool RoleAllows(const Principal& who, Access access) {
+  const bool account = who.role == Role::kAdmin || who.role == Role::kUser ||
+                       who.role == Role::kProvider;
+  switch (access) {
+    case Access::kPublic:
+      return true;
+    case Access::kAccount:
+    case Access::kJobViewer:
+      return account;
+    case Access::kJobOwner:
+      return who.role == Role::kAdmin || who.role == Role::kUser;
+    case Access::kAdmin:
+    case Access::kMetrics:
+      return who.role == Role::kAdmin;
+    case Access::kSubmitter:
+      return who.role == Role::kAdmin || who.role == Role::kUser;
+    case Access::kNodeOwner:
+      return who.role == Role::kAdmin || who.role == Role::kProvider;
+    case Access::kNode:
+      return who.role == Role::kNode || who.role == Role::kAdmin;
+    case Access::kNodeOrAccount:
+      return who.role == Role::kNode || who.role == Role::kAdmin || who.role == Role::kUser;
+    case Access::kAgentChannel:
+      return who.role == Role::kNode || who.scope == Scope::kJoin;
+  }
+  return false;
+}
+
+}  // namespace
+
 HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
-                        bool* streaming) {
-  if (req.path == "/v1/audit/certificate") {
+                        bool* streaming, Principal* who) {
+  std::vector<std::string> parts = Split(req.path, '/');
+  if (parts.size() > 3 && parts.back().empty()) parts.pop_back();  // trailing slash
+  Call call;
+  bool path_known = false;
+  for (const auto& r : Routes()) {
+    std::map<std::string, std::string> params;
+    if (!MatchPattern(r.pattern, parts, &params)) continue;
+    path_known = true;
+    if (req.method != r.method) continue;
+    call.route = &r;
+    call.params = std::move(params);
+    break;
+  }
+  if (call.route == nullptr && !path_known) {
+    return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
+  }
+  if (call.route == nullptr) {
+    return JsonResponse(
+        405, Json{{"error",
+                   {{"code", "METHOD_NOT_ALLOWED"},
+                    {"message", req.method + " is not allowed on " + req.path}}}});
+  }
+  if (call.route->access != Access::kPublic) {
+    call.who = accounts_->Authenticate(req.Header("authorization"));
+    auto refuse = [&](const Status& s) {
+      CountRefusal(req);
+      if (!limiter_.Allow(req.remote_addr)) {
+        HttpResponse r = ErrorResponse(Status::ResourceExhausted(
+            "too many refused requests from this address; slow down"));
+        r.headers.emplace_back("Retry-After", "1");
+        return r;
+      }
+      HttpResponse r = ErrorResponse(s);
+      if (s.code() == StatusCode::kUnauthenticated) {
+        r.headers.emplace_back("WWW-Authenticate", "Bearer");
+      }
+      return r;
+    };
+    if (!call.who.authenticated()) {
+      std::string why = call.who.refusal == "missing"
+                            ? "missing bearer token (set SLUICE_TOKEN or pass --token)"
+                            : "invalid bearer token (" + call.who.refusal + ")";
+      return refuse(Status::Unauthenticated(why));
+    }
+    if (!ScopeAllows(call.who, *call.route)) {
+      return refuse(Status::PermissionDenied("this token's scope (" +
+                                             std::string(Name(call.who.scope)) +
+                                             ") does not allow " + req.method + " " + req.path));
+    }
+    if (!RoleAllows(call.who, call.route->access)) {
+      return refuse(Status::PermissionDenied(
+          std::string(Name(call.who.role)) + " accounts may not " + req.method + " " + req.path));
+    }
+    // Object-level checks: a job another tenant cannot see is 404, a node of another provider
+    // 403 (nodes are listed publicly).
+    if (call.params.count("job")) {
+      bool owner_only = call.route->access == Access::kJobOwner;
+      Status s = CheckJob(call.who, call.params["job"], owner_only, nullptr);
+      if (!s.ok()) {
+        if (s.code() == StatusCode::kNotFound) CountRefusal(req);
+        return ErrorResponse(s);
+      }
+    }
+    if (call.params.count("node")) {
+      Status s = CheckNode(call.who, call.params["node"]);
+      if (!s.ok()) {
+        if (s.code() == StatusCode::kPermissionDenied) return refuse(s);
+        return ErrorResponse(s);
+      }
+    }
+  }
+  *who = call.who;
+  return Dispatch(call, req, w, streaming);
+}
+
+Status Api::CheckJob(const Principal& who, const std::string& job_id, bool owner_only,
+                     bool* redacted) {
+  if (redacted != nullptr) *redacted = false;
+  auto access = core_->JobAccessOf(job_id);
+  if (!access.ok()) return access.status();
+  if (who.role == Role::kAdmin) return Status::Ok();
+  const bool owner = access->owner.empty() ? who.account_id == accounts_->admin_account_id()
+                                           : access->owner == who.account_id;
+  if (owner) return Status::Ok();
+  if (!access->team.empty() && who.role == Role::kUser &&
+      accounts_->IsTeamMember(access->team, who.account_id)) {
+    return Status::Ok();
+  }
+  if (!owner_only && who.role == Role::kProvider &&
+      std::find(access->node_owners.begin(), access->node_owners.end(), who.account_id) !=
+          access->node_owners.end()) {
+    if (redacted != nullptr) *redacted = true;
+    return Status::Ok();
+  }
+  return Status::NotFound("no job " + job_id);
+}
+
+Status Api::CheckNode(const Principal& who, const std::string& node) {
+  auto rec = core_->FindNode(node);
+  if (!rec.ok()) return rec.status();
+  if (who.role == Role::kAdmin) return Status::Ok();
+  std::string owner = rec->owner.empty() ? accounts_->builtin_provider_id() : rec->owner;
+  if (who.role == Role::kProvider && owner == who.account_id) return Status::Ok();
+  return Status::PermissionDenied("node " + node + " belongs to another provider");
+}
+
+bool Api::MayReadBlob(const Principal& who, const std::string& digest) {
+  if (who.role == Role::kAdmin) return true;
+  if (who.role == Role::kNode) return core_->NodeNeedsBlob(who.node_id, digest);
+  return accounts_->OwnsBlob(who.account_id, digest);
+}
+
+HttpResponse Api::Dispatch(const Call& call, const HttpRequest& req,
+                           const std::shared_ptr<ResponseWriter>& w, bool* streaming) {
+  const std::string pattern = call.route->pattern;
+  const std::string& m = req.method;
+  auto param = [&](const char* k) { return call.params.at(k); };
+
+  if (pattern == "/v1/audit/certificate") {
     // Public on purpose: anyone holding a bundle must be able to check who signed it.
-    if (req.method != "GET") return ErrorResponse(Status::InvalidArgument("use GET"));
     if (core_->SigningCertificate().empty()) {
       return ErrorResponse(Status::FailedPrecondition("this server has no audit signing key"));
     }
@@ -109,30 +314,18 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     r.body = core_->SigningCertificate();
     return r;
   }
-  Role role = auth_->Authenticate(req.Header("authorization"));
-  if (role == Role::kNone) {
-    HttpResponse r = ErrorResponse(Status::Unauthenticated(
-        "missing or invalid bearer token (set SLUICE_TOKEN or pass --token)"));
-    r.headers.emplace_back("WWW-Authenticate", "Bearer");
-    return r;
+  if (pattern == "/v1/health") return JsonResponse(200, Json{{"status", "ok"}});
+  if (pattern == "/v1/metrics") return Metrics();
+  if (pattern == "/v1/agent/connect") {
+    return ErrorResponse(Status::InvalidArgument(
+        "the agent channel needs a WebSocket upgrade (sluice agent opens it)"));
   }
-  std::vector<std::string> parts = Split(req.path, '/');
-  // "/v1/jobs/ID/cancel" -> ["", "v1", "jobs", "ID", "cancel"]
-  if (parts.size() < 3 || parts[0] != "" || parts[1] != "v1") {
-    return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
+  if (pattern.rfind("/v1/accounts", 0) == 0 || pattern.rfind("/v1/tokens", 0) == 0 ||
+      pattern.rfind("/v1/teams", 0) == 0 || pattern == "/v1/whoami") {
+    return AccountsRoute(call, req);
   }
-  if (!parts.empty() && parts.back().empty()) parts.pop_back();  // trailing slash
-  const std::string& coll = parts[2];
-  const std::string& m = req.method;
-  auto method_not_allowed = [&]() {
-    return JsonResponse(405, Json{{"error",
-                                   {{"code", "METHOD_NOT_ALLOWED"},
-                                    {"message", m + " is not allowed on " + req.path}}}});
-  };
-
-  if (coll == "blobs" && parts.size() == 4 && parts[3] == "missing") {
+  if (pattern == "/v1/blobs/missing") {
     // Which of these blobs the server lacks, so a checkpoint upload sends only what changed.
-    if (m != "POST") return method_not_allowed();
     auto body = ParseJson(req.body);
     if (!body.ok()) return ErrorResponse(body.status());
     if (!body->is_object() || !body->contains("digests") || !(*body)["digests"].is_array() ||
@@ -150,32 +343,27 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     }
     return JsonResponse(200, Json{{"missing", missing}});
   }
-  if (coll == "blobs" && parts.size() == 4) {
-    const std::string& digest = parts[3];
+  if (pattern == "/v1/blobs/{blob}") {
+    const std::string digest = param("blob");
     if (!store::BlobStore::IsValidDigest(digest)) {
       return ErrorResponse(
           Status::InvalidArgument("blob digest must be 64 lowercase hex characters"));
     }
-    if (m == "GET") {
-      auto data = blobs_->Get(digest);
-      if (!data.ok()) return ErrorResponse(data.status());
-      HttpResponse r;
-      r.content_type = "application/octet-stream";
-      r.body = std::move(*data);
-      return r;
+    if (m == "PUT") return PutBlob(req, call.who, digest);
+    if (!MayReadBlob(call.who, digest)) {
+      CountRefusal(req);
+      return ErrorResponse(Status::NotFound("no blob " + digest));
     }
-    // Users upload workdirs; agents upload checkpoints.
-    if (m == "PUT") {
-      Status s = blobs_->PutVerified(digest, req.body);
-      if (!s.ok()) return ErrorResponse(s);
-      return JsonResponse(201, Json{{"digest", digest}, {"size", req.body.size()}});
-    }
-    return method_not_allowed();
+    auto data = blobs_->Get(digest);
+    if (!data.ok()) return ErrorResponse(data.status());
+    HttpResponse r;
+    r.content_type = "application/octet-stream";
+    r.body = std::move(*data);
+    return r;
   }
-  if (coll == "conformance" && parts.size() == 4 && parts[3] == "payload") {
+  if (pattern == "/v1/conformance/payload") {
     // The agent's link check: round trips with bytes=0, then a timed download and upload.
     if (m == "POST") return JsonResponse(200, Json{{"received", req.body.size()}});
-    if (m != "GET") return method_not_allowed();
     auto bytes = QueryInt(req, "bytes", 0, 0, 64 << 20);
     if (!bytes.ok()) return ErrorResponse(bytes.status());
     HttpResponse r;
@@ -183,19 +371,7 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     r.body.assign(static_cast<size_t>(*bytes), 'x');
     return r;
   }
-  if (role != Role::kAdmin) {
-    return ErrorResponse(Status::PermissionDenied("this endpoint needs the admin token"));
-  }
-  if (coll == "health" && parts.size() == 3) {
-    if (m != "GET") return method_not_allowed();
-    return JsonResponse(200, Json{{"status", "ok"}});
-  }
-  if (coll == "agent") {
-    return ErrorResponse(Status::InvalidArgument(
-        "the agent channel needs a WebSocket upgrade (sluice agent opens it)"));
-  }
-  if (coll == "offers" && parts.size() == 3) {
-    if (m != "GET") return method_not_allowed();
+  if (pattern == "/v1/offers") {
     auto query = market::ParseQuery(QueryParam(req, "q"));
     if (!query.ok()) return ErrorResponse(query.status());
     std::string sort_text = QueryParam(req, "sort");
@@ -210,14 +386,11 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     if (page.explanation) body["explain"] = market::ToJson(*page.explanation);
     return JsonResponse(200, body);
   }
-  if (coll == "estimate" && parts.size() == 3) {
-    if (m != "POST") return method_not_allowed();
-    return Estimate(req);
-  }
-  if (coll == "catalogs" && parts.size() == 3) {
-    if (m != "POST") return method_not_allowed();
+  if (pattern == "/v1/estimate") return Estimate(req);
+  if (pattern == "/v1/catalogs") {
     std::string name = QueryParam(req, "name");
     if (name.empty()) name = "catalog.csv";
+    if (name.size() > 128) return ErrorResponse(Status::InvalidArgument("name: too long"));
     auto imported = core_->ImportCatalog(name, req.body);
     if (!imported.ok()) return ErrorResponse(imported.status());
     return JsonResponse(200, Json{{"provider", imported->provider},
@@ -225,8 +398,7 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
                                   {"unmapped_gpu_names", imported->unmapped_gpu_names},
                                   {"warnings", imported->warnings}});
   }
-  if (coll == "nodes" && parts.size() == 5 && parts[4] == "reclaim") {
-    if (m != "POST") return method_not_allowed();
+  if (pattern == "/v1/nodes/{node}/reclaim") {
     auto body = ParseJson(req.body.empty() ? "{}" : req.body);
     if (!body.ok()) return ErrorResponse(body.status());
     if (!body->is_object()) return ErrorResponse(Status::InvalidArgument("expected an object"));
@@ -246,79 +418,57 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     auto cause = GetStringOr(*body, "cause", "reclaimed by the provider");
     if (!cause.ok()) return ErrorResponse(cause.status());
     if (cause->size() > 200) return ErrorResponse(Status::InvalidArgument("cause: too long"));
-    auto preempted = core_->ReclaimNode(parts[3], gpus, *cause);
+    auto preempted = core_->ReclaimNode(param("node"), gpus, *cause);
     if (!preempted.ok()) return ErrorResponse(preempted.status());
     return JsonResponse(200, Json{{"preempted", *preempted}});
   }
-  if (coll == "nodes" && parts.size() == 5 && parts[4] == "verify") {
-    if (m != "POST") return method_not_allowed();
-    auto node = core_->VerifyNode(parts[3]);
+  if (pattern == "/v1/nodes/{node}/verify") {
+    auto node = core_->VerifyNode(param("node"));
     if (!node.ok()) return ErrorResponse(node.status());
     return JsonResponse(202, Json{{"node_id", node->id},
                                   {"name", node->name},
                                   {"verification", node->verification},
                                   {"requested", true}});
   }
-  if (coll == "audit-log" && parts.size() == 3) {
-    if (m != "GET") return method_not_allowed();
-    return AuditLog(req);
+  if (pattern == "/v1/nodes/{node}/revoke") {
+    auto node = core_->RevokeNode(param("node"));
+    if (!node.ok()) return ErrorResponse(node.status());
+    return JsonResponse(200, Json{{"node_id", node->id}, {"name", node->name}, {"revoked", true}});
   }
-  if (coll == "nodes" && parts.size() == 3) {
-    if (m != "GET") return method_not_allowed();
+  if (pattern == "/v1/audit-log") return AuditLog(req);
+  if (pattern == "/v1/nodes") {
     Json arr = Json::array();
-    for (const auto& n : core_->ListNodes()) arr.push_back(NodeToJson(n));
+    for (const auto& n : core_->ListNodes()) {
+      Json j = NodeToJson(n);
+      auto owner = accounts_->FindAccount(n.node.owner.empty() ? accounts_->builtin_provider_id()
+                                                               : n.node.owner);
+      j["owner"] = owner ? owner->name : "";
+      arr.push_back(std::move(j));
+    }
     return JsonResponse(200, Json{{"nodes", arr}});
   }
-  if (coll != "jobs") return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
-
-  if (parts.size() == 3) {
-    if (m == "POST") return SubmitJob(req);
-    if (m != "GET") return method_not_allowed();
-    std::optional<store::JobState> state;
-    auto it = req.query.find("state");
-    if (it != req.query.end() && !it->second.empty()) {
-      auto s = store::ParseJobState(it->second);
-      if (!s.ok()) {
-        return ErrorResponse(Status::InvalidArgument(
-            "query parameter `state`: unknown state `" + it->second +
-            "` (queued, starting, running, succeeded, failed, cancelled, lost)"));
-      }
-      state = *s;
-    }
-    auto limit = QueryInt(req, "limit", 100, 1, 10000);
-    if (!limit.ok()) return ErrorResponse(limit.status());
-    Json arr = Json::array();
-    for (const auto& j : core_->ListJobs(state, static_cast<size_t>(*limit))) {
-      arr.push_back(JobToJson(j));
-    }
-    return JsonResponse(200, Json{{"jobs", arr}});
+  if (pattern == "/v1/jobs") {
+    if (m == "POST") return SubmitJob(req, call.who);
+    return ListJobs(req, call.who);
   }
-  const std::string& id = parts[3];
-  if (parts.size() == 4 && m == "DELETE") {
+  const std::string id = call.params.count("job") ? param("job") : "";
+  if (pattern == "/v1/jobs/{job}" && m == "DELETE") {
     Status s = core_->DeleteJob(id);
     if (!s.ok()) return ErrorResponse(s);
     return JsonResponse(200, Json{{"deleted", id}});
   }
-  if (parts.size() == 4) {
-    if (m != "GET") return method_not_allowed();
-    auto d = core_->GetJob(id);
-    if (!d.ok()) return ErrorResponse(d.status());
-    Json attempts = Json::array(), events = Json::array();
-    for (const auto& a : d->attempts) attempts.push_back(AttemptToJson(a));
-    for (const auto& e : d->events) events.push_back(EventToJson(e));
-    return JsonResponse(
-        200, Json{{"job", JobToJson(d->job)}, {"attempts", attempts}, {"events", events}});
+  if (pattern == "/v1/jobs/{job}") {
+    bool redacted = false;
+    Status s = CheckJob(call.who, id, false, &redacted);
+    if (!s.ok()) return ErrorResponse(s);
+    return GetJob(id, redacted);
   }
-  if (parts.size() != 5) return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
-  const std::string& action = parts[4];
-  if (action == "cancel") {
-    if (m != "POST") return method_not_allowed();
+  if (pattern == "/v1/jobs/{job}/cancel") {
     auto j = core_->CancelJob(id);
     if (!j.ok()) return ErrorResponse(j.status());
     return JsonResponse(200, Json{{"job", JobToJson(*j)}});
   }
-  if (action == "logs") {
-    if (m != "GET") return method_not_allowed();
+  if (pattern == "/v1/jobs/{job}/logs") {
     auto after = QueryInt(req, "after", 0, 0, INT64_MAX);
     if (!after.ok()) return ErrorResponse(after.status());
     auto limit = QueryInt(req, "limit", 1000, 1, 10000);
@@ -333,12 +483,8 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     }
     return JsonResponse(200, Json{{"lines", arr}, {"next", next}});
   }
-  if (action == "stream") {
-    if (m != "GET") return method_not_allowed();
-    return Stream(req, id, w, streaming);
-  }
-  if (action == "audit") {
-    if (m != "GET") return method_not_allowed();
+  if (pattern == "/v1/jobs/{job}/stream") return Stream(req, id, w, streaming);
+  if (pattern == "/v1/jobs/{job}/audit") {
     auto zip = core_->AuditBundle(id);
     if (!zip.ok()) return ErrorResponse(zip.status());
     HttpResponse r;
@@ -346,17 +492,64 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     r.body = std::move(*zip);
     return r;
   }
-  return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
+  return ErrorResponse(Status::Internal("route " + pattern + " has no handler"));
 }
 
-HttpResponse Api::SubmitJob(const HttpRequest& req) {
+HttpResponse Api::GetJob(const std::string& id, bool redacted) {
+  auto d = core_->GetJob(id);
+  if (!d.ok()) return ErrorResponse(d.status());
+  Json attempts = Json::array(), events = Json::array();
+  for (const auto& a : d->attempts) attempts.push_back(AttemptToJson(a));
+  for (const auto& e : d->events) events.push_back(EventToJson(e));
+  Json job = JobToJson(d->job);
+  if (redacted) job = RedactJobEnv(std::move(job));
+  return JsonResponse(200, Json{{"job", job}, {"attempts", attempts}, {"events", events}});
+}
+
+HttpResponse Api::ListJobs(const HttpRequest& req, const Principal& who) {
+  std::optional<store::JobState> state;
+  auto it = req.query.find("state");
+  if (it != req.query.end() && !it->second.empty()) {
+    auto s = store::ParseJobState(it->second);
+    if (!s.ok()) {
+      return ErrorResponse(Status::InvalidArgument(
+          "query parameter `state`: unknown state `" + it->second +
+          "` (queued, starting, running, succeeded, failed, cancelled, lost)"));
+    }
+    state = *s;
+  }
+  auto limit = QueryInt(req, "limit", 100, 1, 10000);
+  if (!limit.ok()) return ErrorResponse(limit.status());
+  // Admins see every job; others their own and their teams'. (Providers look at the jobs on
+  // their nodes one by one: GET /v1/jobs/ID.)
+  std::function<bool(const store::JobRecord&)> visible;
+  if (who.role != Role::kAdmin) {
+    std::vector<std::string> teams = accounts_->TeamsOf(who.account_id);
+    std::string admin = accounts_->admin_account_id();
+    std::string me = who.account_id;
+    bool user = who.role == Role::kUser;
+    visible = [teams, admin, me, user](const store::JobRecord& j) {
+      if ((j.owner.empty() ? admin : j.owner) == me) return true;
+      return user && !j.team.empty() &&
+             std::find(teams.begin(), teams.end(), j.team) != teams.end();
+    };
+  }
+  Json arr = Json::array();
+  for (const auto& j : core_->ListJobs(state, static_cast<size_t>(*limit), visible)) {
+    arr.push_back(JobToJson(j));
+  }
+  return JsonResponse(200, Json{{"jobs", arr}});
+}
+
+HttpResponse Api::SubmitJob(const HttpRequest& req, const Principal& who) {
   auto body = ParseJson(req.body);
   if (!body.ok()) return ErrorResponse(body.status());
   if (!body->is_object() || !body->contains("spec")) {
     return ErrorResponse(Status::InvalidArgument("spec: required field is missing"));
   }
   for (auto it = body->begin(); it != body->end(); ++it) {
-    if (it.key() != "spec" && it.key() != "workdir_blob" && it.key() != "queue") {
+    if (it.key() != "spec" && it.key() != "workdir_blob" && it.key() != "queue" &&
+        it.key() != "team") {
       return ErrorResponse(Status::InvalidArgument("unknown field `" + it.key() + "`"));
     }
   }
@@ -367,7 +560,9 @@ HttpResponse Api::SubmitJob(const HttpRequest& req) {
   auto blob = GetStringOr(*body, "workdir_blob", "");
   if (!blob.ok()) return ErrorResponse(blob.status());
   if (!blob->empty()) {
-    if (!store::BlobStore::IsValidDigest(*blob) || !blobs_->Has(*blob)) {
+    // Only a workdir this account uploaded: another tenant's digest must not be reusable.
+    if (!store::BlobStore::IsValidDigest(*blob) || !blobs_->Has(*blob) ||
+        !MayReadBlob(who, *blob)) {
       return ErrorResponse(Status::InvalidArgument("workdir_blob: no uploaded blob " + *blob +
                                                    " (PUT /v1/blobs/<sha256> first)"));
     }
@@ -376,9 +571,91 @@ HttpResponse Api::SubmitJob(const HttpRequest& req) {
   if (!queue.is_boolean()) {
     return ErrorResponse(Status::InvalidArgument("queue: expected true or false"));
   }
-  auto job = core_->SubmitJob(*spec, *blob, queue.get<bool>());
-  if (!job.ok()) return ErrorResponse(job.status());
-  return JsonResponse(201, Json{{"job", JobToJson(*job)}});
+  auto team = GetStringOr(*body, "team", "");
+  if (!team.ok()) return ErrorResponse(team.status());
+  if (!team->empty() && !accounts_->IsTeamMember(*team, who.account_id)) {
+    return ErrorResponse(
+        Status::PermissionDenied("team: this account is not a member of team `" + *team + "`"));
+  }
+  SubmitOptions opts;
+  opts.owner = who.account_id;
+  opts.team = *team;
+  opts.queue_unschedulable = queue.get<bool>();
+  opts.exempt_from_quota = who.role == Role::kAdmin;
+  opts.idempotency_key = req.Header("idempotency-key");
+  if (opts.idempotency_key.size() > 200) {
+    return ErrorResponse(Status::InvalidArgument("Idempotency-Key: at most 200 characters"));
+  }
+  opts.body_sha256 = Sha256Hex(req.body);
+  bool replayed = false;
+  auto job = core_->SubmitJob(*spec, *blob, opts, &replayed);
+  if (!job.ok()) {
+    if (job.status().code() == StatusCode::kAlreadyExists) {
+      HttpResponse r = ErrorResponse(job.status());
+      r.status = 422;  // same key, different body (issue 10 item 3)
+      return r;
+    }
+    return ErrorResponse(job.status());
+  }
+  HttpResponse r = JsonResponse(replayed ? 200 : 201, Json{{"job", JobToJson(*job)}});
+  if (replayed) r.headers.emplace_back("Idempotent-Replayed", "true");
+  return r;
+}
+
+HttpResponse Api::PutBlob(const HttpRequest& req, const Principal& who,
+                          const std::string& digest) {
+  // Users upload workdirs; nodes upload checkpoints. Each upload counts against who sent it: an
+  // account, or a node ("node:<id>"), so one node cannot fill the disk for its whole provider.
+  std::string owner = who.role == Role::kNode ? "node:" + who.node_id : who.account_id;
+  if (options_.max_blob_bytes_per_account > 0 && who.role != Role::kAdmin) {
+    uint64_t held = accounts_->BlobBytesOf(owner);
+    if (held + req.body.size() > options_.max_blob_bytes_per_account) {
+      HttpResponse r = ErrorResponse(Status::ResourceExhausted(
+          "quota: this account stores " + std::to_string(held) + " bytes of uploads; " +
+          std::to_string(req.body.size()) + " more would pass its limit of " +
+          std::to_string(options_.max_blob_bytes_per_account) + " bytes"));
+      r.status = 413;
+      return r;
+    }
+  }
+  Status s = blobs_->PutVerified(digest, req.body);
+  if (!s.ok()) return ErrorResponse(s);
+  s = accounts_->RecordBlobOwner(
+      {digest, owner, static_cast<int64_t>(req.body.size()), clock_->NowMillis()});
+  if (!s.ok()) return ErrorResponse(s);
+  return JsonResponse(201, Json{{"digest", digest}, {"size", req.body.size()}});
+}
+
+HttpResponse Api::Metrics() {
+  // Prometheus text exposition format.
+  std::string out;
+  auto counter = [&](const char* name, const char* help, uint64_t v) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name +
+           " " + std::to_string(v) + "\n";
+  };
+  counter("sluice_refused_requests_total",
+          "Requests refused for a missing or invalid token or a missing permission.", refused());
+  counter("sluice_rate_limited_requests_total",
+          "Refused requests answered 429 because their address was over its limit.",
+          rate_limited());
+  std::map<std::string, int> jobs;
+  for (const auto& j : core_->ListJobs(std::nullopt, SIZE_MAX)) {
+    ++jobs[std::string(store::Name(j.state))];
+  }
+  out += "# HELP sluice_jobs Jobs by state.\n# TYPE sluice_jobs gauge\n";
+  for (const auto& [state, n] : jobs) {
+    out += "sluice_jobs{state=\"" + state + "\"} " + std::to_string(n) + "\n";
+  }
+  std::map<std::string, int> nodes;
+  for (const auto& n : core_->ListNodes()) ++nodes[std::string(store::Name(n.node.state))];
+  out += "# HELP sluice_nodes Nodes by state.\n# TYPE sluice_nodes gauge\n";
+  for (const auto& [state, n] : nodes) {
+    out += "sluice_nodes{state=\"" + state + "\"} " + std::to_string(n) + "\n";
+  }
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4";
+  r.body = std::move(out);
+  return r;
 }
 
 HttpResponse Api::Estimate(const HttpRequest& req) {
@@ -502,62 +779,6 @@ HttpResponse Api::Stream(const HttpRequest& req, const std::string& id,
     w->EndStream();
   }
   return HttpResponse{};
-}
-
-Result<WsHandler> Api::Upgrade(const HttpRequest& req, const std::shared_ptr<WsConnection>& conn) {
-  if (req.path != "/v1/agent/connect") {
-    return Status::NotFound("no WebSocket endpoint at " + req.path);
-  }
-  if (auth_->Authenticate(req.Header("authorization")) != Role::kAgent) {
-    return Status::Unauthenticated("the agent channel needs the provider join token");
-  }
-  auto session = std::make_shared<AgentSession>();
-  session->link = std::make_shared<WsLink>(conn);
-  WsHandler h;
-  ServerCore* core = core_;
-  h.on_message = [core, session](const std::shared_ptr<WsConnection>& c, std::string_view text) {
-    auto fail = [&](const Status& s, bool fatal) {
-      c->Send(DumpJson(Json{{"type", "error"},
-                            {"code", std::string(StatusCodeName(s.code()))},
-                            {"message", s.message()}}));
-      if (fatal || ++session->errors > 100) c->Close();
-    };
-    auto msg = ParseJson(text);
-    if (!msg.ok() || !msg->is_object()) {
-      fail(msg.ok() ? Status::InvalidArgument("expected a JSON object") : msg.status(), true);
-      return;
-    }
-    auto type = GetString(*msg, "type");
-    if (!type.ok()) return fail(type.status(), true);
-    if (session->node_id.empty()) {
-      if (*type != "hello") return fail(Status::FailedPrecondition("say hello first"), true);
-      auto hello = proto::HelloFromJson(*msg);
-      if (!hello.ok()) return fail(hello.status(), true);
-      auto node = core->AgentHello(session->link, *hello);
-      store::AuditEntry entry;
-      entry.actor = node.ok() ? "agent:" + *node : "agent:" + hello->name;
-      entry.source = c->remote_addr();
-      entry.action = "agent.hello";
-      entry.target = node.ok() ? *node : hello->node_id;
-      entry.params = Json{{"name", hello->name},
-                          {"claims", ToJson(*hello)["claims"]},
-                          {"gpus", hello->inventory.gpus.size()},
-                          {"driver", hello->inventory.driver_version},
-                          {"agent_version", hello->agent_version}};
-      if (!node.ok()) entry.params["refused"] = node.status().message();
-      entry.status = node.ok() ? 200 : HttpStatusFor(node.status().code());
-      (void)core->RecordAudit(std::move(entry));
-      if (!node.ok()) return fail(node.status(), true);
-      session->node_id = *node;
-      return;
-    }
-    Status s = core->AgentMessage(session->node_id, session->link.get(), *msg);
-    if (!s.ok()) fail(s, s.code() == StatusCode::kFailedPrecondition);
-  };
-  h.on_close = [core, session](const std::shared_ptr<WsConnection>&) {
-    if (!session->node_id.empty()) core->AgentDisconnected(session->node_id, session->link.get());
-  };
-  return h;
 }
 
 }  // namespace sluice::server

@@ -1,30 +1,27 @@
 // The HTTP face of the server: REST/JSON under /v1 and the agent WebSocket at
 // /v1/agent/connect. Handlers parse and authorize, then call ServerCore; they never schedule.
 //
-//   GET  /v1/health
-//   POST /v1/jobs                 {"spec": {...}, "workdir_blob": "<sha256>"}
-//   GET  /v1/jobs[?state=&limit=]
-//   GET  /v1/jobs/ID              job + attempts + events
-//   POST /v1/jobs/ID/cancel
-//   GET  /v1/jobs/ID/logs[?after=&limit=]
-//   GET  /v1/jobs/ID/stream[?logs=1&events=1]   chunked NDJSON until the job ends
-//   GET  /v1/offers[?q=QUERY&sort=price,-perf&limit=50]   agent and catalog offers
-//   POST /v1/catalogs?name=aws.csv  a cloud price catalog (CSV body); replaces that provider's
-//   GET  /v1/nodes
-//   PUT  /v1/blobs/SHA256         raw bytes (workdir archives)
-//   GET  /v1/blobs/SHA256         admin or agent token
-//   POST /v1/nodes/ID/verify      ask the node's agent to run its conformance suite now
-//   GET  /v1/audit-log[?since=MS&after=ID&limit=N&format=csv]   API mutations, oldest first
-//   GET  /v1/jobs/ID/audit        the job's signed audit bundle (.zip)
-//   GET  /v1/audit/certificate    the audit signing certificate (PEM); needs no token
-//   GET|POST /v1/conformance/payload[?bytes=N]   link measurement for agents (admin or agent)
-// Every POST/PUT/DELETE that changes state is appended to the audit log (server/audit_trail.h).
+// Every route is a row of one table (Api::Routes()) naming who may call it; the isolation test
+// matrix is generated from that table (docs/design-notes.md "Accounts and tenancy"). Jobs are
+// visible to their owner, the members of the team they were submitted for, and admins; a
+// provider sees the jobs placed on its nodes without their `env` values. Another tenant's job is
+// 404, never 403, so ids reveal nothing.
+//
+// Requests without a valid token are counted and rate-limited per client address, never stored;
+// every authorized POST/PUT/DELETE that changes state is appended to the audit log
+// (server/audit_trail.h).
 #pragma once
 
+#include <atomic>
+#include <functional>
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "net/http_server.h"
-#include "server/auth.h"
+#include "server/accounts.h"
+#include "server/refusal_limiter.h"
 #include "server/server_core.h"
 #include "store/blob_store.h"
 
@@ -34,30 +31,92 @@ inline constexpr size_t kMaxJsonBody = 1 << 20;
 inline constexpr size_t kMaxBlobBody = 256u << 20;
 inline constexpr size_t kMaxCatalogBody = 64u << 20;
 
+// Who may call a route.
+enum class Access {
+  kPublic,       // no token
+  kAccount,      // any account token (user, provider, admin)
+  kAdmin,        // admin accounts
+  kSubmitter,    // users and admins
+  kJobViewer,    // the job's owner, its team, admins; providers of nodes it ran on (redacted)
+  kJobOwner,     // the job's owner, its team, admins
+  kNodeOwner,    // the node's provider account, admins
+  kNode,         // an enrolled node's credential (and admins)
+  kNodeOrAccount,  // a node credential or a user/admin account (uploads)
+  kMetrics,      // admin accounts, including their metrics-scoped tokens
+  kAgentChannel,   // join token or node credential, WebSocket only
+};
+
+struct ApiOptions {
+  size_t max_blob_bytes_per_account = 50ull << 30;  // workdirs and checkpoints (0: no limit)
+  RefusalLimiter::Options refusals;
+};
+
 class Api {
  public:
-  Api(ServerCore* core, store::BlobStore* blobs, const TokenAuth* auth);
+  // Placeholders in a route's pattern: {job}, {node}, {blob}, {token}, {account}, {team}.
+  struct RouteSpec {
+    const char* method;
+    const char* pattern;
+    Access access;
+    bool read_only;  // allowed with a read-scoped token
+  };
+  static const std::vector<RouteSpec>& Routes();
+
+  Api(ServerCore* core, store::BlobStore* blobs, Accounts* accounts, const Clock* clock,
+      ApiOptions options = {});
 
   void Handle(HttpRequest req, std::shared_ptr<ResponseWriter> w);
   Result<WsHandler> Upgrade(const HttpRequest& req, const std::shared_ptr<WsConnection>& conn);
   size_t BodyLimit(const HttpRequest& head) const;
 
+  // Requests refused for want of a valid token or a permission (the refusal counter).
+  uint64_t refused() const { return refused_.load(); }
+  uint64_t rate_limited() const { return limiter_.limited(); }
+
  private:
+  // One request being served: who asks, the route it matched, the path's placeholders.
+  struct Call {
+    Principal who;
+    const RouteSpec* route = nullptr;
+    std::map<std::string, std::string> params;  // {job} -> "job-1a2b", ...
+  };
   HttpResponse Route(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w,
-                     bool* streaming);
-  HttpResponse SubmitJob(const HttpRequest& req);
+                     bool* streaming, Principal* who);
+  HttpResponse Dispatch(const Call& call, const HttpRequest& req,
+                        const std::shared_ptr<ResponseWriter>& w, bool* streaming);
+  // Access to one job for `who`; NotFound when it may not see it. `redacted` (may be null) is
+  // set when it may see it only without env values.
+  Status CheckJob(const Principal& who, const std::string& job_id, bool owner_only,
+                  bool* redacted);
+  Status CheckNode(const Principal& who, const std::string& node);
+  bool MayReadBlob(const Principal& who, const std::string& digest);
+  void CountRefusal(const HttpRequest& req);
+
+  HttpResponse SubmitJob(const HttpRequest& req, const Principal& who);
+  HttpResponse ListJobs(const HttpRequest& req, const Principal& who);
+  HttpResponse GetJob(const std::string& id, bool redacted);
   HttpResponse Estimate(const HttpRequest& req);
   HttpResponse AuditLog(const HttpRequest& req);
+  HttpResponse PutBlob(const HttpRequest& req, const Principal& who, const std::string& digest);
   HttpResponse Stream(const HttpRequest& req, const std::string& id,
                       const std::shared_ptr<ResponseWriter>& w, bool* streaming);
+  HttpResponse Metrics();
+  // api_accounts.cc: accounts, tokens, teams, whoami.
+  HttpResponse AccountsRoute(const Call& call, const HttpRequest& req);
 
   ServerCore* const core_;
   store::BlobStore* const blobs_;
-  const TokenAuth* const auth_;
+  Accounts* const accounts_;
+  const Clock* const clock_;
+  const ApiOptions options_;
+  RefusalLimiter limiter_;
+  std::atomic<uint64_t> refused_{0};
 };
 
 // {"error": {"code": "...", "message": "..."}} with the HTTP status that fits the code.
 HttpResponse ErrorResponse(const Status& status);
 HttpResponse JsonResponse(int http_status, const Json& body);
+// The job as a provider may see it: every `env` value replaced by "[redacted]".
+Json RedactJobEnv(Json job);
 
 }  // namespace sluice::server

@@ -1,5 +1,6 @@
 #include "server/server_command.h"
 
+#include <arpa/inet.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -9,15 +10,65 @@
 #include <filesystem>
 #include <memory>
 
+#include "audit/tls_identity.h"
 #include "common/clock.h"
 #include "net/http_server.h"
 #include "server/api.h"
+#include "server/accounts.h"
 #include "server/auth.h"
 #include "server/server_core.h"
 #include "store/blob_store.h"
 #include "store/store.h"
 
 namespace sluice::server {
+
+namespace {
+
+// Creates, writes, syncs and removes a probe file in `dir`, and commits an empty transaction's
+// worth of work to the store, so a read-only disk or database is reported before listening.
+Status CheckWritable(const std::string& dir, store::Store* store) {
+  std::string probe = dir + "/.write-check";
+  if (Status s = WriteFileAtomic(probe, "ok\n", 0600); !s.ok()) {
+    return Status::FailedPrecondition("--data-dir " + dir + " is not writable: " + s.message());
+  }
+  std::filesystem::remove(probe);
+  std::error_code ec;
+  std::filesystem::create_directories(dir + "/blobs", ec);
+  std::string blob_probe = dir + "/blobs/.write-check";
+  if (ec || !WriteFileAtomic(blob_probe, "ok\n", 0600).ok()) {
+    return Status::FailedPrecondition("the blob directory " + dir + "/blobs is not writable" +
+                                      (ec ? ": " + ec.message() : std::string()));
+  }
+  std::filesystem::remove(blob_probe);
+  if (Status s = store->CheckWritable(); !s.ok()) {
+    return Status::FailedPrecondition("the database in " + dir + " is not writable: " +
+                                      s.message());
+  }
+  return Status::Ok();
+}
+
+// True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost).
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost") return true;
+  unsigned char a[16];
+  if (inet_pton(AF_INET, host.c_str(), a) == 1) return a[0] == 127;
+  static const unsigned char kV6Loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return inet_pton(AF_INET6, host.c_str(), a) == 1 && std::memcmp(a, kV6Loopback, 16) == 0;
+}
+
+// The TLS identity (docs/design-notes.md, "TLS"): the operator's --tls-cert/--tls-key, or the
+// CA and server certificate kept in DATA_DIR/tls. The generated ones are made (and the server
+// certificate reissued for a new --listen host) even when serving plain HTTP, so the CA pin in
+// the token files is there from the first start and stays valid when --tls is turned on later.
+Result<TlsIdentity> LoadServerTlsIdentity(const ServerOptions& opt, const std::string& host) {
+  if (opt.tls_cert_file.empty() != opt.tls_key_file.empty()) {
+    return Status::InvalidArgument("--tls-cert and --tls-key go together");
+  }
+  if (!opt.tls_cert_file.empty()) return LoadTlsIdentityFiles(opt.tls_cert_file, opt.tls_key_file);
+  return LoadOrCreateTlsIdentity(opt.data_dir, TlsServerNames(host, opt.tls_sans));
+}
+
+}  // namespace
 
 bool SplitHostPort(const std::string& listen, std::string* host, uint16_t* port) {
   size_t colon = listen.rfind(':');
@@ -54,15 +105,43 @@ int RunServer(const ServerOptions& opt) {
   }
   ::chmod(opt.data_dir.c_str(), 0700);  // it holds the token files
 
+  // Plain HTTP sends bearer tokens in the clear: only on loopback unless the operator insists.
+  const bool tls = opt.tls || !opt.tls_cert_file.empty();
+  if (!tls && !IsLoopbackHost(host)) {
+    if (!opt.insecure_http) {
+      std::fprintf(stderr,
+                   "sluice server: refusing plain HTTP on %s, which is not a loopback address: "
+                   "pass --tls (a generated CA) or --tls-cert/--tls-key, or --insecure-http if "
+                   "a TLS proxy in front does the encryption\n",
+                   opt.listen.c_str());
+      return 2;
+    }
+    std::fprintf(stderr,
+                 "sluice server: WARNING: serving plain HTTP on %s (--insecure-http): tokens, "
+                 "job specs and logs cross the network unencrypted\n",
+                 opt.listen.c_str());
+  }
+  auto tls_identity = LoadServerTlsIdentity(opt, host);
+  if (!tls_identity.ok()) {
+    std::fprintf(stderr, "sluice server: TLS: %s\n", tls_identity.status().message().c_str());
+    return tls_identity.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+
   auto store = store::OpenSqliteStore(opt.data_dir + "/sluice.db");
   if (!store.ok()) {
     std::fprintf(stderr, "sluice server: %s\n", store.status().ToString().c_str());
     return 1;
   }
   store::BlobStore blobs(opt.data_dir + "/blobs");
-  auto auth = TokenAuth::Bootstrap(store->get(), opt.data_dir, RealClock::Get());
-  if (!auth.ok()) {
-    std::fprintf(stderr, "sluice server: %s\n", auth.status().ToString().c_str());
+  // A read-only disk must stop the server now, not at the first write after "listening".
+  if (Status s = CheckWritable(opt.data_dir, store->get()); !s.ok()) {
+    std::fprintf(stderr, "sluice server: %s\n", s.message().c_str());
+    return 1;
+  }
+  auto accounts =
+      Accounts::Bootstrap(store->get(), opt.data_dir, RealClock::Get(), tls_identity->ca_sha256);
+  if (!accounts.ok()) {
+    std::fprintf(stderr, "sluice server: %s\n", accounts.status().ToString().c_str());
     return 1;
   }
   CoreOptions core_opt;
@@ -74,6 +153,10 @@ int RunServer(const ServerOptions& opt) {
   core_opt.preempt_cooldown_ms = static_cast<int64_t>(opt.preempt_cooldown_s * 1000);
   core_opt.checkpoint_retention = opt.checkpoint_retention;
   core_opt.reverify_interval_ms = static_cast<int64_t>(opt.reverify_interval_s * 1000);
+  core_opt.max_active_jobs_per_account = opt.max_active_jobs_per_account;
+  core_opt.max_nodes_per_provider = opt.max_nodes_per_provider;
+  core_opt.max_log_bytes_per_attempt =
+      static_cast<int64_t>(opt.max_log_mib_per_attempt * 1024 * 1024);
   // The key that signs audit bundles: created on first start, kept in the data dir (mode 0600).
   auto signing = LoadOrCreateSigningIdentity(opt.data_dir, "Sluice audit signing");
   if (!signing.ok()) {
@@ -83,12 +166,18 @@ int RunServer(const ServerOptions& opt) {
   }
   ServerCore core(store->get(), RealClock::Get(), core_opt);
   core.SetBlobStore(&blobs);
+  core.SetAccounts(accounts->get());
   core.SetSigningIdentity(*std::move(signing));
   if (Status s = core.Load(); !s.ok()) {
     std::fprintf(stderr, "sluice server: loading state: %s\n", s.ToString().c_str());
     return 1;
   }
-  Api api(&core, &blobs, &*auth);
+  ApiOptions api_opt;
+  api_opt.max_blob_bytes_per_account =
+      static_cast<size_t>(opt.max_upload_gib_per_account * 1024 * 1024 * 1024);
+  api_opt.refusals.per_second = opt.refusals_per_second;
+  api_opt.refusals.burst = opt.refusals_per_second * 10;
+  Api api(&core, &blobs, accounts->get(), RealClock::Get(), api_opt);
 
   // Block the stop signals in every thread; this thread collects them with sigtimedwait.
   sigset_t stop_signals;
@@ -107,6 +196,11 @@ int RunServer(const ServerOptions& opt) {
       std::chrono::milliseconds(static_cast<int64_t>(opt.keep_alive_interval_s * 1000));
   net_opt.ws_idle_timeout = std::max(net_opt.ws_keepalive_interval * 3,
                                      std::chrono::milliseconds(core_opt.heartbeat_grace_ms));
+  if (tls) {
+    net_opt.tls_cert_chain_pem = tls_identity->cert_chain_pem;
+    net_opt.tls_key_pem = tls_identity->key_pem;
+  }
+  net_opt.max_connections_per_address = static_cast<size_t>(opt.max_connections_per_address);
   HttpServer http(
       net_opt,
       [&api](HttpRequest req, std::shared_ptr<ResponseWriter> w) {
@@ -120,7 +214,7 @@ int RunServer(const ServerOptions& opt) {
                  s.message().c_str());
     return 1;
   }
-  std::string url = "http://" + http.address();
+  std::string url = (tls ? "https://" : "http://") + http.address();
   // Written after listening, so a reader of server.url can connect at once (tests and the CLI
   // find a port-0 server this way).
   if (Status s = WriteFileAtomic(opt.data_dir + "/server.url", url + "\n", 0644); !s.ok()) {
@@ -129,6 +223,10 @@ int RunServer(const ServerOptions& opt) {
   }
   std::fprintf(stderr, "sluice server: listening on %s (data dir %s)\n", url.c_str(),
                opt.data_dir.c_str());
+  if (tls && !tls_identity->ca_sha256.empty()) {
+    std::fprintf(stderr, "sluice server: TLS CA sha256 %s (clients pin it; token files carry it)\n",
+                 tls_identity->ca_sha256.c_str());
+  }
 
   timespec tick{0, 200 * 1000 * 1000};
   while (true) {

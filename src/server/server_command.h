@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace sluice::server {
 
@@ -20,6 +21,19 @@ struct ServerOptions {
   int checkpoint_retention = 3;               // checkpoints kept per job
   double preempt_cooldown_s = 60;             // a preempted job avoids the node it was preempted on
   double reverify_interval_s = 6 * 3600;  // verified nodes re-run conformance this often; 0 never
+  // Limits (issue 10 item 5; README "Limits").
+  int max_active_jobs_per_account = 1000;
+  int max_nodes_per_provider = 1000;
+  double max_log_mib_per_attempt = 64;
+  double max_upload_gib_per_account = 50;
+  double refusals_per_second = 5;  // per client address, sustained; bursts of 10x
+  // TLS (docs/design-notes.md, "TLS"; README "TLS").
+  bool tls = false;                       // HTTPS/WSS with the CA generated in DATA_DIR/tls
+  std::string tls_cert_file;              // the operator's chain (PEM, leaf first); implies TLS
+  std::string tls_key_file;               // its private key
+  std::vector<std::string> tls_sans;      // extra names/addresses for the generated certificate
+  bool insecure_http = false;             // allow plain HTTP on a non-loopback address
+  int max_connections_per_address = 256;  // open connections per client IP; 0: no cap
 };
 
 int RunServer(const ServerOptions& options);

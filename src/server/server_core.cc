@@ -10,6 +10,7 @@
 #include "common/inventory.h"
 #include "market/gpu_labels.h"
 #include "market/perf.h"
+#include "server/accounts.h"
 #include "server/node_trust.h"
 
 namespace sluice::server {
@@ -186,7 +187,6 @@ Status ServerCore::CommitLocked(WriteBatch& batch) {
   return Status::Ok();
 }
 
-namespace {
 // The chunk digests a checkpoint manifest (agent/checkpoint_sync.h) refers to; empty when it
 // cannot be read, which keeps its chunks (never delete what cannot be accounted for).
 std::vector<std::string> ManifestChunks(const store::BlobStore& blobs, const std::string& m) {
@@ -203,7 +203,6 @@ std::vector<std::string> ManifestChunks(const store::BlobStore& blobs, const std
   }
   return out;
 }
-}  // namespace
 
 void ServerCore::CollectBlobsLocked(const std::vector<std::string>& manifests) {
   if (blobs_ == nullptr || manifests.empty()) return;
@@ -272,7 +271,7 @@ void ServerCore::SendLocked(const std::string& node_id, const Json& msg) {
 std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
   std::vector<sched::NodeCapacity> out;
   for (const auto& [id, ns] : nodes_) {
-    if (ns.record.state == st::NodeState::kLost) continue;
+    if (ns.record.state == st::NodeState::kLost || ns.record.revoked) continue;
     // Only verified nodes take work (issue 5). One whose verification is under way still counts
     // for "could this job ever run"; one that failed does not, until a new report passes.
     bool verified = ns.record.verification == kVerified;
@@ -436,6 +435,7 @@ Status ServerCore::ScheduleLocked() {
     for (const auto& att : batch.attempts) {
       active_attempts_.erase(att.id);
       max_log_seq_.erase(att.id);
+      log_bytes_.erase(att.id);
       jobs_[att.job_id].record.state = st::JobState::kQueued;
       jobs_[att.job_id].attempts--;
     }
@@ -584,6 +584,7 @@ Status ServerCore::LoseNodeLocked(NodeState& node, const std::string& why) {
   for (const auto& aid : lost) {
     active_attempts_.erase(aid);
     max_log_seq_.erase(aid);
+    log_bytes_.erase(aid);
   }
   if (node.link) {
     node.link->Close();
@@ -596,45 +597,10 @@ Status ServerCore::LoseNodeLocked(NodeState& node, const std::string& why) {
 
 Result<JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec, const std::string& workdir_blob,
                                         bool queue_unschedulable) {
-  SLUICE_ASSIGN_OR_RETURN(MarketRequest market, CompileJob(spec));
-  std::lock_guard<std::mutex> lock(mu_);
-  JobState js;
-  js.spec = spec;
-  js.market = std::move(market);
-  js.queued_since_mono = clock_->MonotonicMillis();
-  if (!queue_unschedulable) {
-    // Refuse what can never run rather than let it queue forever (DESIGN.md §6).
-    sched::JobRequest probe;
-    probe.job_id = "submitted";
-    probe.gpus = spec.resources.gpus;
-    probe.cpus = spec.resources.cpus;
-    probe.memory_gb = spec.resources.memory_gb;
-    probe.query = js.market.query;
-    probe.max_price_per_hour = js.market.max_price_per_hour;
-    probe.work = js.market.work;
-    sched::Plan plan = sched::Schedule(CapacityLocked(), {probe}, options_.cost_model);
-    if (!plan.waiting.empty() && plan.waiting[0].never_fits) {
-      return Status::FailedPrecondition(UnschedulableMessageLocked(js.market, plan.waiting[0]));
-    }
-  }
-  js.order = next_order_++;
-  JobRecord& job = js.record;
-  job.id = NewId("job-");
-  job.name = spec.name;
-  job.spec = spec::ToJson(spec);
-  job.workdir_blob = workdir_blob;
-  job.state = st::JobState::kQueued;
-  job.priority = spec.priority;
-  job.submitted_ms = clock_->NowMillis();
-  WriteBatch batch;
-  batch.jobs.push_back(job);
-  batch.events.push_back(EventLocked(job.id, "submitted", "submitted"));
-  SLUICE_RETURN_IF_ERROR(store_->Write(batch));  // durable before acknowledged
-  std::string id = job.id;
-  jobs_[id] = std::move(js);
-  Status s = ScheduleLocked();
-  if (!s.ok()) return s;
-  return jobs_[id].record;
+  SubmitOptions o;
+  o.queue_unschedulable = queue_unschedulable;
+  o.exempt_from_quota = true;
+  return SubmitJob(spec, workdir_blob, o);
 }
 
 std::string ServerCore::UnschedulableMessageLocked(const MarketRequest& market,
@@ -734,20 +700,7 @@ Status ServerCore::DeleteJob(const std::string& id) {
 }
 
 std::vector<JobRecord> ServerCore::ListJobs(std::optional<st::JobState> state, size_t limit) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<const JobState*> all;
-  for (const auto& [id, js] : jobs_) {
-    if (!state || js.record.state == *state) all.push_back(&js);
-  }
-  // Newest first: what a person looking at `sluice jobs` wants.
-  std::sort(all.begin(), all.end(),
-            [](const JobState* a, const JobState* b) { return a->order > b->order; });
-  std::vector<JobRecord> out;
-  for (const auto* js : all) {
-    if (out.size() >= limit) break;
-    out.push_back(js->record);
-  }
-  return out;
+  return ListJobs(state, limit, nullptr);
 }
 
 Result<JobDetail> ServerCore::GetJob(const std::string& id) {
@@ -954,45 +907,55 @@ void ServerCore::Unsubscribe(uint64_t id) {
 // ---------------------------------------------------------------- agent channel
 
 Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& link,
-                                           const proto::Hello& hello) {
+                                           const proto::Hello& hello, const AgentIdentity& who) {
   // A claim the probe contradicts is refused before anything is registered (issue 5 item 3).
   SLUICE_RETURN_IF_ERROR(CheckClaims(hello.claims, hello.inventory));
   std::lock_guard<std::mutex> lock(mu_);
   int64_t now = clock_->NowMillis();
   std::string node_id = hello.node_id;
+  // Which node this connection may speak for, decided before anything changes: a refused hello
+  // leaves the node it named (its link, attempts and state) untouched. Without accounts (unit
+  // tests), the node id is trusted as before.
+  if (accounts_ != nullptr) {
+    SLUICE_ASSIGN_OR_RETURN(node_id, AdmitNodeLocked(hello, who));
+  }
   auto it = node_id.empty() ? nodes_.end() : nodes_.find(node_id);
-  if (it == nodes_.end()) {
+  const bool enrolling = it == nodes_.end();
+  NodeState fresh;  // a new node enters nodes_ only once its record is committed
+  std::optional<MintedToken> credential;
+  if (enrolling) {
     // A node id we never issued (or none): register as new. An id from a wiped server is not
     // trusted as-is, so a node cannot claim another node's history.
     node_id = NewId("node-");
-    NodeState ns;
-    ns.record.id = node_id;
-    ns.record.registered_ms = now;
-    it = nodes_.emplace(node_id, std::move(ns)).first;
+    fresh.record.id = node_id;
+    fresh.record.registered_ms = now;
+    if (accounts_ != nullptr) {
+      // Its own credential, committed with the node; only its hash is stored.
+      fresh.record.owner = who.account_id;
+      credential = accounts_->NewNodeCredential(node_id, who.account_id);
+    }
   }
-  NodeState& ns = it->second;
-  if (ns.link && ns.link != link) ns.link->Close();  // a second agent for one node: newest wins
-  ns.link = link;
-  ns.last_seen_mono = clock_->MonotonicMillis();
-  ns.record.name = hello.name.empty() ? hello.inventory.hostname : hello.name;
+  NodeState& ns = enrolling ? fresh : it->second;
+  st::NodeRecord record = ns.record;  // the node as this hello leaves it, applied after commit
+  record.name = hello.name.empty() ? hello.inventory.hostname : hello.name;
   Inventory previous;
-  if (auto p = InventoryFromJson(ns.record.inventory); p.ok()) previous = *std::move(p);
-  HelloTrust trust = ApplyHelloTrust(ns.record, previous, hello.inventory);
-  if (trust.changed) ns.has_verdict = false;  // its usable software is unknown until re-verified
-  ns.record.inventory = ToJson(hello.inventory);
-  ns.record.state = st::NodeState::kOnline;
-  ns.record.last_seen_ms = now;
-  ns.record.price_per_gpu_hour = hello.price_per_gpu_hour;
-  ns.record.price_per_cpu_hour = hello.price_per_cpu_hour;
-  ns.record.interruptible_price_per_gpu_hour = hello.interruptible_price_per_gpu_hour;
-  ns.record.interruptible_price_per_cpu_hour = hello.interruptible_price_per_cpu_hour;
-  ns.record.region = hello.region;
+  if (auto p = InventoryFromJson(record.inventory); p.ok()) previous = *std::move(p);
+  HelloTrust trust = ApplyHelloTrust(record, previous, hello.inventory);
+  record.inventory = ToJson(hello.inventory);
+  record.state = st::NodeState::kOnline;
+  record.last_seen_ms = now;
+  record.price_per_gpu_hour = hello.price_per_gpu_hour;
+  record.price_per_cpu_hour = hello.price_per_cpu_hour;
+  record.interruptible_price_per_gpu_hour = hello.interruptible_price_per_gpu_hour;
+  record.interruptible_price_per_cpu_hour = hello.interruptible_price_per_cpu_hour;
+  record.region = hello.region;
+  const int64_t online_since = ns.online_since_ms == 0 ? now : ns.online_since_ms;
 
   // Reconcile: the agent's account of its attempts against ours.
   WriteBatch batch;
-  batch.nodes.push_back(ns.record);
-  if (ns.online_since_ms == 0) ns.online_since_ms = now;
-  batch.uptime.push_back({node_id, ns.online_since_ms, now});
+  batch.nodes.push_back(record);
+  if (credential) batch.tokens.push_back(credential->record);
+  batch.uptime.push_back({node_id, online_since, now});
   std::map<std::string, const proto::AttemptReport*> reported;
   for (const auto& r : hello.attempts) reported[r.attempt_id] = &r;
   std::vector<std::string> finished, to_cancel, to_ack;  // attempt ids
@@ -1001,13 +964,13 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
     auto rep = reported.find(aid);
     if (rep == reported.end() || rep->second->lost) {
       FinishAttemptLocked(att, AttemptState::kLost, std::nullopt,
-                          "the agent on " + ns.record.name + " restarted and no longer runs it",
+                          "the agent on " + record.name + " restarted and no longer runs it",
                           batch);
       finished.push_back(aid);
     } else {
       // Running, or finished while we were apart: either way the agent now resends the lines
       // we lack (from the log_ack below) and then its `exited`, so keep the attempt active.
-      MarkRunningLocked(att, ns.record.name, batch);
+      MarkRunningLocked(att, record.name, batch);
       if (rep->second->running && jobs_[att.job_id].record.cancel_requested) {
         to_cancel.push_back(aid);
       }
@@ -1025,16 +988,29 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
       to_ack.push_back(r.attempt_id);
   }
   SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+  if (credential) accounts_->Apply({credential->record});
+  NodeState& live = enrolling ? nodes_.emplace(node_id, std::move(fresh)).first->second : ns;
+  live.record = std::move(record);
+  if (trust.changed) live.has_verdict = false;  // its usable software is unknown until re-verified
+  live.online_since_ms = online_since;
+  // A second agent for one node: the newest wins.
+  if (live.link && live.link != link) live.link->Close();
+  live.link = link;
+  live.last_seen_mono = clock_->MonotonicMillis();
   for (const auto& aid : finished) {
     active_attempts_.erase(aid);
     max_log_seq_.erase(aid);
+    log_bytes_.erase(aid);
   }
-  link->Send(Json{{"type", "welcome"},
-                  {"node_id", node_id},
-                  {"heartbeat_interval_ms", options_.heartbeat_interval_ms}});
+  Json welcome{{"type", "welcome"},
+               {"node_id", node_id},
+               {"heartbeat_interval_ms", options_.heartbeat_interval_ms}};
+  // Shown once: the agent keeps it in its data dir and proves the node with it from now on.
+  if (credential) welcome["credential"] = credential->secret;
+  link->Send(welcome);
   // Registration runs the conformance suite, unless the node is verified and unchanged.
-  if (ns.record.verification != kVerified) {
-    RequestReportLocked(ns, trust.changed ? trust.what : "registration");
+  if (live.record.verification != kVerified) {
+    RequestReportLocked(live, trust.changed ? trust.what : "registration");
   }
   for (const auto& aid : to_cancel) {
     link->Send(
@@ -1074,10 +1050,12 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
     SLUICE_ASSIGN_OR_RETURN(conformance::Report report,
                             conformance::ReportFromJson(msg["report"], "conformance.report"));
     SLUICE_ASSIGN_OR_RETURN(Inventory inv, InventoryFromJson(ns.record.inventory));
+    // Only a report that answers this server's request counts: one captured from another node
+    // (or an earlier run) is refused and audited (docs/design-notes.md "Node identity").
+    SLUICE_RETURN_IF_ERROR(CheckReportNonceLocked(ns, msg));
     ns.verdict =
         ApplyReport(ns.record, inv, report, options_.verification_rules, clock_->NowMillis());
     ns.has_verdict = true;
-    ns.awaiting_report = false;
     WriteBatch batch;
     batch.nodes.push_back(ns.record);
     st::AuditEntry entry;
@@ -1133,7 +1111,9 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
     }
     if (batch.logs.empty()) return Status::Ok();
     int64_t new_max = batch.logs.back().seq;
+    SLUICE_ASSIGN_OR_RETURN(int64_t held_after, EnforceLogQuotaLocked(att, batch));
     SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+    log_bytes_[attempt_id] = held_after;
     max_seq = std::max(max_seq, new_max);
     ns.link->Send(Json{{"type", "log_ack"}, {"attempt_id", attempt_id}, {"seq", max_seq}});
     return Status::Ok();
@@ -1156,6 +1136,7 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
     SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
     active_attempts_.erase(attempt_id);
     max_log_seq_.erase(attempt_id);
+    log_bytes_.erase(attempt_id);
     ns.link->Send(Json{{"type", "exit_ack"}, {"attempt_id", attempt_id}});
     return ScheduleLocked();
   }
@@ -1379,11 +1360,7 @@ void ServerCore::RefreshReliabilityLocked() {
   for (auto& [id, ns] : nodes_) ns.reliability = market::ComputeReliability(in[id]);
 }
 
-void ServerCore::RequestReportLocked(NodeState& node, const std::string& why) {
-  if (!node.link) return;
-  node.awaiting_report = true;
-  node.link->Send(Json{{"type", "reverify"}, {"reason", why}});
-}
+// RequestReportLocked is in core_identity.cc: every request carries a nonce.
 
 Result<st::NodeRecord> ServerCore::VerifyNode(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -1585,6 +1562,7 @@ Json NodeToJson(const NodeView& v) {
               {"hardware_fingerprint", n.hardware_fingerprint},
               {"software_fingerprint", n.software_fingerprint},
               {"conformance", n.conformance},
+              {"revoked", n.revoked},
               {"reliability", market::ToJson(v.reliability)}};
 }
 

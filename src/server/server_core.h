@@ -44,6 +44,27 @@ class AgentLink {
   virtual void Close() = 0;
 };
 
+class Accounts;
+
+// Who opened an agent channel (issue 10 item 2): what its bearer token proved.
+struct AgentIdentity {
+  std::string account_id;  // the provider account: the join token's or the credential's owner
+  std::string token_id;
+  std::string node_id;  // set when the token is a node credential (it proves this node)
+};
+
+// Who submits a job, and how (issue 10 items 1 and 3).
+struct SubmitOptions {
+  std::string owner;  // account id; "" is the admin (as before accounts)
+  std::string team;   // a team the owner belongs to (checked by the API), or ""
+  // `Idempotency-Key`: the same key and body within idempotency_ttl_ms return the first job; the
+  // same key with another body is refused (AlreadyExists).
+  std::string idempotency_key;
+  std::string body_sha256;
+  bool queue_unschedulable = false;
+  bool exempt_from_quota = false;  // admins
+};
+
 struct CoreOptions {
   int64_t heartbeat_interval_ms = 3000;         // told to agents in `welcome`
   int64_t heartbeat_grace_ms = 15000;           // silence after which a node is lost
@@ -54,6 +75,11 @@ struct CoreOptions {
   audit::VerificationRules verification_rules;  // how conformance reports are judged
   // A verified node is asked to run its conformance suite again after this long (0: never).
   int64_t reverify_interval_ms = 6LL * 3600 * 1000;
+  // Limits (issue 10 item 5).
+  int64_t idempotency_ttl_ms = 24LL * 3600 * 1000;  // how long an Idempotency-Key is kept
+  int max_active_jobs_per_account = 1000;           // queued + starting + running
+  int max_nodes_per_provider = 1000;                // registered, not revoked
+  int64_t max_log_bytes_per_attempt = 64LL << 20;   // older lines are dropped past it
 };
 
 struct JobDetail {
@@ -107,12 +133,34 @@ class ServerCore {
   // unless `queue_unschedulable` (it then waits, with the reason, for such a node to join).
   Result<store::JobRecord> SubmitJob(const spec::JobSpec& spec, const std::string& workdir_blob,
                                      bool queue_unschedulable = false);
+  // The same for an account. `replayed` (may be null) is set when an idempotency key matched an
+  // earlier submission and that job is returned instead of a new one.
+  Result<store::JobRecord> SubmitJob(const spec::JobSpec& spec, const std::string& workdir_blob,
+                                     const SubmitOptions& options, bool* replayed = nullptr);
   // The offers a job could use, ranked by `objective` (issue 3 item 5): live agent offers and
   // catalog offers alike, each with its cost estimate. `hours` and `objective` override the
   // spec's.
   Result<EstimatePage> Estimate(const spec::JobSpec& spec, std::optional<double> hours,
                                 std::optional<market::Objective> objective, size_t limit);
   std::vector<store::JobRecord> ListJobs(std::optional<store::JobState> state, size_t limit);
+  // Newest first, only those `visible` accepts (a tenant's view), at most `limit`.
+  std::vector<store::JobRecord> ListJobs(
+      std::optional<store::JobState> state, size_t limit,
+      const std::function<bool(const store::JobRecord&)>& visible);
+  // The job's owner, team and the nodes its attempts ran on (for access checks); NotFound.
+  struct JobAccess {
+    std::string owner;
+    std::string team;
+    std::vector<std::string> node_owners;  // provider accounts of the nodes it ran on
+  };
+  Result<JobAccess> JobAccessOf(const std::string& id);
+  // A node by id or name (NotFound, or InvalidArgument when a name is ambiguous).
+  Result<store::NodeRecord> FindNode(const std::string& id_or_name);
+  // Whether an attempt active on `node_id` needs blob `digest`: its job's workdir, the checkpoint
+  // manifest it restores, or a chunk of that manifest.
+  bool NodeNeedsBlob(const std::string& node_id, const std::string& digest);
+  // Jobs (not finished) of an account, for quotas.
+  int ActiveJobsOf(const std::string& account_id);
   Result<JobDetail> GetJob(const std::string& id);
   Result<store::JobRecord> CancelJob(const std::string& id);
   // Deletes a finished job with its attempts, events, logs and checkpoints, and frees the blobs
@@ -138,7 +186,11 @@ class ServerCore {
   // --- agent channel ---
   // Registers or re-registers a node and reconciles what the agent says it runs with what the
   // store says. Returns the node id to put in `welcome`.
-  Result<std::string> AgentHello(const std::shared_ptr<AgentLink>& link, const proto::Hello& hello);
+  // `who` is what the connection's token proved (issue 10 item 2): a join token enrols a new
+  // node, owned by its provider account, and the welcome carries the node's new credential; a
+  // node id already enrolled is only taken with that node's credential.
+  Result<std::string> AgentHello(const std::shared_ptr<AgentLink>& link, const proto::Hello& hello,
+                                 const AgentIdentity& who = {});
   // heartbeat | started | log | exited, from a node that said hello on `link`.
   Status AgentMessage(const std::string& node_id, const AgentLink* link, const Json& msg);
   void AgentDisconnected(const std::string& node_id, const AgentLink* link);
@@ -159,6 +211,13 @@ class ServerCore {
   // Asks the node's agent to run its conformance suite now (`sluice node verify`). The node
   // keeps its state until the report arrives. `node` is a node id or name.
   Result<store::NodeRecord> VerifyNode(const std::string& node);
+
+  // --- node identity (issue 10 item 2; docs/design-notes.md "Node identity") ---
+  // `sluice node revoke`: cuts a node off for good. Its credentials are revoked in the same
+  // commit as the node (revoked, lost), its link is closed, its offers leave the market and its
+  // running attempts are handled as a lost node's (requeued). Revoking a revoked node is a no-op.
+  // `node` is a node id or name. Returns the node as stored.
+  Result<store::NodeRecord> RevokeNode(const std::string& node);
   // Appends one entry to the audit log (API mutations; the caller removes secrets).
   Status RecordAudit(store::AuditEntry entry);
   Result<std::vector<store::AuditEntry>> ReadAudit(int64_t since_ms, int64_t after_id, int limit);
@@ -171,6 +230,9 @@ class ServerCore {
 
   // Where checkpoint manifests must exist before the server accepts them as complete.
   void SetBlobStore(store::BlobStore* blobs) { blobs_ = blobs; }
+  // Where node credentials are minted and revoked (issue 10 item 2). Without it (unit tests),
+  // hello trusts the node id as before.
+  void SetAccounts(Accounts* accounts) { accounts_ = accounts; }
 
   const CoreOptions& options() const { return options_; }
 
@@ -186,6 +248,9 @@ class ServerCore {
     audit::Verdict verdict;
     market::Reliability reliability;
     int64_t online_since_ms = 0;  // wall ms this connection's uptime span started; 0 offline
+    // The nonces of the `reverify` requests not yet answered, oldest first. A conformance report
+    // must echo one (each is used once), so a report captured elsewhere cannot be replayed.
+    std::vector<std::string> report_nonces;
   };
   struct JobState {
     store::JobRecord record;
@@ -229,7 +294,17 @@ class ServerCore {
   void RefreshReliabilityLocked();
   // Asks the agent to run its conformance suite (`why`: registration, scheduled, on demand).
   void RequestReportLocked(NodeState& node, const std::string& why);
+  // Node identity: the existing node a hello may speak for, "" to enrol a new node, or why it is
+  // refused (PermissionDenied: an impersonation attempt). Changes nothing.
+  Result<std::string> AdmitNodeLocked(const proto::Hello& hello, const AgentIdentity& who) const;
+  // Whether `msg` (a `conformance` message) answers an outstanding request of `node`; consumes
+  // its nonce and every older one. Otherwise audits the refusal and says why.
+  Status CheckReportNonceLocked(NodeState& node, const Json& msg);
   Json EndItemLocked(const store::JobRecord& job) const;
+  // Keeps an attempt's stored log within options_.max_log_bytes_per_attempt: when the lines in
+  // `batch` would pass it, the oldest lines (stored, then in the batch) are dropped with a marker
+  // line, down to 3/4 of the quota. Returns the attempt's log bytes once `batch` is committed.
+  Result<int64_t> EnforceLogQuotaLocked(const store::AttemptRecord& att, store::WriteBatch& batch);
   // Tells the agent to stop `att` for `cause`; the exit that follows ends it as preempted.
   // For interruptible-then-on-demand jobs: the reason to fall back to on-demand capacity now
   // (after N preemptions or T without interruptible capacity), or "" when not (yet).
@@ -258,6 +333,7 @@ class ServerCore {
   std::map<std::string, JobState> jobs_;
   std::map<std::string, store::AttemptRecord> active_attempts_;  // starting/running only
   std::map<std::string, int64_t> max_log_seq_;                   // per active attempt
+  std::map<std::string, int64_t> log_bytes_;  // stored log bytes per active attempt (lazy)
   std::map<uint64_t, Subscriber> subscribers_;
   std::map<std::string, std::vector<market::Offer>> catalog_offers_;  // by provider
   // The same catalog offers, indexed for queries (DESIGN.md §8: the store is the source of
@@ -268,6 +344,7 @@ class ServerCore {
   // or lost there.
   std::map<std::string, std::map<std::string, int64_t>> avoid_;
   store::BlobStore* blobs_ = nullptr;
+  Accounts* accounts_ = nullptr;
   // Kept checkpoints per job, oldest first (the store's `checkpoints` table).
   std::map<std::string, std::vector<store::CheckpointRecord>> checkpoints_;
   uint64_t next_subscriber_ = 1;
@@ -275,6 +352,9 @@ class ServerCore {
   int64_t reliability_refreshed_mono_ = 0;
   SigningIdentity signing_;
 };
+
+// The chunk digests a checkpoint manifest refers to; empty when it cannot be read.
+std::vector<std::string> ManifestChunks(const store::BlobStore& blobs, const std::string& manifest);
 
 // JSON views shared by the API handlers.
 Json JobToJson(const store::JobRecord& job);

@@ -196,6 +196,52 @@ CREATE TABLE audit_log (
 CREATE INDEX audit_log_by_ts ON audit_log (ts_ms);
 )sql";
 
+// v9 (issue 10): accounts, scoped tokens, teams, node ownership, job owners, idempotency keys,
+// blob owners. Tokens from before v9 are given to the bootstrap accounts by the server
+// (server/accounts.h), which knows which is the admin and which the provider.
+constexpr std::string_view kV9 = R"sql(
+CREATE TABLE accounts (
+  id TEXT PRIMARY KEY NOT NULL,
+  name TEXT NOT NULL UNIQUE,
+  role TEXT NOT NULL CHECK (role IN ('admin', 'user', 'provider')),
+  disabled INTEGER NOT NULL DEFAULT 0,
+  created_ms INTEGER NOT NULL,
+  owner TEXT NOT NULL DEFAULT ''
+);
+ALTER TABLE tokens ADD COLUMN account_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE tokens ADD COLUMN scope TEXT NOT NULL DEFAULT 'full';
+ALTER TABLE tokens ADD COLUMN name TEXT NOT NULL DEFAULT '';
+ALTER TABLE tokens ADD COLUMN expires_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tokens ADD COLUMN revoked_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tokens ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
+CREATE TABLE team_members (
+  team TEXT NOT NULL,
+  account_id TEXT NOT NULL,
+  added_ms INTEGER NOT NULL,
+  PRIMARY KEY (team, account_id)
+);
+ALTER TABLE nodes ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN revoked INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN team TEXT NOT NULL DEFAULT '';
+CREATE TABLE idempotency_keys (
+  account_id TEXT NOT NULL,
+  key TEXT NOT NULL,
+  body_sha256 TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  PRIMARY KEY (account_id, key)
+);
+CREATE INDEX idempotency_by_created ON idempotency_keys (created_ms);
+CREATE TABLE blob_owners (
+  digest TEXT NOT NULL,
+  account_id TEXT NOT NULL,
+  size INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  PRIMARY KEY (digest, account_id)
+);
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -245,6 +291,7 @@ const std::vector<Migration>& Migrations() {
       {6, "interruptible node prices, interruptible attempts", kV6},
       {7, "checkpoints", kV7},
       {8, "node verification, attempt snapshots, node uptime, audit log", kV8},
+      {9, "accounts, scoped tokens, teams, owners, idempotency keys, blob owners", kV9},
   };
   return kSteps;
 }

@@ -37,11 +37,57 @@ bool IsTerminal(JobState s);
 bool IsTerminal(AttemptState s);
 
 struct TokenRecord {
-  std::string id;      // "adm-..." / "join-..."
-  std::string kind;    // "admin" or "join"
+  std::string id;      // "tok-...", "join-...", "node-cred-..." ("admin-..." before v9)
+  std::string kind;    // "api" (an account's), "join" (enrols nodes), "node" ("admin" before v9)
   std::string sha256;  // hash of the secret; the secret itself is never stored
   int64_t created_ms = 0;
+  // Issue 10: every token belongs to an account. Older rows get one when the server starts.
+  std::string account_id{};
+  std::string scope = "full";  // "full" | "read" | "metrics" | "join" | "node"
+  std::string name{};          // the owner's label for it, shown by `sluice token list`
+  int64_t expires_ms = 0;      // 0: never
+  int64_t revoked_ms = 0;      // 0: not revoked
+  std::string node_id{};       // kind "node": the node this credential proves
   bool operator==(const TokenRecord&) const = default;
+};
+
+// An account (issue 10): who submits jobs (user), owns nodes (provider) or runs the server.
+struct AccountRecord {
+  std::string id;    // "acct-..."
+  std::string name;  // unique, [a-z0-9._-], shown everywhere
+  std::string role;  // "admin" | "user" | "provider"
+  bool disabled = false;
+  int64_t created_ms = 0;
+  std::string owner;  // the account that created it ("" for the first admin)
+  bool operator==(const AccountRecord&) const = default;
+};
+
+// Membership of an account in a team: jobs submitted for a team are visible to its members.
+struct TeamMember {
+  std::string team;
+  std::string account_id;
+  int64_t added_ms = 0;
+  bool removed = false;  // in a WriteBatch: delete the row instead
+  bool operator==(const TeamMember&) const = default;
+};
+
+// `Idempotency-Key` of a submission: the same key and body return the first job.
+struct IdempotencyRecord {
+  std::string account_id;
+  std::string key;
+  std::string body_sha256;
+  std::string job_id;
+  int64_t created_ms = 0;
+  bool operator==(const IdempotencyRecord&) const = default;
+};
+
+// Who uploaded a blob (quotas, and who may read it back). One row per (digest, account).
+struct BlobOwner {
+  std::string digest;
+  std::string account_id;
+  int64_t size = 0;
+  int64_t created_ms = 0;
+  bool operator==(const BlobOwner&) const = default;
 };
 
 struct NodeRecord {
@@ -64,6 +110,8 @@ struct NodeRecord {
   std::string software_fingerprint;           // audit::SoftwareFingerprint of `inventory`
   int64_t verified_ms = 0;                    // when the last report was evaluated
   Json conformance = Json::object();          // the last report as the agent sent it
+  std::string owner{};   // the provider account that enrolled it ("" before issue 10)
+  bool revoked = false;  // `sluice node revoke`: its credential no longer works
   bool operator==(const NodeRecord&) const = default;
 };
 
@@ -83,6 +131,8 @@ struct JobRecord {
   bool cancel_requested = false;  // a cancel is on its way to the agent; ends as kCancelled
   std::string checkpoint;         // manifest digest of the latest complete checkpoint, or empty
   int preemptions = 0;            // attempts that ended preempted or with their node lost
+  std::string owner{};  // the submitting account ("" before issue 10: the admin's)
+  std::string team{};  // the team it is shared with, or ""
   bool operator==(const JobRecord&) const = default;
 };
 
@@ -179,24 +229,44 @@ struct AuditEntry {
   bool operator==(const AuditEntry&) const = default;
 };
 
+// Drops an attempt's log lines with seq < before_seq (its log quota was reached).
+struct LogTrim {
+  std::string attempt_id;
+  int64_t before_seq = 0;
+  bool operator==(const LogTrim&) const = default;
+};
+
+// Where to cut an attempt's log to free at least some bytes: lines with seq < before_seq.
+struct LogTrimPoint {
+  int64_t before_seq = 0;
+  int64_t bytes = 0;  // freed
+  int64_t lines = 0;  // dropped
+};
+
 // Everything one state change writes, applied in one transaction.
 struct WriteBatch {
-  std::vector<TokenRecord> tokens;      // upsert by id
-  std::vector<NodeRecord> nodes;        // upsert by id
-  std::vector<JobRecord> jobs;          // upsert by id
-  std::vector<AttemptRecord> attempts;  // upsert by id
-  std::vector<JobEvent> events;         // appended; `id` ignored
-  std::vector<LogLine> logs;            // appended unless (attempt_id, seq) exists; `id` ignored
-  std::vector<CatalogFile> catalogs;    // upsert by provider
-  std::vector<CheckpointRecord> checkpoints;          // upsert by (job_id, manifest)
-  std::vector<CheckpointRecord> dropped_checkpoints;  // deleted by (job_id, manifest)
+  std::vector<TokenRecord> tokens{};      // upsert by id
+  std::vector<NodeRecord> nodes{};        // upsert by id
+  std::vector<JobRecord> jobs{};          // upsert by id
+  std::vector<AttemptRecord> attempts{};  // upsert by id
+  std::vector<JobEvent> events{};         // appended; `id` ignored
+  std::vector<LogLine> logs{};            // appended unless (attempt_id, seq) exists; `id` ignored
+  std::vector<CatalogFile> catalogs{};    // upsert by provider
+  std::vector<CheckpointRecord> checkpoints{};          // upsert by (job_id, manifest)
+  std::vector<CheckpointRecord> dropped_checkpoints{};  // deleted by (job_id, manifest)
   // Jobs deleted with everything they own: attempts, events, logs, checkpoints. Applied first.
-  std::vector<std::string> deleted_jobs;
-  std::vector<NodeSnapshot> snapshots;  // inserted unless the digest exists
-  std::vector<UptimeSpan> uptime;       // upsert by (node_id, start_ms)
-  std::vector<AuditEntry> audit;        // appended; `id` ignored
+  std::vector<std::string> deleted_jobs{};
+  std::vector<NodeSnapshot> snapshots{};  // inserted unless the digest exists
+  std::vector<UptimeSpan> uptime{};       // upsert by (node_id, start_ms)
+  std::vector<AuditEntry> audit{};        // appended; `id` ignored
+  std::vector<AccountRecord> accounts{};  // upsert by id
+  std::vector<TeamMember> team_members{};  // upsert by (team, account_id), or delete if removed
+  std::vector<IdempotencyRecord> idempotency{};  // inserted; an existing key fails the batch
+  std::vector<BlobOwner> blob_owners{};          // upsert by (digest, account_id)
+  std::vector<LogTrim> log_trims{};              // applied before `logs`
   bool empty() const {
-    return tokens.empty() && nodes.empty() && jobs.empty() && attempts.empty() && events.empty() &&
+    return log_trims.empty() && accounts.empty() && team_members.empty() && idempotency.empty() &&
+           blob_owners.empty() && tokens.empty() && nodes.empty() && jobs.empty() && attempts.empty() && events.empty() &&
            logs.empty() && catalogs.empty() && checkpoints.empty() && dropped_checkpoints.empty() &&
            deleted_jobs.empty() && snapshots.empty() && uptime.empty() && audit.empty();
   }

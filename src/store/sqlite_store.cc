@@ -107,15 +107,43 @@ class Query {
 // --- SQL. Each literal is also its own cache key (by address). ---
 
 constexpr const char* kUpsertToken =
-    "INSERT INTO tokens (id, kind, sha256, created_ms) VALUES (?, ?, ?, ?) "
+    "INSERT INTO tokens (id, kind, sha256, created_ms, account_id, scope, name, expires_ms, "
+    "revoked_ms, node_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, sha256 = excluded.sha256, "
-    "created_ms = excluded.created_ms";
+    "created_ms = excluded.created_ms, account_id = excluded.account_id, "
+    "scope = excluded.scope, name = excluded.name, expires_ms = excluded.expires_ms, "
+    "revoked_ms = excluded.revoked_ms, node_id = excluded.node_id";
+constexpr const char* kUpsertAccount =
+    "INSERT INTO accounts (id, name, role, disabled, created_ms, owner) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET name = excluded.name, role = excluded.role, "
+    "disabled = excluded.disabled, created_ms = excluded.created_ms, owner = excluded.owner";
+constexpr const char* kSelectAccounts =
+    "SELECT id, name, role, disabled, created_ms, owner FROM accounts ORDER BY created_ms, rowid";
+constexpr const char* kUpsertTeamMember =
+    "INSERT INTO team_members (team, account_id, added_ms) VALUES (?, ?, ?) "
+    "ON CONFLICT (team, account_id) DO UPDATE SET added_ms = excluded.added_ms";
+constexpr const char* kDeleteTeamMember =
+    "DELETE FROM team_members WHERE team = ? AND account_id = ?";
+constexpr const char* kSelectTeamMembers =
+    "SELECT team, account_id, added_ms FROM team_members ORDER BY team, added_ms, rowid";
+constexpr const char* kInsertIdempotency =
+    "INSERT INTO idempotency_keys (account_id, key, body_sha256, job_id, created_ms) "
+    "VALUES (?, ?, ?, ?, ?)";
+constexpr const char* kSelectIdempotency =
+    "SELECT account_id, key, body_sha256, job_id, created_ms FROM idempotency_keys "
+    "WHERE account_id = ? AND key = ? AND created_ms >= ?";
+constexpr const char* kExpireIdempotency = "DELETE FROM idempotency_keys WHERE created_ms < ?";
+constexpr const char* kUpsertBlobOwner =
+    "INSERT INTO blob_owners (digest, account_id, size, created_ms) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (digest, account_id) DO UPDATE SET size = excluded.size";
+constexpr const char* kSelectBlobOwners =
+    "SELECT digest, account_id, size, created_ms FROM blob_owners ORDER BY created_ms, rowid";
 constexpr const char* kUpsertNode =
     "INSERT INTO nodes (id, name, inventory, state, registered_ms, last_seen_ms, "
     "price_per_gpu_hour, price_per_cpu_hour, region, interruptible_price_per_gpu_hour, "
     "interruptible_price_per_cpu_hour, verification, verification_reasons, hardware_fingerprint, "
-    "software_fingerprint, verified_ms, conformance) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "software_fingerprint, verified_ms, conformance, owner, revoked) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, inventory = excluded.inventory, "
     "state = excluded.state, registered_ms = excluded.registered_ms, "
     "last_seen_ms = excluded.last_seen_ms, price_per_gpu_hour = excluded.price_per_gpu_hour, "
@@ -125,18 +153,18 @@ constexpr const char* kUpsertNode =
     "verification = excluded.verification, verification_reasons = excluded.verification_reasons, "
     "hardware_fingerprint = excluded.hardware_fingerprint, "
     "software_fingerprint = excluded.software_fingerprint, verified_ms = excluded.verified_ms, "
-    "conformance = excluded.conformance";
+    "conformance = excluded.conformance, owner = excluded.owner, revoked = excluded.revoked";
 constexpr const char* kUpsertJob =
     "INSERT INTO jobs (id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "
-    "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions, owner, "
+    "team) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, spec = excluded.spec, "
     "workdir_blob = excluded.workdir_blob, state = excluded.state, priority = excluded.priority, "
     "submitted_ms = excluded.submitted_ms, started_ms = excluded.started_ms, "
     "finished_ms = excluded.finished_ms, exit_code = excluded.exit_code, "
     "reason = excluded.reason, attempt_id = excluded.attempt_id, "
     "cancel_requested = excluded.cancel_requested, checkpoint = excluded.checkpoint, "
-    "preemptions = excluded.preemptions";
+    "preemptions = excluded.preemptions, owner = excluded.owner, team = excluded.team";
 constexpr const char* kUpsertAttempt =
     "INSERT INTO attempts (id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, "
     "created_ms, started_ms, ended_ms, exit_code, cause, number, checkpoint_restored, "
@@ -157,16 +185,18 @@ constexpr const char* kInsertLog =
     "ON CONFLICT (attempt_id, seq) DO NOTHING";
 
 constexpr const char* kSelectTokens =
-    "SELECT id, kind, sha256, created_ms FROM tokens ORDER BY created_ms, rowid";
+    "SELECT id, kind, sha256, created_ms, account_id, scope, name, expires_ms, revoked_ms, node_id "
+    "FROM tokens ORDER BY created_ms, rowid";
 constexpr const char* kSelectNodes =
     "SELECT id, name, inventory, state, registered_ms, last_seen_ms, price_per_gpu_hour, "
     "price_per_cpu_hour, region, interruptible_price_per_gpu_hour, "
     "interruptible_price_per_cpu_hour, verification, verification_reasons, hardware_fingerprint, "
-    "software_fingerprint, verified_ms, conformance FROM nodes ORDER BY registered_ms, rowid";
+    "software_fingerprint, verified_ms, conformance, owner, revoked FROM nodes "
+    "ORDER BY registered_ms, rowid";
 #define SLUICE_JOB_COLUMNS                                                                 \
   "SELECT id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "       \
-  "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions " \
-  "FROM jobs "
+  "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions, " \
+  "owner, team FROM jobs "
 constexpr const char* kSelectJobs = SLUICE_JOB_COLUMNS "ORDER BY submitted_ms, rowid";
 constexpr const char* kSelectJob = SLUICE_JOB_COLUMNS "WHERE id = ?";
 #undef SLUICE_JOB_COLUMNS
@@ -184,6 +214,14 @@ constexpr const char* kSelectAttemptsSince =
 constexpr const char* kSelectLogs =
     "SELECT id, job_id, attempt_id, seq, stream, ts_ms, text FROM logs "
     "WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?";
+constexpr const char* kLogBytes =
+    "SELECT coalesce(sum(length(CAST(text AS BLOB))), 0) FROM logs WHERE attempt_id = ?";
+// The first line at which the running total of the oldest lines reaches the bytes to free.
+constexpr const char* kFindLogTrim =
+    "SELECT seq, cum, n FROM (SELECT seq, sum(length(CAST(text AS BLOB))) OVER (ORDER BY seq) "
+    "AS cum, row_number() OVER (ORDER BY seq) AS n FROM logs WHERE attempt_id = ?) "
+    "WHERE cum >= ? ORDER BY seq LIMIT 1";
+constexpr const char* kTrimLogs = "DELETE FROM logs WHERE attempt_id = ? AND seq < ?";
 constexpr const char* kMaxLogSeq = "SELECT coalesce(max(seq), 0) FROM logs WHERE attempt_id = ?";
 constexpr const char* kUpsertCatalog =
     "INSERT INTO catalogs (provider, source_name, csv, imported_ms) VALUES (?, ?, ?, ?) "
@@ -262,6 +300,12 @@ Result<TokenRecord> ReadToken(const Query& q) {
   t.kind = q.ColText(1);
   t.sha256 = q.ColText(2);
   t.created_ms = q.ColInt(3);
+  t.account_id = q.ColText(4);
+  t.scope = q.ColText(5);
+  t.name = q.ColText(6);
+  t.expires_ms = q.ColInt(7);
+  t.revoked_ms = q.ColInt(8);
+  t.node_id = q.ColText(9);
   return t;
 }
 
@@ -284,6 +328,8 @@ Result<NodeRecord> ReadNode(const Query& q) {
   n.software_fingerprint = q.ColText(14);
   n.verified_ms = q.ColInt(15);
   SLUICE_ASSIGN_OR_RETURN(n.conformance, ColumnJson(q, 16, "node " + n.id + " conformance"));
+  n.owner = q.ColText(17);
+  n.revoked = q.ColInt(18) != 0;
   return n;
 }
 
@@ -304,6 +350,8 @@ Result<JobRecord> ReadJob(const Query& q) {
   j.cancel_requested = q.ColInt(12) != 0;
   j.checkpoint = q.ColText(13);
   j.preemptions = static_cast<int>(q.ColInt(14));
+  j.owner = q.ColText(15);
+  j.team = q.ColText(16);
   return j;
 }
 
@@ -380,9 +428,82 @@ class SqliteStore final : public Store {
     return st;
   }
 
+  Status CheckWritable() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    // BEGIN IMMEDIATE takes the write lock; a write to a scratch table proves the file (and its
+    // WAL) accept writes; the rollback leaves nothing behind.
+    if (int rc = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr); rc != SQLITE_OK) {
+      return Error(db_, rc, "begin");
+    }
+    int rc = sqlite3_exec(db_, "CREATE TEMP TABLE IF NOT EXISTS write_check (x); "
+                          "UPDATE schema_version SET version = version WHERE 0 = 1; "
+                          "INSERT INTO schema_version SELECT -1, 'write check', 0;",
+                          nullptr, nullptr, nullptr);
+    Status st = rc == SQLITE_OK ? Status::Ok() : Error(db_, rc, "write check");
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return st;
+  }
   Result<std::vector<TokenRecord>> LoadTokens() override {
     std::lock_guard<std::mutex> lock(mu_);
     return Select(kSelectTokens, "load tokens", ReadToken, [](Query&) {});
+  }
+  Result<std::vector<AccountRecord>> LoadAccounts() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(
+        kSelectAccounts, "load accounts",
+        [](const Query& q) -> Result<AccountRecord> {
+          AccountRecord a;
+          a.id = q.ColText(0);
+          a.name = q.ColText(1);
+          a.role = q.ColText(2);
+          a.disabled = q.ColInt(3) != 0;
+          a.created_ms = q.ColInt(4);
+          a.owner = q.ColText(5);
+          return a;
+        },
+        [](Query&) {});
+  }
+  Result<std::vector<TeamMember>> LoadTeamMembers() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(
+        kSelectTeamMembers, "load team members",
+        [](const Query& q) -> Result<TeamMember> {
+          return TeamMember{q.ColText(0), q.ColText(1), q.ColInt(2), false};
+        },
+        [](Query&) {});
+  }
+  Result<std::optional<IdempotencyRecord>> GetIdempotencyKey(const std::string& account_id,
+                                                              const std::string& key,
+                                                              int64_t since_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    SLUICE_ASSIGN_OR_RETURN(std::vector<IdempotencyRecord> rows,
+                            Select(
+                                kSelectIdempotency, "get idempotency key",
+                                [](const Query& q) -> Result<IdempotencyRecord> {
+                                  return IdempotencyRecord{q.ColText(0), q.ColText(1),
+                                                           q.ColText(2), q.ColText(3),
+                                                           q.ColInt(4)};
+                                },
+                                [&](Query& q) { q.Text(account_id).Text(key).Int(since_ms); }));
+    if (rows.empty()) return std::optional<IdempotencyRecord>();
+    return std::optional<IdempotencyRecord>(std::move(rows.front()));
+  }
+  Result<int64_t> ExpireIdempotencyKeys(int64_t before_ms) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kExpireIdempotency));
+    Query q(db_, s);
+    q.Int(before_ms);
+    SLUICE_RETURN_IF_ERROR(q.Run("expire idempotency keys"));
+    return static_cast<int64_t>(sqlite3_changes(db_));
+  }
+  Result<std::vector<BlobOwner>> LoadBlobOwners() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(
+        kSelectBlobOwners, "load blob owners",
+        [](const Query& q) -> Result<BlobOwner> {
+          return BlobOwner{q.ColText(0), q.ColText(1), q.ColInt(2), q.ColInt(3)};
+        },
+        [](Query&) {});
   }
   Result<std::vector<NodeRecord>> LoadNodes() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -415,6 +536,28 @@ class SqliteStore final : public Store {
     std::lock_guard<std::mutex> lock(mu_);
     return Select(kSelectLogs, "read logs", ReadLog,
                   [&](Query& q) { q.Text(job_id).Int(after_id).Int(limit); });
+  }
+  Result<int64_t> LogBytes(const std::string& attempt_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> n,
+                            Select(
+                                kLogBytes, "log bytes",
+                                [](const Query& q) -> Result<int64_t> { return q.ColInt(0); },
+                                [&](Query& q) { q.Text(attempt_id); }));
+    return n.empty() ? int64_t{0} : n.front();
+  }
+  Result<LogTrimPoint> FindLogTrim(const std::string& attempt_id, int64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    SLUICE_ASSIGN_OR_RETURN(std::vector<LogTrimPoint> rows,
+                            Select(
+                                kFindLogTrim, "find log trim",
+                                [](const Query& q) -> Result<LogTrimPoint> {
+                                  // Cut after this line: everything up to and including it goes.
+                                  return LogTrimPoint{q.ColInt(0) + 1, q.ColInt(1), q.ColInt(2)};
+                                },
+                                [&](Query& q) { q.Text(attempt_id).Int(bytes); }));
+    if (rows.empty()) return Status::NotFound("attempt " + attempt_id + " has no log to trim");
+    return rows.front();
   }
   Result<int64_t> MaxLogSeq(const std::string& attempt_id) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -551,10 +694,38 @@ class SqliteStore final : public Store {
         SLUICE_RETURN_IF_ERROR(q.Run("delete job " + job));
       }
     }
+    for (const AccountRecord& a : b.accounts) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertAccount));
+      Query q(db_, s);
+      q.Text(a.id).Text(a.name).Text(a.role).Int(a.disabled ? 1 : 0).Int(a.created_ms);
+      q.Text(a.owner);
+      SLUICE_RETURN_IF_ERROR(q.Run("write account " + a.id));
+    }
+    for (const TeamMember& m : b.team_members) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s,
+                              Prepare(m.removed ? kDeleteTeamMember : kUpsertTeamMember));
+      Query q(db_, s);
+      q.Text(m.team).Text(m.account_id);
+      if (!m.removed) q.Int(m.added_ms);
+      SLUICE_RETURN_IF_ERROR(q.Run("write team member " + m.team));
+    }
+    for (const IdempotencyRecord& r : b.idempotency) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kInsertIdempotency));
+      Query q(db_, s);
+      q.Text(r.account_id).Text(r.key).Text(r.body_sha256).Text(r.job_id).Int(r.created_ms);
+      SLUICE_RETURN_IF_ERROR(q.Run("write idempotency key"));
+    }
+    for (const BlobOwner& o : b.blob_owners) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertBlobOwner));
+      Query q(db_, s);
+      q.Text(o.digest).Text(o.account_id).Int(o.size).Int(o.created_ms);
+      SLUICE_RETURN_IF_ERROR(q.Run("write blob owner " + o.digest));
+    }
     for (const TokenRecord& t : b.tokens) {
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertToken));
       Query q(db_, s);
-      q.Text(t.id).Text(t.kind).Text(t.sha256).Int(t.created_ms);
+      q.Text(t.id).Text(t.kind).Text(t.sha256).Int(t.created_ms).Text(t.account_id).Text(t.scope);
+      q.Text(t.name).Int(t.expires_ms).Int(t.revoked_ms).Text(t.node_id);
       SLUICE_RETURN_IF_ERROR(q.Run("write token " + t.id));
     }
     for (const NodeRecord& n : b.nodes) {
@@ -566,6 +737,7 @@ class SqliteStore final : public Store {
       q.Real(n.interruptible_price_per_cpu_hour).Text(n.verification);
       q.Text(DumpJson(n.verification_reasons)).Text(n.hardware_fingerprint);
       q.Text(n.software_fingerprint).Int(n.verified_ms).Text(DumpJson(n.conformance));
+      q.Text(n.owner).Int(n.revoked ? 1 : 0);
       SLUICE_RETURN_IF_ERROR(q.Run("write node " + n.id));
     }
     for (const JobRecord& j : b.jobs) {
@@ -574,7 +746,7 @@ class SqliteStore final : public Store {
       q.Text(j.id).Text(j.name).Text(DumpJson(j.spec)).Text(j.workdir_blob).Text(Name(j.state));
       q.Int(j.priority).Int(j.submitted_ms).Int(j.started_ms).Int(j.finished_ms);
       q.OptInt(j.exit_code).Text(j.reason).Text(j.attempt_id).Int(j.cancel_requested ? 1 : 0);
-      q.Text(j.checkpoint).Int(j.preemptions);
+      q.Text(j.checkpoint).Int(j.preemptions).Text(j.owner).Text(j.team);
       SLUICE_RETURN_IF_ERROR(q.Run("write job " + j.id));
     }
     for (const AttemptRecord& a : b.attempts) {
@@ -591,6 +763,12 @@ class SqliteStore final : public Store {
       Query q(db_, s);
       q.Text(e.job_id).Int(e.ts_ms).Text(e.type).Text(e.message);
       SLUICE_RETURN_IF_ERROR(q.Run("write event for " + e.job_id));
+    }
+    for (const LogTrim& t : b.log_trims) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kTrimLogs));
+      Query q(db_, s);
+      q.Text(t.attempt_id).Int(t.before_seq);
+      SLUICE_RETURN_IF_ERROR(q.Run("trim log of " + t.attempt_id));
     }
     for (const LogLine& l : b.logs) {
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kInsertLog));

@@ -21,7 +21,20 @@ class Store {
   // Applies the whole batch in one transaction, or nothing.
   virtual Status Write(const WriteBatch& batch) = 0;
 
+  // Proves the database accepts writes (a write transaction that changes nothing), so a
+  // read-only file is reported at start rather than at the first real write.
+  virtual Status CheckWritable() = 0;
   virtual Result<std::vector<TokenRecord>> LoadTokens() = 0;
+  virtual Result<std::vector<AccountRecord>> LoadAccounts() = 0;
+  virtual Result<std::vector<TeamMember>> LoadTeamMembers() = 0;
+  // The submission recorded under (account, key) at or after `since_ms`, or nullopt.
+  virtual Result<std::optional<IdempotencyRecord>> GetIdempotencyKey(const std::string& account_id,
+                                                                      const std::string& key,
+                                                                      int64_t since_ms) = 0;
+  // Deletes idempotency keys older than `before_ms`; returns how many.
+  virtual Result<int64_t> ExpireIdempotencyKeys(int64_t before_ms) = 0;
+  // Every blob owner row (quotas and read access are computed from them).
+  virtual Result<std::vector<BlobOwner>> LoadBlobOwners() = 0;
   virtual Result<std::vector<NodeRecord>> LoadNodes() = 0;
   // Every job, oldest submission first. Used at startup to rebuild the core's state.
   virtual Result<std::vector<JobRecord>> LoadJobs() = 0;
@@ -33,6 +46,10 @@ class Store {
   // Log lines of a job with id > after_id, in arrival order, at most `limit`.
   virtual Result<std::vector<LogLine>> ReadLogs(const std::string& job_id, int64_t after_id,
                                                 int limit) = 0;
+  // Bytes of log text stored for an attempt (its log quota).
+  virtual Result<int64_t> LogBytes(const std::string& attempt_id) = 0;
+  // The smallest cut (oldest lines first) that frees at least `bytes` of the attempt's log.
+  virtual Result<LogTrimPoint> FindLogTrim(const std::string& attempt_id, int64_t bytes) = 0;
   // Highest seq stored for an attempt (0 when none): the agent's resend cursor.
   virtual Result<int64_t> MaxLogSeq(const std::string& attempt_id) = 0;
   virtual Result<std::vector<JobEvent>> ReadEvents(const std::string& job_id, int64_t after_id,

@@ -1,0 +1,178 @@
+// ServerCore: node identity (issue 10 item 2; docs/design-notes.md "Node identity"). Which node
+// an agent connection may speak for, `sluice node revoke`, and the nonce that ties a conformance
+// report to the request it answers.
+#include <algorithm>
+
+#include "common/crypto.h"
+#include "server/accounts.h"
+#include "server/server_core.h"
+
+namespace sluice::server {
+namespace st = store;
+
+namespace {
+// Requests a node may have outstanding at once; older ones are forgotten (their reports are then
+// refused as stale), so a node that never answers cannot grow the list.
+constexpr size_t kMaxOutstandingReports = 8;
+}  // namespace
+
+Result<std::string> ServerCore::AdmitNodeLocked(const proto::Hello& hello,
+                                                const AgentIdentity& who) const {
+  if (!who.node_id.empty()) {
+    // A node credential proves exactly one node: it speaks for that node or for none.
+    if (!hello.node_id.empty() && hello.node_id != who.node_id) {
+      return Status::PermissionDenied("impersonation attempt: the credential of node " +
+                                      who.node_id + " cannot say hello as node " + hello.node_id);
+    }
+    auto it = nodes_.find(who.node_id);
+    if (it == nodes_.end()) {
+      return Status::FailedPrecondition("node " + who.node_id +
+                                        " is not registered on this server; remove the agent's "
+                                        "node.credential and node.id to enrol again");
+    }
+    const st::NodeRecord& node = it->second.record;
+    if (node.revoked) {
+      return Status::FailedPrecondition("node " + node.id + " was revoked (`sluice node revoke`)");
+    }
+    if (node.owner != who.account_id) {
+      return Status::PermissionDenied("impersonation attempt: node " + node.id +
+                                      " belongs to another provider account");
+    }
+    return who.node_id;
+  }
+  // A join token enrols new nodes only.
+  if (!hello.node_id.empty()) {
+    auto it = nodes_.find(hello.node_id);
+    if (it != nodes_.end() && !it->second.record.owner.empty()) {
+      return Status::PermissionDenied(
+          "impersonation attempt: node " + hello.node_id +
+          " is enrolled with its own credential; a join token cannot take it over (an agent that "
+          "lost its node.credential enrols again as a new node: remove node.id from its data "
+          "dir)");
+    }
+    if (it != nodes_.end() && it->second.record.revoked) {
+      return Status::FailedPrecondition("node " + hello.node_id +
+                                        " was revoked (`sluice node revoke`)");
+    }
+    // Otherwise a node from before node identity (no owner) or an id this server never issued:
+    // it enrols as a new node below, never by presenting a node id alone. A legacy record is
+    // left to go lost by the heartbeat grace, which requeues its attempts.
+  }
+  int owned = 0;
+  for (const auto& [id, ns] : nodes_) {
+    owned += ns.record.owner == who.account_id && !ns.record.revoked;
+  }
+  if (owned >= options_.max_nodes_per_provider) {
+    return Status::ResourceExhausted(
+        "this provider account has " + std::to_string(owned) +
+        " registered nodes, the most this server allows (--max-nodes-per-provider " +
+        std::to_string(options_.max_nodes_per_provider) +
+        "); revoke nodes no longer used with `sluice node revoke`");
+  }
+  return std::string();
+}
+
+void ServerCore::RequestReportLocked(NodeState& node, const std::string& why) {
+  if (!node.link) return;
+  node.awaiting_report = true;
+  std::string nonce = RandomHex(16);
+  node.report_nonces.push_back(nonce);
+  if (node.report_nonces.size() > kMaxOutstandingReports) {
+    node.report_nonces.erase(node.report_nonces.begin());
+  }
+  node.link->Send(Json{{"type", "reverify"}, {"reason", why}, {"nonce", nonce}});
+}
+
+Status ServerCore::CheckReportNonceLocked(NodeState& node, const Json& msg) {
+  std::string nonce;
+  if (auto it = msg.find("nonce"); it != msg.end() && it->is_string()) {
+    nonce = it->get<std::string>();
+  }
+  auto& pending = node.report_nonces;
+  auto found = nonce.empty() ? pending.end() : std::find(pending.begin(), pending.end(), nonce);
+  if (found != pending.end()) {
+    // Used once. A run answers the newest request it saw, so older ones are answered too (the
+    // agent merges requests that arrive while it waits).
+    pending.erase(pending.begin(), found + 1);
+    node.awaiting_report = !pending.empty();
+    return Status::Ok();
+  }
+  Status refused = Status::PermissionDenied(
+      "conformance report does not answer this server's request (stale or replayed)");
+  st::AuditEntry entry;
+  entry.ts_ms = clock_->NowMillis();
+  entry.actor = "agent:" + node.record.id;
+  entry.action = "agent.conformance";
+  entry.target = node.record.id;
+  entry.params = Json{{"refused", refused.message()},
+                      {"nonce", nonce.substr(0, 64)},
+                      {"verification", node.record.verification}};
+  entry.status = 403;
+  st::WriteBatch batch;
+  batch.audit.push_back(std::move(entry));
+  (void)CommitLocked(batch);  // the refusal stands even if it cannot be recorded
+  return refused;
+}
+
+Result<st::NodeRecord> ServerCore::RevokeNode(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NodeState* found = nullptr;
+  if (auto it = nodes_.find(node); it != nodes_.end()) {
+    found = &it->second;  // an id wins over names
+  } else {
+    for (auto& [id, ns] : nodes_) {
+      if (ns.record.name != node) continue;
+      if (found != nullptr) {
+        return Status::InvalidArgument("`" + node + "` names several nodes; use the node id");
+      }
+      found = &ns;
+    }
+  }
+  if (found == nullptr) return Status::NotFound("no node " + node);
+  NodeState& ns = *found;
+  const std::string id = ns.record.id;
+  std::vector<st::TokenRecord> revocations;
+  if (accounts_ != nullptr) revocations = accounts_->RevocationsForNode(id);
+  if (ns.record.revoked && revocations.empty()) return ns.record;
+
+  // Compute everything, commit once, then change memory (a failed commit changes nothing but
+  // the attempts' and jobs' copies FinishAttemptLocked updates, as for a lost node).
+  st::NodeRecord record = ns.record;
+  record.revoked = true;
+  record.state = st::NodeState::kLost;
+  st::WriteBatch batch;
+  batch.nodes.push_back(record);
+  batch.tokens = revocations;
+  if (ns.online_since_ms > 0) {
+    int64_t silent = std::max<int64_t>(0, clock_->MonotonicMillis() - ns.last_seen_mono);
+    batch.uptime.push_back(
+        {id, ns.online_since_ms, std::max(ns.online_since_ms, clock_->NowMillis() - silent)});
+  }
+  std::vector<std::string> lost;
+  for (auto& [aid, att] : active_attempts_) {
+    if (att.node_id != id) continue;
+    FinishAttemptLocked(att, st::AttemptState::kLost, std::nullopt,
+                        "node " + record.name + " lost: revoked by its provider or an admin",
+                        batch);
+    lost.push_back(aid);
+  }
+  SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+  if (accounts_ != nullptr) accounts_->Apply(revocations);
+  ns.record = record;
+  ns.online_since_ms = 0;
+  ns.awaiting_report = false;
+  ns.report_nonces.clear();
+  for (const auto& aid : lost) {
+    active_attempts_.erase(aid);
+    max_log_seq_.erase(aid);
+  }
+  if (ns.link) {
+    ns.link->Close();
+    ns.link.reset();
+  }
+  // Its jobs go elsewhere; a schedule failure does not undo the revocation.
+  (void)ScheduleLocked();
+  return record;
+}
+
+}  // namespace sluice::server
