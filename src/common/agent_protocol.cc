@@ -1,5 +1,7 @@
 #include "common/agent_protocol.h"
 
+#include <cmath>
+
 namespace sluice::proto {
 namespace {
 
@@ -79,10 +81,35 @@ Result<Hello> HelloFromJson(const Json& j) {
   if (m.price_per_gpu_hour < 0 || m.price_per_cpu_hour < 0) {
     return Status::InvalidArgument("price_per_gpu_hour/price_per_cpu_hour: must not be negative");
   }
+  // Bounds a provider cannot pass (issue 10 item 5): a price of 1e308 or a 3 MB name would
+  // otherwise reach every listing and every cost estimate.
+  for (auto [field, v] : {std::pair{"price_per_gpu_hour", m.price_per_gpu_hour},
+                          std::pair{"price_per_cpu_hour", m.price_per_cpu_hour},
+                          std::pair{"interruptible_price_per_gpu_hour",
+                                    m.interruptible_price_per_gpu_hour},
+                          std::pair{"interruptible_price_per_cpu_hour",
+                                    m.interruptible_price_per_cpu_hour}}) {
+    if (!std::isfinite(v) || v > kMaxPricePerHour) {
+      return Status::InvalidArgument(std::string(field) + ": expected a price from 0 to " +
+                                     std::to_string(static_cast<int>(kMaxPricePerHour)) +
+                                     " USD per hour");
+    }
+  }
+  if (m.node_id.size() > 64) return Status::InvalidArgument("node_id: at most 64 characters");
+  if (m.name.size() > kMaxNodeNameBytes) {
+    return Status::InvalidArgument("name: at most " + std::to_string(kMaxNodeNameBytes) +
+                                   " bytes");
+  }
   SLUICE_ASSIGN_OR_RETURN(m.region, GetStringOr(j, "region", ""));
+  if (m.region.size() > 64) return Status::InvalidArgument("region: at most 64 bytes");
   SLUICE_ASSIGN_OR_RETURN(m.agent_version, GetStringOr(j, "agent_version", ""));
+  if (m.agent_version.size() > 64) {
+    return Status::InvalidArgument("agent_version: at most 64 bytes");
+  }
   if (j.contains("attempts") && !j["attempts"].is_null()) {
-    if (!j["attempts"].is_array()) return Status::InvalidArgument("attempts: expected an array");
+    if (!j["attempts"].is_array() || j["attempts"].size() > 10000) {
+      return Status::InvalidArgument("attempts: expected an array of at most 10000 attempts");
+    }
     for (const auto& a : j["attempts"]) {
       AttemptReport r;
       SLUICE_ASSIGN_OR_RETURN(r.attempt_id, GetString(a, "attempt_id", "attempts[]"));

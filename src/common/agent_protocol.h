@@ -20,6 +20,9 @@ namespace sluice::proto {
 
 inline constexpr size_t kMaxLogLineBytes = 64 * 1024;
 inline constexpr size_t kMaxLinesPerLogMessage = 1000;
+// Bounds on what a provider's agent may declare (issue 10 item 5).
+inline constexpr double kMaxPricePerHour = 100000;  // USD, per GPU or CPU hour
+inline constexpr size_t kMaxNodeNameBytes = 128;
 
 // What an agent knows about one attempt when it says hello (after a restart or reconnect).
 struct AttemptReport {

@@ -1,0 +1,192 @@
+// Abuse limits and submission idempotency (issue 10 items 3 and 5), against a real HTTP server on
+// loopback: refused requests are counted and rate-limited, never stored; a log flood stops at
+// its quota; a submission retried with its Idempotency-Key yields one job.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "server/api_test_world.h"
+
+namespace sluice::server {
+namespace {
+
+using testing::World;
+
+TEST(ApiLimitsTest, TenThousandRefusedRequestsCostACounterNotTheDatabase) {
+  World w;
+  w.Build();
+  if (::testing::Test::HasFatalFailure()) return;
+  const uint64_t db_before = w.DbBytes();
+  HttpClient anonymous(w.BaseUrl(), "", std::chrono::seconds(10));
+  HttpClient forged(w.BaseUrl(), "sluice_tok_forged", std::chrono::seconds(10));
+  const std::string body(1000, 'x');  // bodies used to be stored with each refused request
+  int unauthorized = 0, limited = 0, other = 0;
+  for (int i = 0; i < 10000; ++i) {
+    HttpClient& c = i % 2 ? anonymous : forged;
+    auto r = i % 3 ? c.Request("POST", "/v1/jobs", body) : c.Request("GET", "/v1/jobs");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (r->status == 401) {
+      ++unauthorized;
+    } else if (r->status == 429) {
+      ++limited;
+    } else {
+      ++other;
+    }
+  }
+  EXPECT_EQ(other, 0);
+  EXPECT_GT(limited, 0) << "no 429 in 10,000 refused requests";
+  EXPECT_GT(unauthorized, 0);
+  EXPECT_EQ(w.api_->refused(), 10000u);
+  EXPECT_EQ(w.api_->rate_limited(), static_cast<uint64_t>(limited));
+  // The counter is published where an operator (or Prometheus) reads it.
+  HttpClient admin(w.BaseUrl(), w.AdminSecret(), std::chrono::seconds(10));
+  auto metrics = admin.Request("GET", "/v1/metrics");
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_NE(metrics->body.find("sluice_refused_requests_total 10000"), std::string::npos)
+      << metrics->body;
+  // Nothing of them was stored: not in the audit log, not in the database's size.
+  auto audit = admin.Request("GET", "/v1/audit-log?limit=10000");
+  ASSERT_TRUE(audit.ok());
+  EXPECT_EQ(audit->body.find("anonymous"), std::string::npos);
+  EXPECT_LT(w.DbBytes(), db_before + (1u << 20)) << "before " << db_before;
+}
+
+TEST(ApiLimitsTest, ALogFloodStopsAtTheAttemptsQuotaKeepingTheNewestLines) {
+  CoreOptions opt;
+  opt.max_log_bytes_per_attempt = 64 * 1024;
+  World w(opt);
+  w.Build();
+  if (::testing::Test::HasFatalFailure()) return;
+  std::string attempt = w.link1_->Last("assign", "attempt_id");
+  const std::string line(1000, 'z');
+  int64_t seq = 0;
+  for (int msg = 0; msg < 200; ++msg) {  // 2 MB against a 64 KiB quota
+    Json lines = Json::array();
+    for (int i = 0; i < 10; ++i) {
+      lines.push_back({{"seq", ++seq}, {"stream", "stdout"}, {"ts_ms", 1}, {"text", line}});
+    }
+    ASSERT_TRUE(w.core_
+                    ->AgentMessage(w.node1_, w.link1_.get(),
+                                   Json{{"type", "log"}, {"attempt_id", attempt}, {"lines", lines}})
+                    .ok());
+  }
+  auto stored = w.store_->LogBytes(attempt);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_LE(*stored, opt.max_log_bytes_per_attempt);
+  EXPECT_GT(*stored, opt.max_log_bytes_per_attempt / 2);
+  auto logs = w.Call(testing::kOwner, "GET", "/v1/jobs/" + w.job_ + "/logs?limit=10000");
+  ASSERT_EQ(logs.status, 200);
+  auto parsed = ParseJson(logs.body);
+  ASSERT_TRUE(parsed.ok());
+  bool marker = false;
+  int64_t newest = 0;
+  for (const auto& l : (*parsed)["lines"]) {
+    marker |= l["text"].get<std::string>().find("older log lines") != std::string::npos;
+    newest = std::max(newest, l["seq"].get<int64_t>());
+  }
+  EXPECT_TRUE(marker) << "no marker says lines were dropped";
+  EXPECT_EQ(newest, seq) << "the newest line must be kept";
+  // The agent's resend cursor still moves: every line was acknowledged.
+  EXPECT_EQ(w.link1_->sent.back().value("seq", int64_t{0}), seq);
+}
+
+// Sends a whole request on a raw socket and closes it without reading the answer: the client of
+// a server that died before answering.
+void SendAndHangUp(uint16_t port, const std::string& request) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  size_t off = 0;
+  while (off < request.size()) {
+    ssize_t n = ::write(fd, request.data() + off, request.size() - off);
+    ASSERT_GT(n, 0);
+    off += static_cast<size_t>(n);
+  }
+  ::close(fd);
+}
+
+TEST(ApiLimitsTest, ARetriedSubmissionWithItsKeyYieldsExactlyOneJob) {
+  World w;
+  w.Build();
+  if (::testing::Test::HasFatalFailure()) return;
+  Json spec{{"name", "once"}, {"run", "true"}, {"resources", {{"cpus", 1}}}};
+  const std::string body = DumpJson(Json{{"spec", spec}, {"queue", true}});
+  const std::string secret = w.secret_[testing::kOther];
+  SendAndHangUp(w.http_->port(), "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                                     secret + "\r\nIdempotency-Key: k-1\r\nContent-Type: "
+                                     "application/json\r\nContent-Length: " +
+                                     std::to_string(body.size()) + "\r\n\r\n" + body);
+  // The first attempt was committed although its client never saw the answer.
+  auto count = [&] {
+    auto r = w.Call(testing::kOther, "GET", "/v1/jobs");
+    return r.status == 200 ? (*ParseJson(r.body))["jobs"].size() : size_t{999};
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (count() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(count(), 1u);
+
+  HttpClient client(w.BaseUrl(), secret, std::chrono::seconds(10));
+  auto retry = client.Request("POST", "/v1/jobs", body, "application/json",
+                              {{"Idempotency-Key", "k-1"}});
+  ASSERT_TRUE(retry.ok());
+  EXPECT_EQ(retry->status, 200) << retry->body;
+  EXPECT_EQ(count(), 1u) << "the retry created a second job";
+  // The same key with another body is refused, not silently answered with the first job.
+  Json other{{"name", "different"}, {"run", "true"}, {"resources", {{"cpus", 1}}}};
+  auto clash = client.Request("POST", "/v1/jobs", DumpJson(Json{{"spec", other}, {"queue", true}}),
+                              "application/json", {{"Idempotency-Key", "k-1"}});
+  ASSERT_TRUE(clash.ok());
+  EXPECT_EQ(clash->status, 422) << clash->body;
+  // Keys belong to an account: another account's same key is a new submission.
+  HttpClient team(w.BaseUrl(), w.secret_[testing::kTeam], std::chrono::seconds(10));
+  auto theirs = team.Request("POST", "/v1/jobs", body, "application/json",
+                             {{"Idempotency-Key", "k-1"}});
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_EQ(theirs->status, 201) << theirs->body;
+  EXPECT_EQ(count(), 1u);
+}
+
+TEST(ApiLimitsTest, ProvidersCannotDeclareAbsurdPricesOrNames) {
+  auto hello = [&](double price, std::string name) {
+    Json h{{"type", "hello"},
+           {"name", name},
+           {"inventory", {{"hostname", "x"}, {"cpu_cores", 2}, {"memory_mib", 1024}}},
+           {"price_per_cpu_hour", price}};
+    return proto::HelloFromJson(h).status();
+  };
+  EXPECT_TRUE(hello(0.5, "fine").ok());
+  Status huge = hello(1e308, "fine");
+  EXPECT_FALSE(huge.ok());
+  EXPECT_NE(huge.message().find("price_per_cpu_hour"), std::string::npos);
+  Status long_name = hello(0.5, std::string(3 << 20, 'n'));
+  EXPECT_FALSE(long_name.ok());
+  EXPECT_NE(long_name.message().find("name"), std::string::npos);
+}
+
+TEST(ApiLimitsTest, QuotaOnUnfinishedJobsPerAccount) {
+  CoreOptions opt;
+  opt.max_active_jobs_per_account = 2;
+  World w(opt);
+  w.Build();
+  if (::testing::Test::HasFatalFailure()) return;
+  Json spec{{"name", "q"}, {"run", "true"}, {"resources", {{"cpus", 1}}}};
+  const std::string body = DumpJson(Json{{"spec", spec}, {"queue", true}});
+  EXPECT_EQ(w.Call(testing::kOther, "POST", "/v1/jobs", body).status, 201);
+  EXPECT_EQ(w.Call(testing::kOther, "POST", "/v1/jobs", body).status, 201);
+  auto third = w.Call(testing::kOther, "POST", "/v1/jobs", body);
+  EXPECT_EQ(third.status, 429);
+  EXPECT_NE(third.body.find("quota"), std::string::npos) << third.body;
+}
+
+}  // namespace
+}  // namespace sluice::server
