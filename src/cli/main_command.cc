@@ -110,6 +110,12 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1048576.0))
       ->capture_default_str();
   server
+      ->add_option("--upload-grace-hours", sopt.upload_grace_hours,
+                   "Uploads nothing references (a workdir never submitted, checkpoint chunks "
+                   "without a manifest) are deleted once this old")
+      ->check(CLI::Range(0.01, 24.0 * 365))
+      ->capture_default_str();
+  server
       ->add_option("--refusals-per-second", sopt.refusals_per_second,
                    "Refused requests (bad or missing tokens) one client address may make per "
                    "second before it gets 429s")

@@ -184,7 +184,7 @@ Result<std::unique_ptr<Accounts>> Accounts::Bootstrap(store::Store* store,
   for (const auto& t : batch.tokens) a->IndexLocked(t);
   for (const auto& m : members) a->teams_[m.team].insert(m.account_id);
   for (const auto& u : uploads) {
-    if (a->blob_owners_.insert({u.account_id, u.digest}).second) {
+    if (a->blob_owners_.emplace(std::pair{u.account_id, u.digest}, u).second) {
       a->blob_bytes_[u.account_id] += static_cast<uint64_t>(u.size);
     }
   }
@@ -498,7 +498,7 @@ Status Accounts::RecordBlobOwner(const store::BlobOwner& row) {
   store::WriteBatch batch;
   batch.blob_owners.push_back(row);
   SLUICE_RETURN_IF_ERROR(store_->Write(batch));
-  blob_owners_.insert({row.account_id, row.digest});
+  blob_owners_.emplace(std::pair{row.account_id, row.digest}, row);
   blob_bytes_[row.account_id] += static_cast<uint64_t>(row.size);
   return Status::Ok();
 }
@@ -506,6 +506,30 @@ Status Accounts::RecordBlobOwner(const store::BlobOwner& row) {
 bool Accounts::OwnsBlob(const std::string& owner, const std::string& digest) const {
   std::lock_guard<std::mutex> lock(mu_);
   return blob_owners_.count({owner, digest}) > 0;
+}
+
+std::vector<store::BlobOwner> Accounts::Uploads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<store::BlobOwner> out;
+  out.reserve(blob_owners_.size());
+  for (const auto& [key, row] : blob_owners_) out.push_back(row);
+  return out;
+}
+
+Status Accounts::DropUploads(const std::vector<store::BlobOwner>& rows) {
+  if (rows.empty()) return Status::Ok();
+  std::lock_guard<std::mutex> lock(mu_);
+  store::WriteBatch batch;
+  batch.dropped_blob_owners = rows;
+  SLUICE_RETURN_IF_ERROR(store_->Write(batch));
+  for (const auto& r : rows) {
+    auto it = blob_owners_.find({r.account_id, r.digest});
+    if (it == blob_owners_.end()) continue;
+    uint64_t& bytes = blob_bytes_[r.account_id];
+    bytes -= std::min(bytes, static_cast<uint64_t>(it->second.size));
+    blob_owners_.erase(it);
+  }
+  return Status::Ok();
 }
 
 uint64_t Accounts::BlobBytesOf(const std::string& owner) const {

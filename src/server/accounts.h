@@ -117,6 +117,10 @@ class Accounts {
   Status RecordBlobOwner(const store::BlobOwner& row);
   bool OwnsBlob(const std::string& owner, const std::string& digest) const;
   uint64_t BlobBytesOf(const std::string& owner) const;
+  // Every upload row (the garbage collector's input, server/upload_gc.h).
+  std::vector<store::BlobOwner> Uploads() const;
+  // Forgets upload rows (their blobs were deleted): committed, then applied.
+  Status DropUploads(const std::vector<store::BlobOwner>& rows);
 
   const std::string& admin_account_id() const { return admin_id_; }
   const std::string& builtin_provider_id() const { return provider_id_; }
@@ -135,7 +139,7 @@ class Accounts {
   std::map<std::string, store::TokenRecord> tokens_;               // by token id
   std::unordered_map<std::string, std::string> token_by_hash_;     // sha256 -> token id
   std::map<std::string, std::set<std::string>> teams_;             // team -> account ids
-  std::set<std::pair<std::string, std::string>> blob_owners_;      // (owner, digest)
+  std::map<std::pair<std::string, std::string>, store::BlobOwner> blob_owners_;  // (owner, digest)
   std::map<std::string, uint64_t> blob_bytes_;                     // owner -> bytes
 };
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "server/api_test_world.h"
+#include "server/upload_gc.h"
 
 namespace sluice::server {
 namespace {
@@ -186,6 +187,38 @@ TEST(ApiLimitsTest, QuotaOnUnfinishedJobsPerAccount) {
   auto third = w.Call(testing::kOther, "POST", "/v1/jobs", body);
   EXPECT_EQ(third.status, 429);
   EXPECT_NE(third.body.find("quota"), std::string::npos) << third.body;
+}
+
+TEST(ApiLimitsTest, UnreferencedUploadsAreCollectedAfterTheGrace) {
+  World w;
+  w.Build();
+  if (::testing::Test::HasFatalFailure()) return;
+  const std::string abandoned = "a workdir nobody submitted";
+  const std::string digest = Sha256Hex(abandoned);
+  ASSERT_EQ(w.Call(testing::kOther, "PUT", "/v1/blobs/" + digest, abandoned).status, 201);
+  const std::string bob = w.ids_["bob"];
+  EXPECT_EQ(w.accounts_->BlobBytesOf(bob), abandoned.size());
+  const int64_t grace = 3600'000;
+  // Young uploads are kept, referenced or not.
+  auto early = CollectUnreferencedUploads(w.accounts_.get(), w.core_.get(), &w.blobs_,
+                                          w.clock_.NowMillis(), grace);
+  ASSERT_TRUE(early.ok());
+  EXPECT_EQ(early->blobs_deleted, 0);
+  EXPECT_TRUE(w.blobs_.Has(digest));
+  w.clock_.Advance(grace + 1);
+  auto late = CollectUnreferencedUploads(w.accounts_.get(), w.core_.get(), &w.blobs_,
+                                         w.clock_.NowMillis(), grace);
+  ASSERT_TRUE(late.ok()) << late.status().ToString();
+  EXPECT_EQ(late->blobs_deleted, 1);
+  EXPECT_FALSE(w.blobs_.Has(digest));
+  EXPECT_EQ(w.accounts_->BlobBytesOf(bob), 0u);
+  // The running job's workdir is referenced: kept, and still counted for its owner.
+  EXPECT_TRUE(w.blobs_.Has(w.blob_));
+  EXPECT_GT(w.accounts_->BlobBytesOf(w.ids_["alice"]), 0u);
+  // The rows are gone from the store too.
+  auto rows = w.store_->LoadBlobOwners();
+  ASSERT_TRUE(rows.ok());
+  for (const auto& r : *rows) EXPECT_NE(r.digest, digest);
 }
 
 }  // namespace

@@ -169,6 +169,31 @@ bool ServerCore::NodeNeedsBlob(const std::string& node_id, const std::string& di
   return false;
 }
 
+std::set<std::string> ServerCore::ReferencedBlobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> used;
+  for (const auto& [id, js] : jobs_) {
+    if (!js.record.workdir_blob.empty()) used.insert(js.record.workdir_blob);
+    if (!js.record.checkpoint.empty()) used.insert(js.record.checkpoint);
+  }
+  std::set<std::string> manifests;
+  for (const auto& [job, kept] : checkpoints_) {
+    for (const auto& c : kept) manifests.insert(c.manifest);
+  }
+  for (const auto& [id, js] : jobs_) {
+    if (!js.record.checkpoint.empty()) manifests.insert(js.record.checkpoint);
+  }
+  for (const auto& [aid, att] : active_attempts_) {
+    if (!att.checkpoint_restored.empty()) manifests.insert(att.checkpoint_restored);
+  }
+  for (const auto& m : manifests) {
+    used.insert(m);
+    if (blobs_ == nullptr) continue;
+    for (auto& chunk : ManifestChunks(*blobs_, m)) used.insert(std::move(chunk));
+  }
+  return used;
+}
+
 int ServerCore::ActiveJobsOf(const std::string& account_id) {
   std::lock_guard<std::mutex> lock(mu_);
   int n = 0;

@@ -15,6 +15,7 @@
 #include "net/http_server.h"
 #include "server/api.h"
 #include "server/accounts.h"
+#include "server/upload_gc.h"
 #include "server/auth.h"
 #include "server/server_core.h"
 #include "store/blob_store.h"
@@ -229,6 +230,7 @@ int RunServer(const ServerOptions& opt) {
   }
 
   timespec tick{0, 200 * 1000 * 1000};
+  int64_t last_gc_mono = RealClock::Get()->MonotonicMillis();
   while (true) {
     int sig = sigtimedwait(&stop_signals, nullptr, &tick);
     if (sig == SIGINT || sig == SIGTERM) {
@@ -236,6 +238,22 @@ int RunServer(const ServerOptions& opt) {
       break;
     }
     core.Tick();
+    // Abandoned uploads, every ten minutes (a sweep reads every kept checkpoint manifest).
+    int64_t now_mono = RealClock::Get()->MonotonicMillis();
+    if (now_mono - last_gc_mono >= 10 * 60 * 1000) {
+      last_gc_mono = now_mono;
+      auto gc = CollectUnreferencedUploads(accounts->get(), &core, &blobs,
+                                           RealClock::Get()->NowMillis(),
+                                           static_cast<int64_t>(opt.upload_grace_hours * 3600e3));
+      if (!gc.ok()) {
+        std::fprintf(stderr, "sluice server: upload collection: %s\n",
+                     gc.status().message().c_str());
+      } else if (gc->blobs_deleted > 0) {
+        std::fprintf(stderr, "sluice server: deleted %lld unreferenced uploads (%lld bytes)\n",
+                     static_cast<long long>(gc->blobs_deleted),
+                     static_cast<long long>(gc->bytes_freed));
+      }
+    }
   }
   http.Stop();
   std::filesystem::remove(opt.data_dir + "/server.url", ec);

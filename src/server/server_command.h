@@ -27,6 +27,7 @@ struct ServerOptions {
   double max_log_mib_per_attempt = 64;
   double max_upload_gib_per_account = 50;
   double refusals_per_second = 5;  // per client address, sustained; bursts of 10x
+  double upload_grace_hours = 24;  // unreferenced uploads older than this are deleted
   // TLS (docs/design-notes.md, "TLS"; README "TLS").
   bool tls = false;                       // HTTPS/WSS with the CA generated in DATA_DIR/tls
   std::string tls_cert_file;              // the operator's chain (PEM, leaf first); implies TLS

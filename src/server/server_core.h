@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,9 @@ class ServerCore {
   // Whether an attempt active on `node_id` needs blob `digest`: its job's workdir, the checkpoint
   // manifest it restores, or a chunk of that manifest.
   bool NodeNeedsBlob(const std::string& node_id, const std::string& digest);
+  // Every blob something still needs: jobs' workdirs, kept checkpoint manifests and their chunks,
+  // the manifests active attempts restore (server/upload_gc.h keeps these).
+  std::set<std::string> ReferencedBlobs();
   // Jobs (not finished) of an account, for quotas.
   int ActiveJobsOf(const std::string& account_id);
   Result<JobDetail> GetJob(const std::string& id);

@@ -264,8 +264,9 @@ struct WriteBatch {
   std::vector<IdempotencyRecord> idempotency{};  // inserted; an existing key fails the batch
   std::vector<BlobOwner> blob_owners{};          // upsert by (digest, account_id)
   std::vector<LogTrim> log_trims{};              // applied before `logs`
+  std::vector<BlobOwner> dropped_blob_owners{};  // deleted by (digest, account_id)
   bool empty() const {
-    return log_trims.empty() && accounts.empty() && team_members.empty() && idempotency.empty() &&
+    return log_trims.empty() && dropped_blob_owners.empty() && accounts.empty() && team_members.empty() && idempotency.empty() &&
            blob_owners.empty() && tokens.empty() && nodes.empty() && jobs.empty() && attempts.empty() && events.empty() &&
            logs.empty() && catalogs.empty() && checkpoints.empty() && dropped_checkpoints.empty() &&
            deleted_jobs.empty() && snapshots.empty() && uptime.empty() && audit.empty();

@@ -136,6 +136,8 @@ constexpr const char* kExpireIdempotency = "DELETE FROM idempotency_keys WHERE c
 constexpr const char* kUpsertBlobOwner =
     "INSERT INTO blob_owners (digest, account_id, size, created_ms) VALUES (?, ?, ?, ?) "
     "ON CONFLICT (digest, account_id) DO UPDATE SET size = excluded.size";
+constexpr const char* kDeleteBlobOwner =
+    "DELETE FROM blob_owners WHERE digest = ? AND account_id = ?";
 constexpr const char* kSelectBlobOwners =
     "SELECT digest, account_id, size, created_ms FROM blob_owners ORDER BY created_ms, rowid";
 constexpr const char* kUpsertNode =
@@ -720,6 +722,12 @@ class SqliteStore final : public Store {
       Query q(db_, s);
       q.Text(o.digest).Text(o.account_id).Int(o.size).Int(o.created_ms);
       SLUICE_RETURN_IF_ERROR(q.Run("write blob owner " + o.digest));
+    }
+    for (const BlobOwner& o : b.dropped_blob_owners) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kDeleteBlobOwner));
+      Query q(db_, s);
+      q.Text(o.digest).Text(o.account_id);
+      SLUICE_RETURN_IF_ERROR(q.Run("drop blob owner " + o.digest));
     }
     for (const TokenRecord& t : b.tokens) {
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertToken));
