@@ -466,7 +466,7 @@ TEST_F(E2ETest, RequestsWithoutAValidTokenAreRefused) {
   auto join = RunCommand({SluiceBinary(), "jobs"}, {{"SLUICE_SERVER", cluster_.url()},
                                                     {"SLUICE_TOKEN", cluster_.join_token()}});
   EXPECT_EQ(join.exit_code, 1);
-  EXPECT_TRUE(Contains(join.err, "admin")) << join.err;
+  EXPECT_TRUE(Contains(join.err, "join token")) << join.err;
   // An agent with a wrong join token is refused and exits.
   std::string bad_token = cluster_.WriteFile("bad.token", "sluice_join_wrong\n");
   Daemon agent({SluiceBinary(), "agent", "--server", cluster_.url(), "--join-token-file", bad_token,

@@ -178,7 +178,7 @@ TEST_F(TrustE2ETest, AuditLogRecordsMutationsWithoutSecrets) {
   EXPECT_TRUE(Contains(csv.out, "id,ts_ms,actor,source,action,target,status,params")) << csv.out;
   EXPECT_TRUE(Contains(csv.out, ",POST /v1/jobs,job-")) << csv.out;
   EXPECT_TRUE(Contains(csv.out, "127.0.0.1:")) << csv.out;
-  EXPECT_TRUE(Contains(csv.out, "admin-")) << csv.out;
+  EXPECT_TRUE(Contains(csv.out, "admin (tok-")) << csv.out;  // the account and its token id
   EXPECT_TRUE(Contains(csv.out, "WANDB_API_KEY")) << csv.out;
   EXPECT_FALSE(Contains(csv.out, "s3cr3t-value")) << csv.out;
   EXPECT_FALSE(Contains(csv.out, "GET /v1/")) << "reads are not mutations";

@@ -199,17 +199,23 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     call.params = std::move(params);
     break;
   }
-  if (call.route == nullptr && !path_known) {
-    return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
-  }
-  if (call.route == nullptr) {
-    return JsonResponse(
-        405, Json{{"error",
-                   {{"code", "METHOD_NOT_ALLOWED"},
-                    {"message", req.method + " is not allowed on " + req.path}}}});
-  }
-  if (call.route->access != Access::kPublic) {
+  const bool is_public = call.route != nullptr && call.route->access == Access::kPublic;
+  if (!is_public) {
+    // Authenticated before anything else, so an anonymous caller learns nothing, not even
+    // which paths exist.
     call.who = accounts_->Authenticate(req.Header("authorization"));
+  }
+  auto unknown_route = [&]() -> std::optional<HttpResponse> {
+    if (call.route != nullptr) return std::nullopt;
+    if (!path_known) return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
+    return JsonResponse(405, Json{{"error",
+                                   {{"code", "METHOD_NOT_ALLOWED"},
+                                    {"message", req.method + " is not allowed on " + req.path}}}});
+  };
+  if (is_public || call.who.authenticated()) {
+    if (auto r = unknown_route()) return *r;
+  }
+  if (!is_public) {
     auto refuse = [&](const Status& s) {
       CountRefusal(req);
       if (!limiter_.Allow(req.remote_addr)) {
@@ -229,6 +235,12 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
                             ? "missing bearer token (set SLUICE_TOKEN or pass --token)"
                             : "invalid bearer token (" + call.who.refusal + ")";
       return refuse(Status::Unauthenticated(why));
+    }
+    if (!ScopeAllows(call.who, *call.route) && call.who.scope == Scope::kJoin) {
+      return refuse(Status::PermissionDenied(
+          "this is a join token: it only enrols nodes (sluice agent --join-token-file); use an "
+          "account token for " + req.method + " " + req.path +
+          " (admin.token, or one from `sluice token create`)"));
     }
     if (!ScopeAllows(call.who, *call.route)) {
       return refuse(Status::PermissionDenied("this token's scope (" +
