@@ -437,8 +437,17 @@ def check_sluice(path):
                          f"does not implement `server` yet:\n{r.stdout.strip()[:1000]}", code=2)
 
 
+# Sluice profiles (issue 10), each on a fresh server:
+#   admin: plain HTTP, the admin token (what earlier runs measured)
+#   user:  plain HTTP, a user account's token made with `sluice account create` (every request
+#          is checked against the job's owner)
+#   tls:   `sluice server --tls`, the same user token, the CLI pinning the generated CA
+SLUICE_PROFILES = ("admin", "user", "tls")
+
+
 class Sluice:
-    def __init__(self, path, procs, keep_tmp=False):
+    def __init__(self, path, procs, keep_tmp=False, profile="admin"):
+        self.profile = profile
         self.path = path
         self.procs = procs
         self.keep_tmp = keep_tmp
@@ -460,8 +469,9 @@ class Sluice:
 
     def start(self):
         lg = lambda n: open(os.path.join(self.d, f"{n}.log"), "w")
+        extra = ["--tls"] if self.profile == "tls" else []
         self.procs.start("server", [self.path, "server", "--listen", "127.0.0.1:0",
-                                    "--data-dir", self.server_dir],
+                                    "--data-dir", self.server_dir] + extra,
                          stdout=lg("server"), stderr=subprocess.STDOUT)
         url_file = os.path.join(self.server_dir, "server.url")
 
@@ -478,16 +488,29 @@ class Sluice:
         join = os.path.join(self.server_dir, "join.token")
         wait_for(lambda: os.path.exists(tok) and os.path.exists(join), 10,
                  "admin.token and join.token")
+        # The whole token file: the secret and, with --tls, the CA pin the CLI verifies against.
         with open(tok) as f:
             self.env = dict(os.environ, SLUICE_SERVER=self.url, SLUICE_TOKEN=f.read().strip())
-        log(f"sluice: server at {self.url}")
+        if self.profile in ("user", "tls"):
+            user_tok = os.path.join(self.d, "bench-user.token")
+            r = subprocess.run([self.path, "account", "create", "bench", "--out", user_tok],
+                               env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=30)
+            if r.returncode != 0:
+                raise BenchError(f"sluice account create failed: {r.stdout[-1000:]}", code=2)
+            admin_env = self.env
+            self.env = dict(os.environ, SLUICE_SERVER=self.url, SLUICE_TOKEN_FILE=user_tok)
+            self.env.pop("SLUICE_TOKEN", None)
+        else:
+            admin_env = self.env
+        log(f"sluice ({self.profile}): server at {self.url}")
         self.procs.start("agent", [self.path, "agent", "--server", self.url,
                                    "--join-token-file", join, "--data-dir", self.agent_dir],
                          stdout=lg("agent"), stderr=subprocess.STDOUT)
 
         def online():
             self._check_alive()
-            r = subprocess.run([self.path, "nodes", "--json"], env=self.env,
+            r = subprocess.run([self.path, "nodes", "--json"], env=admin_env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                timeout=10)
             if r.returncode != 0:
@@ -562,8 +585,8 @@ class Sluice:
             log(f"sluice: kept {self.d}")
 
 
-def bench_sluice(args, procs):
-    s = Sluice(args.sluice, procs, keep_tmp=args.keep_tmp)
+def bench_sluice(args, procs, profile="admin"):
+    s = Sluice(args.sluice, procs, keep_tmp=args.keep_tmp, profile=profile)
     try:
         s.start()
         for i in range(args.warmup):
@@ -572,7 +595,7 @@ def bench_sluice(args, procs):
         for i in range(args.sluice_jobs):
             samples.append(s.one_job(i, args.job_deadline))
             if (i + 1) % 50 == 0:
-                log(f"sluice: {i + 1}/{args.sluice_jobs} jobs")
+                log(f"sluice ({profile}): {i + 1}/{args.sluice_jobs} jobs")
         return samples
     finally:
         procs.stop_all()
@@ -604,6 +627,10 @@ def main():
                     help="untimed jobs per system before measuring (default 1)")
     ap.add_argument("--job-deadline", type=float, default=60.0,
                     help="seconds one job may take to start/finish before it is an error")
+    ap.add_argument("--sluice-profiles", default=",".join(SLUICE_PROFILES),
+                    help="Sluice profiles to measure, each on a fresh server: admin (admin "
+                    "token, plain HTTP), user (a user account's token), tls (--tls, user token); "
+                    "default all; the target is judged on the last one listed")
     ap.add_argument("--only", choices=["slurm", "sluice"],
                     help="measure one side only (debugging; no ratio, target not judged)")
     ap.add_argument("--no-install", action="store_true",
@@ -635,8 +662,15 @@ def main():
                 result[key]["config"] = conf
                 result[key]["measure"] = "t0 before sbatch exec -> job's own `date +%s.%N`"
         if args.only != "slurm":
-            sl = bench_sluice(args, procs)
-            result["sluice"] = summarize(sl)
+            profiles = [p for p in args.sluice_profiles.split(",") if p]
+            for prof in profiles:
+                if prof not in SLUICE_PROFILES:
+                    raise BenchError(f"--sluice-profiles: unknown profile {prof!r}", code=2)
+            for prof in profiles:
+                sl = bench_sluice(args, procs, prof)
+                result[f"sluice_{prof}"] = summarize(sl)
+            # The target is judged on the last profile (by default: a user account over TLS).
+            result["sluice"] = dict(result[f"sluice_{profiles[-1]}"], profile=profiles[-1])
             result["sluice"]["measure"] = ("t0 before `sluice run --follow` exec -> first "
                                            "job output line read from CLI stdout")
     except BenchError as e:
@@ -652,8 +686,19 @@ def main():
 
     print("submit-to-start latency, sequential trivial jobs, localhost "
           f"({os.cpu_count()} CPUs)")
+    for prof in SLUICE_PROFILES:
+        if f"sluice_{prof}" in result:
+            print(fmt(f"s:{prof}", result[f"sluice_{prof}"]))
+    if "sluice_admin" in result and "sluice_user" in result:
+        d = result["sluice_user"]["p50_ms"] - result["sluice_admin"]["p50_ms"]
+        result["added_p50_ms_user_account"] = d
+        print(f"        added p50, user account vs admin token: {d:+.2f} ms")
+    if "sluice_user" in result and "sluice_tls" in result:
+        d = result["sluice_tls"]["p50_ms"] - result["sluice_user"]["p50_ms"]
+        result["added_p50_ms_tls"] = d
+        print(f"        added p50, TLS vs plain HTTP (same user token): {d:+.2f} ms")
     if "sluice" in result:
-        print(fmt("sluice", result["sluice"]))
+        print(f"        judged: sluice = the {result['sluice'].get('profile')} profile")
     for key in ("slurm", "slurm_tuned"):
         if key not in result:
             continue
