@@ -224,6 +224,14 @@ Result<int64_t> ServerCore::EnforceLogQuotaLocked(const st::AttemptRecord& att,
   if (held > 0) {
     auto point = store_->FindLogTrim(att.id, std::min(to_free, held));
     if (!point.ok() && point.status().code() != StatusCode::kNotFound) return point.status();
+    if (!point.ok() && !batch.logs.empty()) {
+      // Fewer bytes stored than counted: drop every stored line (their seqs all precede this
+      // message's), never the new ones for want of old ones.
+      cut_seq = batch.logs.front().seq;
+      dropped_bytes += held;
+      to_free -= held;
+      held = 0;
+    }
     if (point.ok()) {
       cut_seq = point->before_seq;
       dropped_lines += point->lines;
