@@ -24,7 +24,8 @@ class TenancyE2ETest : public ::testing::Test {
   CommandResult As(const std::string& token_file, std::vector<std::string> args) {
     std::vector<std::string> argv{SluiceBinary()};
     argv.insert(argv.end(), args.begin(), args.end());
-    return RunCommand(argv, {{"SLUICE_SERVER", cluster_.url()}, {"SLUICE_TOKEN_FILE", token_file},
+    return RunCommand(argv, {{"SLUICE_SERVER", cluster_.url()},
+                             {"SLUICE_TOKEN_FILE", token_file},
                              {"SLUICE_DATA_DIR", cluster_.dir() + "/nowhere"}});
   }
   Cluster cluster_;
@@ -41,9 +42,10 @@ TEST_F(TenancyE2ETest, UsersSeeOnlyTheirOwnJobsAndTokensAreScoped) {
   EXPECT_TRUE(Contains(who.out, "alice")) << who.out;
   EXPECT_TRUE(Contains(who.out, "user")) << who.out;
 
-  std::string spec = cluster_.WriteFile(
-      "secret.yaml", "name: secret\nresources: {cpus: 1}\nenv: {MYSECRET: hunter2}\n"
-                     "run: echo done\n");
+  std::string spec =
+      cluster_.WriteFile("secret.yaml",
+                         "name: secret\nresources: {cpus: 1}\nenv: {MYSECRET: hunter2}\n"
+                         "run: echo done\n");
   CommandResult run = As(alice, {"run", spec, "--follow"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   CommandResult mine = As(alice, {"jobs", "--json"});
@@ -64,9 +66,9 @@ TEST_F(TenancyE2ETest, UsersSeeOnlyTheirOwnJobsAndTokensAreScoped) {
 
   // A read-only token reads but cannot act; a revoked one does nothing at all.
   const std::string ro = cluster_.dir() + "/alice-ro.token";
-  ASSERT_EQ(As(alice, {"token", "create", "--scope", "read", "--name", "dash", "--out", ro})
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      As(alice, {"token", "create", "--scope", "read", "--name", "dash", "--out", ro}).exit_code,
+      0);
   EXPECT_EQ(As(ro, {"job", id}).exit_code, 0);
   CommandResult ro_delete = As(ro, {"delete", id});
   EXPECT_NE(ro_delete.exit_code, 0);
@@ -98,7 +100,8 @@ TEST_F(TenancyE2ETest, UsersSeeOnlyTheirOwnJobsAndTokensAreScoped) {
 }
 
 TEST_F(TenancyE2ETest, ASubmitRetriedAcrossAServerOutageMakesExactlyOneJob) {
-  std::string spec = cluster_.WriteFile("once.yaml", "name: once\nresources: {cpus: 1}\nrun: true\n");
+  std::string spec =
+      cluster_.WriteFile("once.yaml", "name: once\nresources: {cpus: 1}\nrun: true\n");
   cluster_.KillServer(SIGKILL);
   // `sluice run` against a server that is down retries with one Idempotency-Key.
   Daemon cli({SluiceBinary(), "run", spec, "--detach"},

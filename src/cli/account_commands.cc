@@ -85,11 +85,12 @@ int WhoamiCommand(const GlobalFlags& g) {
     return 0;
   }
   std::string teams;
-  for (const auto& t : (*resp)["teams"]) teams += (teams.empty() ? "" : ", ") + t.get<std::string>();
+  for (const auto& t : (*resp)["teams"])
+    teams += (teams.empty() ? "" : ", ") + t.get<std::string>();
   std::cout << "account " << resp->value("account", "") << " (" << resp->value("account_id", "")
-            << ")\nrole    " << resp->value("role", "") << "\nscope   "
-            << resp->value("scope", "") << "\ntoken   " << resp->value("token_id", "")
-            << "\nteams   " << (teams.empty() ? "-" : teams) << "\n";
+            << ")\nrole    " << resp->value("role", "") << "\nscope   " << resp->value("scope", "")
+            << "\ntoken   " << resp->value("token_id", "") << "\nteams   "
+            << (teams.empty() ? "-" : teams) << "\n";
   return 0;
 }
 
@@ -129,11 +130,11 @@ int AccountListCommand(const GlobalFlags& g) {
 int AccountDisableCommand(const GlobalFlags& g, const std::string& name, bool disable) {
   auto api = Connect(g);
   if (!api.ok()) return Fail(api.status());
-  auto resp = (*api)->Post("/v1/accounts/" + name + (disable ? "/disable" : "/enable"),
-                           Json::object());
+  auto resp =
+      (*api)->Post("/v1/accounts/" + name + (disable ? "/disable" : "/enable"), Json::object());
   if (!resp.ok()) return Fail(resp.status());
-  std::cout << "account " << name << (disable ? " disabled: its tokens and nodes stop working\n"
-                                              : " enabled\n");
+  std::cout << "account " << name
+            << (disable ? " disabled: its tokens and nodes stop working\n" : " enabled\n");
   return 0;
 }
 

@@ -204,8 +204,8 @@ int RunCommand(const GlobalFlags& g, const RunFlags& f) {
   // One key per `sluice run`: if the server dies mid-submit, the retry returns the job the first
   // attempt created instead of a second one.
   const std::string key = "run-" + RandomHex(16);
-  auto resp = (*api)->PostIdempotent(
-      "/v1/jobs", body, key, std::chrono::seconds(60), [&](const Status& s) {
+  auto resp =
+      (*api)->PostIdempotent("/v1/jobs", body, key, std::chrono::seconds(60), [&](const Status& s) {
         if (!g.json) {
           std::fprintf(stderr, "sluice: submit: %s; retrying with the same Idempotency-Key\n",
                        s.message().c_str());

@@ -472,8 +472,9 @@ int Main(int argc, char** argv) {
   acct_enable->callback([&] { rc = AccountDisableCommand(g, acct_name, false); });
 
   auto* token_cmd = app.add_subcommand(
-      "token", "API tokens: scoped (full, read, metrics), expiring, revocable; listed without "
-               "their secrets");
+      "token",
+      "API tokens: scoped (full, read, metrics), expiring, revocable; listed without "
+      "their secrets");
   token_cmd->require_subcommand(1);
   TokenFlags tf;
   auto* tok_create = token_cmd->add_subcommand(
@@ -482,11 +483,13 @@ int Main(int argc, char** argv) {
   tok_create->add_option("--scope", tf.scope, "full, read (GET only) or metrics")
       ->check(CLI::IsMember({"full", "read", "metrics"}))
       ->capture_default_str();
-  tok_create->add_option("--kind", tf.kind,
-                         "api, or join (a provider's: enrols new nodes with `sluice agent`)")
+  tok_create
+      ->add_option("--kind", tf.kind,
+                   "api, or join (a provider's: enrols new nodes with `sluice agent`)")
       ->check(CLI::IsMember({"api", "join"}))
       ->capture_default_str();
-  tok_create->add_option("--ttl", tf.ttl, "Expires after this long: 90d, 12h, 30m (default: never)");
+  tok_create->add_option("--ttl", tf.ttl,
+                         "Expires after this long: 90d, 12h, 30m (default: never)");
   tok_create->add_option("--account", tf.account, "Admins: mint for this account");
   tok_create->add_option("--out", tf.out,
                          "Write a token file (mode 0600, with the server's URL and CA pin) "

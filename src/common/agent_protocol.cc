@@ -83,12 +83,11 @@ Result<Hello> HelloFromJson(const Json& j) {
   }
   // Bounds a provider cannot pass (issue 10 item 5): a price of 1e308 or a 3 MB name would
   // otherwise reach every listing and every cost estimate.
-  for (auto [field, v] : {std::pair{"price_per_gpu_hour", m.price_per_gpu_hour},
-                          std::pair{"price_per_cpu_hour", m.price_per_cpu_hour},
-                          std::pair{"interruptible_price_per_gpu_hour",
-                                    m.interruptible_price_per_gpu_hour},
-                          std::pair{"interruptible_price_per_cpu_hour",
-                                    m.interruptible_price_per_cpu_hour}}) {
+  for (auto [field, v] :
+       {std::pair{"price_per_gpu_hour", m.price_per_gpu_hour},
+        std::pair{"price_per_cpu_hour", m.price_per_cpu_hour},
+        std::pair{"interruptible_price_per_gpu_hour", m.interruptible_price_per_gpu_hour},
+        std::pair{"interruptible_price_per_cpu_hour", m.interruptible_price_per_cpu_hour}}) {
     if (!std::isfinite(v) || v > kMaxPricePerHour) {
       return Status::InvalidArgument(std::string(field) + ": expected a price from 0 to " +
                                      std::to_string(static_cast<int>(kMaxPricePerHour)) +
@@ -97,8 +96,7 @@ Result<Hello> HelloFromJson(const Json& j) {
   }
   if (m.node_id.size() > 64) return Status::InvalidArgument("node_id: at most 64 characters");
   if (m.name.size() > kMaxNodeNameBytes) {
-    return Status::InvalidArgument("name: at most " + std::to_string(kMaxNodeNameBytes) +
-                                   " bytes");
+    return Status::InvalidArgument("name: at most " + std::to_string(kMaxNodeNameBytes) + " bytes");
   }
   SLUICE_ASSIGN_OR_RETURN(m.region, GetStringOr(j, "region", ""));
   if (m.region.size() > 64) return Status::InvalidArgument("region: at most 64 bytes");

@@ -31,7 +31,9 @@ Scope ScopeOf(const std::string& s) {
   return Scope::kFull;
 }
 
-std::string NewSecret(std::string_view kind) { return "sluice_" + std::string(kind) + "_" + RandomHex(24); }
+std::string NewSecret(std::string_view kind) {
+  return "sluice_" + std::string(kind) + "_" + RandomHex(24);
+}
 
 }  // namespace
 
@@ -127,8 +129,8 @@ Result<std::unique_ptr<Accounts>> Accounts::Bootstrap(store::Store* store,
     batch.accounts.push_back(admin);
   }
   if (a->provider_id_.empty()) {
-    store::AccountRecord prov{"acct-" + RandomHex(6), "provider", "provider", false, now,
-                              a->admin_id_};
+    store::AccountRecord prov{
+        "acct-" + RandomHex(6), "provider", "provider", false, now, a->admin_id_};
     a->provider_id_ = prov.id;
     batch.accounts.push_back(prov);
   }
@@ -170,8 +172,7 @@ Result<std::unique_ptr<Accounts>> Accounts::Bootstrap(store::Store* store,
       rec.scope = f.scope;
       rec.name = f.file;
       TokenFile file{secret, ca_sha256, ""};
-      SLUICE_RETURN_IF_ERROR(
-          WriteFileAtomic(data_dir + "/" + f.file, FormatTokenFile(file), 0600));
+      SLUICE_RETURN_IF_ERROR(WriteFileAtomic(data_dir + "/" + f.file, FormatTokenFile(file), 0600));
       minted.push_back(rec);
     }
     // Files first, then hashes: a crash in between leaves no hash whose secret was never written.
@@ -279,8 +280,8 @@ Result<store::AccountRecord> Accounts::CreateAccount(const std::string& name, Ro
     return Status::ResourceExhausted("this server holds its maximum of " +
                                      std::to_string(kMaxAccounts) + " accounts");
   }
-  store::AccountRecord rec{"acct-" + RandomHex(6), name, std::string(Name(role)), false,
-                           clock_->NowMillis(), creator_id};
+  store::AccountRecord rec{"acct-" + RandomHex(6), name,      std::string(Name(role)), false,
+                           clock_->NowMillis(),    creator_id};
   store::WriteBatch batch;
   batch.accounts.push_back(rec);
   SLUICE_RETURN_IF_ERROR(store_->Write(batch));

@@ -32,8 +32,8 @@ namespace sluice::server {
 enum class Role { kNone, kAdmin, kUser, kProvider, kNode };
 enum class Scope { kFull, kRead, kMetrics, kJoin, kNode };
 
-std::string_view Name(Role r);   // "admin", "user", "provider", "node", "none"
-std::string_view Name(Scope s);  // "full", "read", "metrics", "join", "node"
+std::string_view Name(Role r);                      // "admin", "user", "provider", "node", "none"
+std::string_view Name(Scope s);                     // "full", "read", "metrics", "join", "node"
 Result<Role> ParseAccountRole(std::string_view s);  // admin | user | provider
 Result<Scope> ParseTokenScope(std::string_view s);  // full | read | metrics
 
@@ -135,12 +135,12 @@ class Accounts {
   mutable std::mutex mu_;
   std::string admin_id_, provider_id_;  // constant after Bootstrap
   // Guarded by mu_.
-  std::map<std::string, store::AccountRecord> accounts_;           // by id
-  std::map<std::string, store::TokenRecord> tokens_;               // by token id
-  std::unordered_map<std::string, std::string> token_by_hash_;     // sha256 -> token id
-  std::map<std::string, std::set<std::string>> teams_;             // team -> account ids
+  std::map<std::string, store::AccountRecord> accounts_;        // by id
+  std::map<std::string, store::TokenRecord> tokens_;            // by token id
+  std::unordered_map<std::string, std::string> token_by_hash_;  // sha256 -> token id
+  std::map<std::string, std::set<std::string>> teams_;          // team -> account ids
   std::map<std::pair<std::string, std::string>, store::BlobOwner> blob_owners_;  // (owner, digest)
-  std::map<std::string, uint64_t> blob_bytes_;                     // owner -> bytes
+  std::map<std::string, uint64_t> blob_bytes_;                                   // owner -> bytes
 };
 
 // Account and team names: 1..64 of [a-z0-9._-], starting with a letter or digit.

@@ -156,7 +156,8 @@ TEST_F(AccountsTest, BadInputIsRefusedWithTheField) {
   auto join = accounts_->CreateToken(dave->id, "join", Scope::kFull, "", 0);
   ASSERT_FALSE(join.ok());
   EXPECT_NE(join.status().message().find("provider"), std::string::npos);
-  EXPECT_FALSE(accounts_->CreateToken(dave->id, "api", Scope::kFull, std::string(200, 'x'), 0).ok());
+  EXPECT_FALSE(
+      accounts_->CreateToken(dave->id, "api", Scope::kFull, std::string(200, 'x'), 0).ok());
   EXPECT_FALSE(accounts_->CreateToken(dave->id, "api", Scope::kFull, "", -1).ok());
   EXPECT_FALSE(accounts_->SetDisabled("admin", true).ok());
 }
@@ -180,8 +181,8 @@ class FailingStore : public store::Store {
     return inner_->LoadTeamMembers();
   }
   Result<std::optional<store::IdempotencyRecord>> GetIdempotencyKey(const std::string& a,
-                                                                     const std::string& k,
-                                                                     int64_t s) override {
+                                                                    const std::string& k,
+                                                                    int64_t s) override {
     return inner_->GetIdempotencyKey(a, k, s);
   }
   Result<int64_t> ExpireIdempotencyKeys(int64_t b) override {
@@ -209,13 +210,10 @@ class FailingStore : public store::Store {
   Result<store::LogTrimPoint> FindLogTrim(const std::string& a, int64_t b) override {
     return inner_->FindLogTrim(a, b);
   }
-  Result<std::vector<store::JobEvent>> ReadEvents(const std::string& j, int64_t a,
-                                                  int l) override {
+  Result<std::vector<store::JobEvent>> ReadEvents(const std::string& j, int64_t a, int l) override {
     return inner_->ReadEvents(j, a, l);
   }
-  Result<std::vector<store::CatalogFile>> LoadCatalogs() override {
-    return inner_->LoadCatalogs();
-  }
+  Result<std::vector<store::CatalogFile>> LoadCatalogs() override { return inner_->LoadCatalogs(); }
   Result<std::vector<store::CheckpointRecord>> LoadCheckpoints() override {
     return inner_->LoadCheckpoints();
   }

@@ -2,7 +2,6 @@
 // must come first (enrolment or proof of a node credential), then every later message handed to
 // the core. See docs/design-notes.md "Node identity".
 #include "server/api.h"
-
 #include "server/audit_trail.h"
 
 namespace sluice::server {
@@ -22,7 +21,7 @@ class WsLink final : public AgentLink {
 // One agent connection: the first message must be `hello`; later ones go to the core.
 struct AgentSession {
   std::shared_ptr<WsLink> link;
-  std::string node_id;  // set by hello; touched only from this connection's handler
+  std::string node_id;     // set by hello; touched only from this connection's handler
   AgentIdentity identity;  // what the upgrade request's token proved
   std::string actor;       // that token as the audit log names it (Principal::Actor)
   int errors = 0;
@@ -37,8 +36,10 @@ Result<WsHandler> Api::Upgrade(const HttpRequest& req, const std::shared_ptr<WsC
   Principal who = accounts_->Authenticate(req.Header("authorization"));
   if (!who.authenticated()) {
     CountRefusal(req);
-    return Status::Unauthenticated("the agent channel needs a provider join token or this node's "
-                                   "credential (" + who.refusal + " token)");
+    return Status::Unauthenticated(
+        "the agent channel needs a provider join token or this node's "
+        "credential (" +
+        who.refusal + " token)");
   }
   if (who.role != Role::kNode && who.scope != Scope::kJoin) {
     CountRefusal(req);

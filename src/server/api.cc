@@ -155,8 +155,8 @@ bool ScopeAllows(const Principal& who, const Api::RouteSpec& route) {
 // Whether the principal's role may use a route of this access class at all. Object checks (is
 // it this account's job or node) follow in Dispatch.
 bool RoleAllows(const Principal& who, Access access) {
-  const bool account = who.role == Role::kAdmin || who.role == Role::kUser ||
-                       who.role == Role::kProvider;
+  const bool account =
+      who.role == Role::kAdmin || who.role == Role::kUser || who.role == Role::kProvider;
   switch (access) {
     case Access::kPublic:
       return true;
@@ -219,8 +219,8 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     auto refuse = [&](const Status& s) {
       CountRefusal(req);
       if (!limiter_.Allow(req.remote_addr)) {
-        HttpResponse r = ErrorResponse(Status::ResourceExhausted(
-            "too many refused requests from this address; slow down"));
+        HttpResponse r = ErrorResponse(
+            Status::ResourceExhausted("too many refused requests from this address; slow down"));
         r.headers.emplace_back("Retry-After", "1");
         return r;
       }
@@ -239,8 +239,8 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
     if (!ScopeAllows(call.who, *call.route) && call.who.scope == Scope::kJoin) {
       return refuse(Status::PermissionDenied(
           "this is a join token: it only enrols nodes (sluice agent --join-token-file); use an "
-          "account token for " + req.method + " " + req.path +
-          " (admin.token, or one from `sluice token create`)"));
+          "account token for " +
+          req.method + " " + req.path + " (admin.token, or one from `sluice token create`)"));
     }
     if (!ScopeAllows(call.who, *call.route)) {
       return refuse(Status::PermissionDenied("this token's scope (" +
@@ -248,8 +248,8 @@ HttpResponse Api::Route(const HttpRequest& req, const std::shared_ptr<ResponseWr
                                              ") does not allow " + req.method + " " + req.path));
     }
     if (!RoleAllows(call.who, call.route->access)) {
-      return refuse(Status::PermissionDenied(
-          std::string(Name(call.who.role)) + " accounts may not " + req.method + " " + req.path));
+      return refuse(Status::PermissionDenied(std::string(Name(call.who.role)) +
+                                             " accounts may not " + req.method + " " + req.path));
     }
     // Object-level checks: a job another tenant cannot see is 404, a node of another provider
     // 403 (nodes are listed publicly).
@@ -614,8 +614,7 @@ HttpResponse Api::SubmitJob(const HttpRequest& req, const Principal& who) {
   return r;
 }
 
-HttpResponse Api::PutBlob(const HttpRequest& req, const Principal& who,
-                          const std::string& digest) {
+HttpResponse Api::PutBlob(const HttpRequest& req, const Principal& who, const std::string& digest) {
   // Users upload workdirs; nodes upload checkpoints. Each upload counts against who sent it: an
   // account, or a node ("node:<id>"), so one node cannot fill the disk for its whole provider.
   std::string owner = who.role == Role::kNode ? "node:" + who.node_id : who.account_id;

@@ -33,16 +33,16 @@ inline constexpr size_t kMaxCatalogBody = 64u << 20;
 
 // Who may call a route.
 enum class Access {
-  kPublic,       // no token
-  kAccount,      // any account token (user, provider, admin)
-  kAdmin,        // admin accounts
-  kSubmitter,    // users and admins
-  kJobViewer,    // the job's owner, its team, admins; providers of nodes it ran on (redacted)
-  kJobOwner,     // the job's owner, its team, admins
-  kNodeOwner,    // the node's provider account, admins
-  kNode,         // an enrolled node's credential (and admins)
+  kPublic,         // no token
+  kAccount,        // any account token (user, provider, admin)
+  kAdmin,          // admin accounts
+  kSubmitter,      // users and admins
+  kJobViewer,      // the job's owner, its team, admins; providers of nodes it ran on (redacted)
+  kJobOwner,       // the job's owner, its team, admins
+  kNodeOwner,      // the node's provider account, admins
+  kNode,           // an enrolled node's credential (and admins)
   kNodeOrAccount,  // a node credential or a user/admin account (uploads)
-  kMetrics,      // admin accounts, including their metrics-scoped tokens
+  kMetrics,        // admin accounts, including their metrics-scoped tokens
   kAgentChannel,   // join token or node credential, WebSocket only
 };
 
@@ -86,8 +86,7 @@ class Api {
                         const std::shared_ptr<ResponseWriter>& w, bool* streaming);
   // Access to one job for `who`; NotFound when it may not see it. `redacted` (may be null) is
   // set when it may see it only without env values.
-  Status CheckJob(const Principal& who, const std::string& job_id, bool owner_only,
-                  bool* redacted);
+  Status CheckJob(const Principal& who, const std::string& job_id, bool owner_only, bool* redacted);
   Status CheckNode(const Principal& who, const std::string& node);
   bool MayReadBlob(const Principal& who, const std::string& digest);
   void CountRefusal(const HttpRequest& req);

@@ -123,8 +123,7 @@ HttpResponse Api::AccountsRoute(const Call& call, const HttpRequest& req) {
     int64_t ttl_ms = 0;
     if (body->contains("ttl_s")) {
       const Json& t = (*body)["ttl_s"];
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
-          t.get<int64_t>() > 10LL * 365 * 86400) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > 10LL * 365 * 86400) {
         return ErrorResponse(Status::InvalidArgument(
             "ttl_s: expected whole seconds from 0 (never expires) to 10 years"));
       }
@@ -180,8 +179,8 @@ HttpResponse Api::AccountsRoute(const Call& call, const HttpRequest& req) {
   if (pattern == "/v1/teams/{team}/members/{account}") {
     Status s = accounts_->RemoveTeamMember(call.params.at("team"), call.params.at("account"));
     if (!s.ok()) return ErrorResponse(s);
-    return JsonResponse(200,
-                        Json{{"team", call.params.at("team")}, {"removed", call.params.at("account")}});
+    return JsonResponse(
+        200, Json{{"team", call.params.at("team")}, {"removed", call.params.at("account")}});
   }
   return ErrorResponse(Status::Internal("route " + pattern + " has no handler"));
 }

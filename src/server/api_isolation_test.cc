@@ -19,8 +19,13 @@ using namespace testing;  // NOLINT: World, Who
 constexpr Who kEveryone[] = {kOwner,         kOther,   kTeam,    kNodeProvider,
                              kOtherProvider, kRevoked, kExpired, kReadOnly};
 const char* WhoName(Who w) {
-  static const char* names[] = {"owner",   "other user", "same team", "provider of the node",
-                                "provider of another node", "revoked token", "expired token",
+  static const char* names[] = {"owner",
+                                "other user",
+                                "same team",
+                                "provider of the node",
+                                "provider of another node",
+                                "revoked token",
+                                "expired token",
                                 "read-only token"};
   return names[w];
 }

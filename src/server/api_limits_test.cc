@@ -122,7 +122,8 @@ TEST(ApiLimitsTest, ARetriedSubmissionWithItsKeyYieldsExactlyOneJob) {
   const std::string body = DumpJson(Json{{"spec", spec}, {"queue", true}});
   const std::string secret = w.secret_[testing::kOther];
   SendAndHangUp(w.http_->port(), "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
-                                     secret + "\r\nIdempotency-Key: k-1\r\nContent-Type: "
+                                     secret +
+                                     "\r\nIdempotency-Key: k-1\r\nContent-Type: "
                                      "application/json\r\nContent-Length: " +
                                      std::to_string(body.size()) + "\r\n\r\n" + body);
   // The first attempt was committed although its client never saw the answer.
@@ -137,8 +138,8 @@ TEST(ApiLimitsTest, ARetriedSubmissionWithItsKeyYieldsExactlyOneJob) {
   ASSERT_EQ(count(), 1u);
 
   HttpClient client(w.BaseUrl(), secret, std::chrono::seconds(10));
-  auto retry = client.Request("POST", "/v1/jobs", body, "application/json",
-                              {{"Idempotency-Key", "k-1"}});
+  auto retry =
+      client.Request("POST", "/v1/jobs", body, "application/json", {{"Idempotency-Key", "k-1"}});
   ASSERT_TRUE(retry.ok());
   EXPECT_EQ(retry->status, 200) << retry->body;
   EXPECT_EQ(count(), 1u) << "the retry created a second job";
@@ -150,8 +151,8 @@ TEST(ApiLimitsTest, ARetriedSubmissionWithItsKeyYieldsExactlyOneJob) {
   EXPECT_EQ(clash->status, 422) << clash->body;
   // Keys belong to an account: another account's same key is a new submission.
   HttpClient team(w.BaseUrl(), w.secret_[testing::kTeam], std::chrono::seconds(10));
-  auto theirs = team.Request("POST", "/v1/jobs", body, "application/json",
-                             {{"Idempotency-Key", "k-1"}});
+  auto theirs =
+      team.Request("POST", "/v1/jobs", body, "application/json", {{"Idempotency-Key", "k-1"}});
   ASSERT_TRUE(theirs.ok());
   EXPECT_EQ(theirs->status, 201) << theirs->body;
   EXPECT_EQ(count(), 1u);

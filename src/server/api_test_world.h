@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "audit/signing_key.h"
@@ -76,7 +76,8 @@ class World {
     HttpServerOptions net;
     net.port = 0;
     http_ = std::make_unique<HttpServer>(
-        net, [this](HttpRequest r, std::shared_ptr<ResponseWriter> w) {
+        net,
+        [this](HttpRequest r, std::shared_ptr<ResponseWriter> w) {
           api_->Handle(std::move(r), std::move(w));
         },
         [this](const HttpRequest& r, const std::shared_ptr<WsConnection>& c) {
@@ -129,7 +130,8 @@ class World {
     std::string attempt = link1_->Last("assign", "attempt_id");
     ASSERT_FALSE(attempt.empty()) << "the job was not placed on n1";
     ASSERT_TRUE(
-        core_->AgentMessage(node1_, link1_.get(), Json{{"type", "started"}, {"attempt_id", attempt}})
+        core_
+            ->AgentMessage(node1_, link1_.get(), Json{{"type", "started"}, {"attempt_id", attempt}})
             .ok());
     // Another provider's node joins after the job was placed.
     link2_ = std::make_shared<RecordingLink>();

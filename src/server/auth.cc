@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstring>
 
-
 namespace sluice::server {
 
 Status WriteFileAtomic(const std::string& path, const std::string& content, int mode) {

@@ -24,8 +24,8 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
     if (prior) {
       if (prior->body_sha256 != opts.body_sha256) {
         return Status::AlreadyExists("Idempotency-Key `" + opts.idempotency_key +
-                                     "` was used for a different submission (job " +
-                                     prior->job_id + "); use a new key for a new job");
+                                     "` was used for a different submission (job " + prior->job_id +
+                                     "); use a new key for a new job");
       }
       auto it = jobs_.find(prior->job_id);
       if (it == jobs_.end()) {
@@ -83,8 +83,7 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
   batch.jobs.push_back(job);
   batch.events.push_back(EventLocked(job.id, "submitted", "submitted"));
   if (!opts.idempotency_key.empty()) {
-    batch.idempotency.push_back(
-        {opts.owner, opts.idempotency_key, opts.body_sha256, job.id, now});
+    batch.idempotency.push_back({opts.owner, opts.idempotency_key, opts.body_sha256, job.id, now});
   }
   SLUICE_RETURN_IF_ERROR(store_->Write(batch));  // durable before acknowledged
   js.order = next_order_++;

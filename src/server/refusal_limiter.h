@@ -20,8 +20,8 @@ namespace sluice::server {
 class RefusalLimiter {
  public:
   struct Options {
-    double per_second = 5;       // refusals an address may earn per second, sustained
-    double burst = 50;           // and at once
+    double per_second = 5;         // refusals an address may earn per second, sustained
+    double burst = 50;             // and at once
     size_t max_addresses = 65536;  // remembered addresses; the least recently refused go first
   };
   RefusalLimiter(const Clock* clock, Options options);

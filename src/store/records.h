@@ -131,8 +131,8 @@ struct JobRecord {
   bool cancel_requested = false;  // a cancel is on its way to the agent; ends as kCancelled
   std::string checkpoint;         // manifest digest of the latest complete checkpoint, or empty
   int preemptions = 0;            // attempts that ended preempted or with their node lost
-  std::string owner{};  // the submitting account ("" before issue 10: the admin's)
-  std::string team{};  // the team it is shared with, or ""
+  std::string owner{};            // the submitting account ("" before issue 10: the admin's)
+  std::string team{};             // the team it is shared with, or ""
   bool operator==(const JobRecord&) const = default;
 };
 
@@ -256,19 +256,20 @@ struct WriteBatch {
   std::vector<CheckpointRecord> dropped_checkpoints{};  // deleted by (job_id, manifest)
   // Jobs deleted with everything they own: attempts, events, logs, checkpoints. Applied first.
   std::vector<std::string> deleted_jobs{};
-  std::vector<NodeSnapshot> snapshots{};  // inserted unless the digest exists
-  std::vector<UptimeSpan> uptime{};       // upsert by (node_id, start_ms)
-  std::vector<AuditEntry> audit{};        // appended; `id` ignored
-  std::vector<AccountRecord> accounts{};  // upsert by id
+  std::vector<NodeSnapshot> snapshots{};   // inserted unless the digest exists
+  std::vector<UptimeSpan> uptime{};        // upsert by (node_id, start_ms)
+  std::vector<AuditEntry> audit{};         // appended; `id` ignored
+  std::vector<AccountRecord> accounts{};   // upsert by id
   std::vector<TeamMember> team_members{};  // upsert by (team, account_id), or delete if removed
   std::vector<IdempotencyRecord> idempotency{};  // inserted; an existing key fails the batch
   std::vector<BlobOwner> blob_owners{};          // upsert by (digest, account_id)
   std::vector<LogTrim> log_trims{};              // applied before `logs`
   std::vector<BlobOwner> dropped_blob_owners{};  // deleted by (digest, account_id)
   bool empty() const {
-    return log_trims.empty() && dropped_blob_owners.empty() && accounts.empty() && team_members.empty() && idempotency.empty() &&
-           blob_owners.empty() && tokens.empty() && nodes.empty() && jobs.empty() && attempts.empty() && events.empty() &&
-           logs.empty() && catalogs.empty() && checkpoints.empty() && dropped_checkpoints.empty() &&
+    return log_trims.empty() && dropped_blob_owners.empty() && accounts.empty() &&
+           team_members.empty() && idempotency.empty() && blob_owners.empty() && tokens.empty() &&
+           nodes.empty() && jobs.empty() && attempts.empty() && events.empty() && logs.empty() &&
+           catalogs.empty() && checkpoints.empty() && dropped_checkpoints.empty() &&
            deleted_jobs.empty() && snapshots.empty() && uptime.empty() && audit.empty();
   }
 };

@@ -195,8 +195,8 @@ constexpr const char* kSelectNodes =
     "interruptible_price_per_cpu_hour, verification, verification_reasons, hardware_fingerprint, "
     "software_fingerprint, verified_ms, conformance, owner, revoked FROM nodes "
     "ORDER BY registered_ms, rowid";
-#define SLUICE_JOB_COLUMNS                                                                 \
-  "SELECT id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "       \
+#define SLUICE_JOB_COLUMNS                                                                  \
+  "SELECT id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "        \
   "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions, " \
   "owner, team FROM jobs "
 constexpr const char* kSelectJobs = SLUICE_JOB_COLUMNS "ORDER BY submitted_ms, rowid";
@@ -437,7 +437,8 @@ class SqliteStore final : public Store {
     if (int rc = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr); rc != SQLITE_OK) {
       return Error(db_, rc, "begin");
     }
-    int rc = sqlite3_exec(db_, "CREATE TEMP TABLE IF NOT EXISTS write_check (x); "
+    int rc = sqlite3_exec(db_,
+                          "CREATE TEMP TABLE IF NOT EXISTS write_check (x); "
                           "UPDATE schema_version SET version = version WHERE 0 = 1; "
                           "INSERT INTO schema_version SELECT -1, 'write check', 0;",
                           nullptr, nullptr, nullptr);
@@ -475,16 +476,15 @@ class SqliteStore final : public Store {
         [](Query&) {});
   }
   Result<std::optional<IdempotencyRecord>> GetIdempotencyKey(const std::string& account_id,
-                                                              const std::string& key,
-                                                              int64_t since_ms) override {
+                                                             const std::string& key,
+                                                             int64_t since_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
     SLUICE_ASSIGN_OR_RETURN(std::vector<IdempotencyRecord> rows,
                             Select(
                                 kSelectIdempotency, "get idempotency key",
                                 [](const Query& q) -> Result<IdempotencyRecord> {
-                                  return IdempotencyRecord{q.ColText(0), q.ColText(1),
-                                                           q.ColText(2), q.ColText(3),
-                                                           q.ColInt(4)};
+                                  return IdempotencyRecord{q.ColText(0), q.ColText(1), q.ColText(2),
+                                                           q.ColText(3), q.ColInt(4)};
                                 },
                                 [&](Query& q) { q.Text(account_id).Text(key).Int(since_ms); }));
     if (rows.empty()) return std::optional<IdempotencyRecord>();
@@ -541,11 +541,11 @@ class SqliteStore final : public Store {
   }
   Result<int64_t> LogBytes(const std::string& attempt_id) override {
     std::lock_guard<std::mutex> lock(mu_);
-    SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> n,
-                            Select(
-                                kLogBytes, "log bytes",
-                                [](const Query& q) -> Result<int64_t> { return q.ColInt(0); },
-                                [&](Query& q) { q.Text(attempt_id); }));
+    SLUICE_ASSIGN_OR_RETURN(
+        std::vector<int64_t> n,
+        Select(
+            kLogBytes, "log bytes", [](const Query& q) -> Result<int64_t> { return q.ColInt(0); },
+            [&](Query& q) { q.Text(attempt_id); }));
     return n.empty() ? int64_t{0} : n.front();
   }
   Result<LogTrimPoint> FindLogTrim(const std::string& attempt_id, int64_t bytes) override {

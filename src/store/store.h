@@ -29,8 +29,8 @@ class Store {
   virtual Result<std::vector<TeamMember>> LoadTeamMembers() = 0;
   // The submission recorded under (account, key) at or after `since_ms`, or nullopt.
   virtual Result<std::optional<IdempotencyRecord>> GetIdempotencyKey(const std::string& account_id,
-                                                                      const std::string& key,
-                                                                      int64_t since_ms) = 0;
+                                                                     const std::string& key,
+                                                                     int64_t since_ms) = 0;
   // Deletes idempotency keys older than `before_ms`; returns how many.
   virtual Result<int64_t> ExpireIdempotencyKeys(int64_t before_ms) = 0;
   // Every blob owner row (quotas and read access are computed from them).
