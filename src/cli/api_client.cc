@@ -32,8 +32,7 @@ Result<Json> ApiClient::Post(const std::string& path, const Json& body) {
 }
 
 Result<Json> ApiClient::PostIdempotent(const std::string& path, const Json& body,
-                                       const std::string& key,
-                                       std::chrono::milliseconds retry_for,
+                                       const std::string& key, std::chrono::milliseconds retry_for,
                                        const std::function<void(const Status&)>& on_retry) {
   const std::string text = DumpJson(body);  // the same bytes every time: the key's body hash
   const auto deadline = std::chrono::steady_clock::now() + retry_for;

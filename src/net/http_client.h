@@ -32,10 +32,10 @@ class HttpClient {
   // FailedPrecondition "server certificate not trusted: ...". A stale keep-alive connection is
   // retried once.
   // `headers` are sent as given (e.g. Idempotency-Key).
-  Result<HttpResponse> Request(std::string_view method, std::string_view path_and_query,
-                               std::string body = "",
-                               std::string content_type = "application/json",
-                               const std::vector<std::pair<std::string, std::string>>& headers = {});
+  Result<HttpResponse> Request(
+      std::string_view method, std::string_view path_and_query, std::string body = "",
+      std::string content_type = "application/json",
+      const std::vector<std::pair<std::string, std::string>>& headers = {});
 
   // For chunked NDJSON streams: calls on_line for each '\n'-terminated line (without the '\n')
   // as soon as it arrives; on_line returning false stops reading (and drops the connection).

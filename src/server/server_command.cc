@@ -13,11 +13,11 @@
 #include "audit/tls_identity.h"
 #include "common/clock.h"
 #include "net/http_server.h"
-#include "server/api.h"
 #include "server/accounts.h"
-#include "server/upload_gc.h"
+#include "server/api.h"
 #include "server/auth.h"
 #include "server/server_core.h"
+#include "server/upload_gc.h"
 #include "store/blob_store.h"
 #include "store/store.h"
 
@@ -42,8 +42,8 @@ Status CheckWritable(const std::string& dir, store::Store* store) {
   }
   std::filesystem::remove(blob_probe);
   if (Status s = store->CheckWritable(); !s.ok()) {
-    return Status::FailedPrecondition("the database in " + dir + " is not writable: " +
-                                      s.message());
+    return Status::FailedPrecondition("the database in " + dir +
+                                      " is not writable: " + s.message());
   }
   return Status::Ok();
 }
@@ -242,9 +242,9 @@ int RunServer(const ServerOptions& opt) {
     int64_t now_mono = RealClock::Get()->MonotonicMillis();
     if (now_mono - last_gc_mono >= 10 * 60 * 1000) {
       last_gc_mono = now_mono;
-      auto gc = CollectUnreferencedUploads(accounts->get(), &core, &blobs,
-                                           RealClock::Get()->NowMillis(),
-                                           static_cast<int64_t>(opt.upload_grace_hours * 3600e3));
+      auto gc =
+          CollectUnreferencedUploads(accounts->get(), &core, &blobs, RealClock::Get()->NowMillis(),
+                                     static_cast<int64_t>(opt.upload_grace_hours * 3600e3));
       if (!gc.ok()) {
         std::fprintf(stderr, "sluice server: upload collection: %s\n",
                      gc.status().message().c_str());
