@@ -46,15 +46,6 @@ Cert ParseCert(std::string_view pem) {
   return cert;
 }
 
-std::string CertSha256(X509* cert) {
-  unsigned char* der = nullptr;
-  int n = i2d_X509(cert, &der);
-  if (n <= 0) return "";
-  std::string hex = Sha256Hex(std::string_view(reinterpret_cast<char*>(der), n));
-  OPENSSL_free(der);
-  return hex;
-}
-
 Result<std::string> BioContents(BIO* bio) {
   char* p = nullptr;
   long n = BIO_get_mem_data(bio, &p);

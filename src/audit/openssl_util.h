@@ -42,8 +42,6 @@ Bio MemBio(std::string_view s);
 Pkey ParseKey(std::string_view pem);
 Cert ParseCert(std::string_view pem);
 
-// SHA-256 of the certificate's DER encoding, lowercase hex; "" when it cannot be encoded.
-std::string CertSha256(X509* cert);
 // The bytes written to a memory BIO.
 Result<std::string> BioContents(BIO* bio);
 // PEM encodings (PKCS#8 for keys).

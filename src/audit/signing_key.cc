@@ -171,7 +171,7 @@ Status CheckSigningIdentity(const SigningIdentity& identity) {
 Result<std::string> CertificateSha256(std::string_view cert_pem) {
   Cert cert = ParseCert(cert_pem);
   if (!cert) return Status::InvalidArgument("not a readable PEM certificate");
-  std::string hex = ossl::CertSha256(cert.get());
+  std::string hex = CertificateSha256(cert.get());
   if (hex.empty()) return Status::Internal("encoding certificate: " + OpenSslError());
   return hex;
 }

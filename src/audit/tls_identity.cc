@@ -18,6 +18,7 @@
 
 #include "audit/openssl_util.h"
 #include "audit/signing_key.h"
+#include "common/crypto.h"
 
 namespace sluice {
 namespace {
@@ -195,7 +196,7 @@ Result<TlsIdentity> LoadOrCreateTlsIdentity(const std::string& data_dir,
   TlsIdentity id;
   id.cert_chain_pem = server.cert_pem + ca.cert_pem;
   id.key_pem = std::move(server.key_pem);
-  id.ca_sha256 = ossl::CertSha256(ca_cert.get());
+  id.ca_sha256 = CertificateSha256(ca_cert.get());
   id.ca_cert_pem = std::move(ca.cert_pem);
   return id;
 }
@@ -221,7 +222,7 @@ Result<TlsIdentity> LoadTlsIdentityFiles(const std::string& cert_file,
   X509* top = chain.back().get();
   if (X509_check_issued(top, top) == X509_V_OK) {
     SLUICE_ASSIGN_OR_RETURN(id.ca_cert_pem, ossl::CertPem(top));
-    id.ca_sha256 = ossl::CertSha256(top);
+    id.ca_sha256 = CertificateSha256(top);
   }
   ERR_clear_error();
   return id;

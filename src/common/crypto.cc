@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <openssl/x509.h>
 
 #include <stdexcept>
 #include <vector>
@@ -39,6 +40,15 @@ std::string Sha256Hex(std::string_view data) {
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::string CertificateSha256(X509* cert) {
+  unsigned char* der = nullptr;
+  int n = i2d_X509(cert, &der);
+  if (n <= 0) return "";
+  std::string hex = Sha256Hex(std::string_view(reinterpret_cast<char*>(der), n));
+  OPENSSL_free(der);
+  return hex;
 }
 
 }  // namespace sluice

@@ -51,15 +51,6 @@ bool IsIpAddress(const std::string& host) {
 
 }  // namespace
 
-std::string CertSha256(X509* cert) {
-  unsigned char* der = nullptr;
-  int n = i2d_X509(cert, &der);
-  if (n <= 0) return "";
-  std::string hex = Sha256Hex(std::string_view(reinterpret_cast<char*>(der), n));
-  OPENSSL_free(der);
-  return hex;
-}
-
 Result<std::shared_ptr<ssl::context>> MakeServerTlsContext(std::string_view chain_pem,
                                                            std::string_view key_pem) {
   if (chain_pem.empty() || key_pem.empty()) {
@@ -156,7 +147,7 @@ int TlsClientContext::VerifyChain(X509_STORE_CTX* sctx, void* arg) {
     if (X509_verify_cert(sctx) != 1) return 0;
     STACK_OF(X509)* chain = X509_STORE_CTX_get0_chain(sctx);
     for (int i = 0; chain && i < sk_X509_num(chain); ++i) {
-      if (CertSha256(sk_X509_value(chain, i)) == pin) return 1;
+      if (CertificateSha256(sk_X509_value(chain, i)) == pin) return 1;
     }
     self->refusal_ = "its chain does not contain the pinned CA " + pin;
     X509_STORE_CTX_set_error(sctx, X509_V_ERR_CERT_UNTRUSTED);
@@ -165,10 +156,10 @@ int TlsClientContext::VerifyChain(X509_STORE_CTX* sctx, void* arg) {
   X509* leaf = X509_STORE_CTX_get0_cert(sctx);
   STACK_OF(X509)* untrusted = X509_STORE_CTX_get0_untrusted(sctx);
   X509* anchor = nullptr;
-  if (leaf && CertSha256(leaf) == pin) anchor = leaf;
+  if (leaf && CertificateSha256(leaf) == pin) anchor = leaf;
   for (int i = 0; !anchor && untrusted && i < sk_X509_num(untrusted); ++i) {
     X509* c = sk_X509_value(untrusted, i);
-    if (CertSha256(c) == pin) anchor = c;
+    if (CertificateSha256(c) == pin) anchor = c;
   }
   if (!anchor) {
     self->refusal_ = "no certificate the server presented has the pinned SHA-256 " + pin +

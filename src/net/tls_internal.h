@@ -49,6 +49,5 @@ class TlsClientContext {
 };
 
 // Lowercase hex SHA-256 of a certificate's DER encoding.
-std::string CertSha256(X509* cert);
 
 }  // namespace sluice::net_internal

@@ -351,7 +351,14 @@ HttpResponse Api::Dispatch(const Call& call, const HttpRequest& req,
         return ErrorResponse(
             Status::InvalidArgument("digests: each must be 64 lowercase hex characters"));
       }
-      if (!blobs_->Has(d.get<std::string>())) missing.push_back(d);
+      // A user learns nothing about uploads that are not its own: those read as missing (and
+      // uploading the bytes proves having them). Nodes see every blob, so a job resumed on another
+      // node does not upload its unchanged checkpoint chunks again.
+      const std::string digest = d.get<std::string>();
+      if (!blobs_->Has(digest) ||
+          (call.who.role == Role::kUser && !MayReadBlob(call.who, digest))) {
+        missing.push_back(d);
+      }
     }
     return JsonResponse(200, Json{{"missing", missing}});
   }

@@ -146,6 +146,12 @@ TEST(ApiIsolationTest, ListsShowOnlyWhatEachTenantMaySee) {
   auto tokens = w.Call(kOther, "GET", "/v1/tokens").body;
   EXPECT_EQ(tokens.find(w.spare_token_), std::string::npos);
   EXPECT_EQ(tokens.find(w.secret_[kOther]), std::string::npos);
+  // Nor whether another tenant's upload exists.
+  auto probe = w.Call(kOther, "POST", "/v1/blobs/missing", DumpJson(Json{{"digests", {w.blob_}}}));
+  ASSERT_EQ(probe.status, 200);
+  EXPECT_NE(probe.body.find(w.blob_), std::string::npos) << "bob learned alice's blob exists";
+  auto own = w.Call(kOwner, "POST", "/v1/blobs/missing", DumpJson(Json{{"digests", {w.blob_}}}));
+  EXPECT_EQ(own.body.find(w.blob_), std::string::npos) << own.body;
   // Another tenant's workdir digest cannot be reused in a submission.
   Json spec{{"name", "steal"}, {"run", "true"}, {"resources", {{"cpus", 1}}}};
   auto steal = w.Call(kOther, "POST", "/v1/jobs",

@@ -19,6 +19,7 @@
 #include "server/accounts.h"
 #include "server/api.h"
 #include "server/server_core.h"
+#include "server/test_agent_link.h"
 #include "server/test_reports.h"
 #include "store/blob_store.h"
 #include "store/store_test_util.h"
@@ -36,19 +37,6 @@ inline std::string ReadTokenFileText(const std::string& path) {
 inline constexpr const char* kSecret = "hunter2-the-owners-secret";
 
 enum Who { kOwner, kOther, kTeam, kNodeProvider, kOtherProvider, kRevoked, kExpired, kReadOnly };
-
-class RecordingLink : public AgentLink {
- public:
-  void Send(const Json& m) override { sent.push_back(m); }
-  void Close() override {}
-  std::string Last(const std::string& type, const std::string& field) const {
-    for (auto it = sent.rbegin(); it != sent.rend(); ++it) {
-      if (it->value("type", "") == type) return it->value(field, "");
-    }
-    return "";
-  }
-  std::vector<Json> sent;
-};
 
 // One server with two providers' nodes, three users and the owner's running job.
 class World {

@@ -12,6 +12,7 @@
 #include "common/token_file.h"
 #include "server/accounts.h"
 #include "server/server_core.h"
+#include "server/test_agent_link.h"
 #include "server/test_reports.h"
 #include "store/store_test_util.h"
 
@@ -20,24 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class RecordingLink : public AgentLink {
- public:
-  void Send(const Json& m) override { sent.push_back(m); }
-  void Close() override { closed = true; }
-  std::vector<Json> OfType(const std::string& type) const {
-    std::vector<Json> out;
-    for (const auto& m : sent) {
-      if (m.value("type", "") == type) out.push_back(m);
-    }
-    return out;
-  }
-  std::string Nonce() const {
-    auto asks = OfType("reverify");
-    return asks.empty() ? "" : asks.back().value("nonce", "");
-  }
-  std::vector<Json> sent;
-  bool closed = false;
-};
+using testing::RecordingLink;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -6,30 +6,13 @@
 
 #include "audit/bundle.h"
 #include "common/crypto.h"
+#include "server/test_agent_link.h"
 #include "server/test_reports.h"
 
 namespace sluice::server {
 namespace {
 
-class RecordingLink : public AgentLink {
- public:
-  void Send(const Json& m) override { sent.push_back(m); }
-  void Close() override { closed = true; }
-  std::vector<Json> OfType(const std::string& type) const {
-    std::vector<Json> out;
-    for (const auto& m : sent) {
-      if (m.value("type", "") == type) out.push_back(m);
-    }
-    return out;
-  }
-  // The newest `reverify` request's nonce, which a conformance report must echo.
-  std::string Nonce() const {
-    auto asks = OfType("reverify");
-    return asks.empty() ? "" : asks.back().value("nonce", "");
-  }
-  std::vector<Json> sent;
-  bool closed = false;
-};
+using testing::RecordingLink;
 
 class ServerCoreTest : public ::testing::Test {
  protected:
