@@ -114,6 +114,16 @@ TEST_F(E2ETest, WorkdirIsUploadedAndUnpacked) {
   EXPECT_TRUE(Contains(r.out, "sum=42")) << r.out << r.err;
 }
 
+// libarchive (and the twelve libraries it pulls in) is loaded only when an archive is packed or
+// unpacked, as above: every other command starts without it (common/libarchive.h says why).
+TEST(StartUpTest, TheBinaryDoesNotLoadLibarchiveAtStart) {
+  // The dynamic loader lists what it would load and exits (what ldd does).
+  CommandResult r = RunCommand({SluiceBinary(), "--version"}, {{"LD_TRACE_LOADED_OBJECTS", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "libc.so")) << r.out;  // the listing is live
+  EXPECT_FALSE(Contains(r.out, "libarchive")) << r.out;
+}
+
 TEST_F(E2ETest, CancelKillsTheWholeProcessTree) {
   cluster_.StartAgent("a1");
   std::string spec = Spec("tree", R"(name: tree
@@ -601,7 +611,9 @@ TEST_F(RecoveryE2ETest, PyTorchJobSurvivesFourInterruptionsBitIdentically) {
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(a[i]["number"], static_cast<int>(i + 1));
     EXPECT_TRUE(a[i]["interruptible"].get<bool>()) << a[i];
-    if (i > 0) EXPECT_FALSE(a[i].value("checkpoint_restored", "").empty()) << a[i];
+    if (i > 0) {
+      EXPECT_FALSE(a[i].value("checkpoint_restored", "").empty()) << a[i];
+    }
   }
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a[i]["state"], "preempted") << a[i];
   std::string out = logs();

@@ -1,7 +1,5 @@
 #include "common/archive.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -14,26 +12,31 @@
 #include <system_error>
 #include <vector>
 
+#include "common/libarchive.h"
+
 namespace sluice {
 namespace {
+
+// Entry points below call LoadLibArchive() first; everything else uses this.
+const LibArchive& La() { return LoadedLibArchive(); }
 
 namespace fs = std::filesystem;
 
 struct ArchiveWriteDeleter {
-  void operator()(archive* a) const { archive_write_free(a); }
+  void operator()(archive* a) const { La().archive_write_free(a); }
 };
 struct ArchiveReadDeleter {
-  void operator()(archive* a) const { archive_read_free(a); }
+  void operator()(archive* a) const { La().archive_read_free(a); }
 };
 struct EntryDeleter {
-  void operator()(archive_entry* e) const { archive_entry_free(e); }
+  void operator()(archive_entry* e) const { La().archive_entry_free(e); }
 };
 using WriteArchive = std::unique_ptr<archive, ArchiveWriteDeleter>;
 using ReadArchive = std::unique_ptr<archive, ArchiveReadDeleter>;
 using Entry = std::unique_ptr<archive_entry, EntryDeleter>;
 
 std::string ArchiveError(archive* a) {
-  const char* msg = archive_error_string(a);
+  const char* msg = La().archive_error_string(a);
   return msg ? msg : "unknown libarchive error";
 }
 
@@ -57,7 +60,7 @@ la_ssize_t SinkWrite(archive* a, void* client, const void* buf, size_t len) {
   auto* sink = static_cast<PackSink*>(client);
   if (sink->out.size() + len > sink->max_bytes) {
     sink->exceeded = true;
-    archive_set_error(a, ENOSPC, "archive exceeds the size limit");
+    La().archive_set_error(a, ENOSPC, "archive exceeds the size limit");
     return -1;
   }
   sink->out.append(static_cast<const char*>(buf), len);
@@ -97,7 +100,7 @@ Status WriteFileData(archive* a, const std::string& path, int64_t size) {
     if (n == 0) break;
     total += n;
     if (total > size) break;  // reported below
-    if (archive_write_data(a, buf.data(), static_cast<size_t>(n)) < 0) {
+    if (La().archive_write_data(a, buf.data(), static_cast<size_t>(n)) < 0) {
       st = Status::Internal("writing archive: " + ArchiveError(a));
     }
   }
@@ -133,7 +136,7 @@ Status CheckRelativeName(const char* name, const char* what) {
 }
 
 Status DiskError(archive* disk, const std::string& path) {
-  int err = archive_errno(disk);
+  int err = La().archive_errno(disk);
   std::string msg = "extracting " + path + ": " + ArchiveError(disk);
   if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(msg);
   if (err == EIO || err == EROFS) return Status::Internal(msg);
@@ -155,7 +158,7 @@ Status Extract(archive* reader, archive* disk, const std::string& dest, size_t m
   uint64_t declared = 0, written = 0;
   while (true) {
     archive_entry* entry = nullptr;
-    int r = archive_read_next_header(reader, &entry);
+    int r = La().archive_read_next_header(reader, &entry);
     if (r == ARCHIVE_EOF) break;
     if (r < ARCHIVE_WARN)
       return Status::InvalidArgument("corrupt archive: " + ArchiveError(reader));
@@ -163,36 +166,36 @@ Status Extract(archive* reader, archive* disk, const std::string& dest, size_t m
       return Status::ResourceExhausted("archive has more than " + std::to_string(max_entries) +
                                        " entries");
     }
-    const char* name = archive_entry_pathname(entry);
+    const char* name = La().archive_entry_pathname(entry);
     SLUICE_RETURN_IF_ERROR(CheckRelativeName(name, "path"));
     std::string rel = name;
-    const char* hardlink = archive_entry_hardlink(entry);
+    const char* hardlink = La().archive_entry_hardlink(entry);
     if (hardlink != nullptr) {
       SLUICE_RETURN_IF_ERROR(CheckRelativeName(hardlink, "hardlink target"));
       // Hardlink targets name an extracted entry, so they live under dest too.
-      archive_entry_set_hardlink(entry, (dest + "/" + hardlink).c_str());
+      La().archive_entry_set_hardlink(entry, (dest + "/" + hardlink).c_str());
     } else {
-      mode_t type = archive_entry_filetype(entry);
+      mode_t type = La().archive_entry_filetype(entry);
       if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK) continue;  // devices, fifos
     }
-    if (archive_entry_size_is_set(entry) && archive_entry_size(entry) > 0) {
-      declared += static_cast<uint64_t>(archive_entry_size(entry));
+    if (La().archive_entry_size_is_set(entry) && La().archive_entry_size(entry) > 0) {
+      declared += static_cast<uint64_t>(La().archive_entry_size(entry));
       if (declared > max_total_bytes) {
         return Status::ResourceExhausted("archive holds more than " +
                                          std::to_string(max_total_bytes) + " bytes of data");
       }
     }
     // Keep rwx bits only: a setuid file unpacked by a root agent would be a privilege gift.
-    archive_entry_set_perm(entry, archive_entry_perm(entry) & 0777);
-    archive_entry_set_pathname(entry, (dest + "/" + rel).c_str());
+    La().archive_entry_set_perm(entry, La().archive_entry_perm(entry) & 0777);
+    La().archive_entry_set_pathname(entry, (dest + "/" + rel).c_str());
 
-    if (archive_write_header(disk, entry) < ARCHIVE_WARN) return DiskError(disk, rel);
-    if (archive_entry_size(entry) > 0) {
+    if (La().archive_write_header(disk, entry) < ARCHIVE_WARN) return DiskError(disk, rel);
+    if (La().archive_entry_size(entry) > 0) {
       const void* buf;
       size_t size;
       la_int64_t offset;
       while (true) {
-        r = archive_read_data_block(reader, &buf, &size, &offset);
+        r = La().archive_read_data_block(reader, &buf, &size, &offset);
         if (r == ARCHIVE_EOF) break;
         if (r < ARCHIVE_WARN) {
           return Status::InvalidArgument("corrupt archive data in " + rel + ": " +
@@ -203,21 +206,22 @@ Status Extract(archive* reader, archive* disk, const std::string& dest, size_t m
           return Status::ResourceExhausted("archive holds more than " +
                                            std::to_string(max_total_bytes) + " bytes of data");
         }
-        if (archive_write_data_block(disk, buf, size, offset) < ARCHIVE_WARN) {
+        if (La().archive_write_data_block(disk, buf, size, offset) < ARCHIVE_WARN) {
           return DiskError(disk, rel);
         }
       }
     }
-    if (archive_write_finish_entry(disk) < ARCHIVE_WARN) return DiskError(disk, rel);
+    if (La().archive_write_finish_entry(disk) < ARCHIVE_WARN) return DiskError(disk, rel);
   }
   // Applies the deferred directory permissions (a read-only dir is made so only at the end).
-  if (archive_write_close(disk) < ARCHIVE_WARN) return DiskError(disk, dest);
+  if (La().archive_write_close(disk) < ARCHIVE_WARN) return DiskError(disk, dest);
   return Status::Ok();
 }
 
 }  // namespace
 
 Result<std::string> PackDirectory(const std::string& dir, size_t max_bytes) {
+  if (auto loaded = LoadLibArchive(); !loaded.ok()) return loaded.status();
   struct stat root_st;
   if (lstat(dir.c_str(), &root_st) != 0) {
     if (errno == ENOENT) return Status::NotFound("directory " + dir + " does not exist");
@@ -230,17 +234,17 @@ Result<std::string> PackDirectory(const std::string& dir, size_t max_bytes) {
   // Byte order; a parent always sorts before its children because it is their prefix.
   std::sort(paths.begin(), paths.end());
 
-  WriteArchive a(archive_write_new());
+  WriteArchive a(La().archive_write_new());
   if (!a) return Status::Internal("archive_write_new failed");
   PackSink sink{{}, max_bytes};
-  if (archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK ||
-      archive_write_add_filter_gzip(a.get()) != ARCHIVE_OK ||
+  if (La().archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK ||
+      La().archive_write_add_filter_gzip(a.get()) != ARCHIVE_OK ||
       // The gzip header would otherwise carry the current time and break content addressing.
-      archive_write_set_filter_option(a.get(), "gzip", "timestamp", nullptr) != ARCHIVE_OK ||
+      La().archive_write_set_filter_option(a.get(), "gzip", "timestamp", nullptr) != ARCHIVE_OK ||
       // No zero padding after the gzip stream: it would only cost upload bytes and hide
       // truncation (a cut inside the padding still yields a complete archive).
-      archive_write_set_bytes_in_last_block(a.get(), 1) != ARCHIVE_OK ||
-      archive_write_open(a.get(), &sink, nullptr, SinkWrite, nullptr) != ARCHIVE_OK) {
+      La().archive_write_set_bytes_in_last_block(a.get(), 1) != ARCHIVE_OK ||
+      La().archive_write_open(a.get(), &sink, nullptr, SinkWrite, nullptr) != ARCHIVE_OK) {
     return Status::Internal("setting up archive writer: " + ArchiveError(a.get()));
   }
   auto limit_error = [&] {
@@ -252,26 +256,26 @@ Result<std::string> PackDirectory(const std::string& dir, size_t max_bytes) {
     std::string full = dir + "/" + rel;
     struct stat st;
     if (lstat(full.c_str(), &st) != 0) return ErrnoStatus("stat " + full, errno);
-    Entry entry(archive_entry_new());
-    archive_entry_set_pathname(entry.get(), rel.c_str());
-    archive_entry_set_perm(entry.get(), st.st_mode & 0777);
+    Entry entry(La().archive_entry_new());
+    La().archive_entry_set_pathname(entry.get(), rel.c_str());
+    La().archive_entry_set_perm(entry.get(), st.st_mode & 0777);
     // mtime, uid, gid and names stay at their zero defaults: determinism over fidelity.
-    archive_entry_set_mtime(entry.get(), 0, 0);
+    La().archive_entry_set_mtime(entry.get(), 0, 0);
     if (S_ISREG(st.st_mode)) {
-      archive_entry_set_filetype(entry.get(), AE_IFREG);
-      archive_entry_set_size(entry.get(), st.st_size);
+      La().archive_entry_set_filetype(entry.get(), AE_IFREG);
+      La().archive_entry_set_size(entry.get(), st.st_size);
     } else if (S_ISDIR(st.st_mode)) {
-      archive_entry_set_filetype(entry.get(), AE_IFDIR);
+      La().archive_entry_set_filetype(entry.get(), AE_IFDIR);
     } else if (S_ISLNK(st.st_mode)) {
       std::error_code ec;
       fs::path target = fs::read_symlink(full, ec);
       if (ec) return ErrnoStatus("readlink " + full, ec.value());
-      archive_entry_set_filetype(entry.get(), AE_IFLNK);
-      archive_entry_set_symlink(entry.get(), target.c_str());
+      La().archive_entry_set_filetype(entry.get(), AE_IFLNK);
+      La().archive_entry_set_symlink(entry.get(), target.c_str());
     } else {
       continue;  // sockets, fifos, devices mean nothing on another machine
     }
-    if (archive_write_header(a.get(), entry.get()) < ARCHIVE_WARN) {
+    if (La().archive_write_header(a.get(), entry.get()) < ARCHIVE_WARN) {
       if (sink.exceeded) return limit_error();
       return Status::Internal("writing archive header for " + rel + ": " + ArchiveError(a.get()));
     }
@@ -281,7 +285,7 @@ Result<std::string> PackDirectory(const std::string& dir, size_t max_bytes) {
       SLUICE_RETURN_IF_ERROR(data);
     }
   }
-  if (archive_write_close(a.get()) != ARCHIVE_OK) {
+  if (La().archive_write_close(a.get()) != ARCHIVE_OK) {
     if (sink.exceeded) return limit_error();
     return Status::Internal("finishing archive: " + ArchiveError(a.get()));
   }
@@ -291,6 +295,7 @@ Result<std::string> PackDirectory(const std::string& dir, size_t max_bytes) {
 
 Status UnpackArchive(std::string_view data, const std::string& dest_dir, size_t max_total_bytes,
                      size_t max_entries) {
+  if (auto loaded = LoadLibArchive(); !loaded.ok()) return loaded.status();
   std::error_code ec;
   // Canonical: SECURE_SYMLINKS also inspects the prefix, which must not trip on a symlinked
   // parent such as /var/run.
@@ -302,18 +307,18 @@ Status UnpackArchive(std::string_view data, const std::string& dest_dir, size_t 
     return Status::FailedPrecondition("unpack destination " + dest_dir + " is not empty");
   }
 
-  ReadArchive reader(archive_read_new());
-  WriteArchive disk(archive_write_disk_new());
+  ReadArchive reader(La().archive_read_new());
+  WriteArchive disk(La().archive_write_disk_new());
   if (!reader || !disk) return Status::Internal("libarchive allocation failed");
   // Only gzip and tar: read_support_filter_all would happily run external decompressors.
-  archive_read_support_filter_gzip(reader.get());
-  archive_read_support_format_tar(reader.get());
+  La().archive_read_support_filter_gzip(reader.get());
+  La().archive_read_support_format_tar(reader.get());
   // NOABSOLUTEPATHS is checked by CheckRelativeName: the names we hand libarchive are absolute
   // by construction (dest prefix), since changing the process-wide cwd is not an option.
-  archive_write_disk_set_options(disk.get(), ARCHIVE_EXTRACT_PERM |
-                                                 ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-                                                 ARCHIVE_EXTRACT_SECURE_SYMLINKS);
-  if (archive_read_open_memory(reader.get(), data.data(), data.size()) != ARCHIVE_OK) {
+  La().archive_write_disk_set_options(disk.get(), ARCHIVE_EXTRACT_PERM |
+                                                      ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+                                                      ARCHIVE_EXTRACT_SECURE_SYMLINKS);
+  if (La().archive_read_open_memory(reader.get(), data.data(), data.size()) != ARCHIVE_OK) {
     return Status::InvalidArgument("not a readable archive: " + ArchiveError(reader.get()));
   }
   Status st = Extract(reader.get(), disk.get(), dest.string(), max_total_bytes, max_entries);
