@@ -624,6 +624,51 @@ TEST_F(RecoveryE2ETest, PyTorchJobSurvivesFourInterruptionsBitIdentically) {
   EXPECT_TRUE(Contains(shown, "restarts:  4 of 10")) << shown;
 }
 
+// Issue 11 item 5, end to end: a training script that saves on SIGTERM and exits 0 (a common
+// pattern) was preempted, not finished: it resumes from its checkpoint on another node and ends
+// bit-identical to an uninterrupted run, instead of being recorded as succeeded part-way.
+TEST_F(RecoveryE2ETest, PyTorchJobThatExitsZeroOnSigtermIsResumedNotCalledDone) {
+  const std::string example = std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/examples/pytorch";
+  const std::string args = "train.py --steps 400 --checkpoint-every 20";
+  std::string reference = ShellOutput(
+      "cd " + example + " && d=$(mktemp -d) && SLUICE_CHECKPOINT_DIR=$d /usr/bin/python3 " + args +
+      " | grep '^final sha256'; rm -rf \"$d\"");
+  ASSERT_FALSE(reference.empty()) << "the example did not run: is python3-torch installed?";
+  cluster_.StartAgent("a1");
+  std::string spec = Spec("train0",
+                          "name: train0\nresources: {cpus: 1, memory_gb: 0.5}\n"
+                          "workdir: " +
+                              example + "\nrun: /usr/bin/python3 " + args +
+                              " --step-delay 0.04 --exit-code-on-sigterm 0\n"
+                              "lifecycle: {checkpoint_interval: 1s, grace_period: 20s, "
+                              "max_restarts: 3}\n");
+  std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
+  ASSERT_TRUE(Contains(id, "job-")) << id;
+  auto logs = [&] { return cluster_.Cli({"logs", id}).out; };
+  ASSERT_TRUE(WaitUntil([&] { return Contains(logs(), "\nstep 60 "); }, std::chrono::seconds(90)))
+      << logs();
+  cluster_.StartAgent("a2");
+  Json first = GetJob(cluster_, id)["attempts"][0];
+  ASSERT_EQ(cluster_.Cli({"node", "reclaim", first.value("node_id", ""), "--cause", "maintenance"})
+                .exit_code,
+            0);
+  ASSERT_TRUE(
+      WaitUntil([&] { return JobState(cluster_, id) == "succeeded"; }, std::chrono::seconds(120)))
+      << GetJob(cluster_, id).dump(2) << logs();
+  Json a = GetJob(cluster_, id)["attempts"];
+  ASSERT_EQ(a.size(), 2u) << a.dump(2);
+  EXPECT_EQ(a[0]["state"], "preempted");
+  EXPECT_EQ(a[0]["exit_code"], 0) << a[0];
+  EXPECT_EQ(a[0]["cause"], "preempted: maintenance (exited with code 0 while being preempted)");
+  EXPECT_EQ(a[1]["state"], "succeeded");
+  EXPECT_FALSE(a[1].value("checkpoint_restored", "").empty()) << a[1];
+  std::string out = logs();
+  EXPECT_TRUE(Contains(out, "saved step")) << out;
+  size_t pos = out.rfind("final sha256");
+  ASSERT_NE(pos, std::string::npos) << out;
+  EXPECT_EQ(Trim(out.substr(pos, out.find('\n', pos) - pos)), reference);
+}
+
 // The two preemption sources that start on the node: a cloud spot-termination notice (a local
 // HTTP server plays the instance-metadata service) and the provider's SIGUSR1 to the agent. Both
 // take the same path as a server-side reclaim, and the job resumes from its checkpoint.

@@ -7,7 +7,8 @@ It implements the job's half of Sluice's checkpoint contract (see README.md):
   into $SLUICE_CHECKPOINT_DIR (./checkpoints when unset), atomically, keeping the last two;
 * on start it resumes from the newest checkpoint that verifies, falling back to the one before
   when the newest is truncated or corrupt;
-* on SIGTERM it finishes the current step, saves a checkpoint and exits with 143;
+* on SIGTERM it finishes the current step, saves a checkpoint and exits with 143 (or the code
+  --exit-code-on-sigterm gives: Sluice treats an exit during a preemption as preempted, even 0);
 * at the end it writes the final weights and prints `final sha256 <hex>`, which is the same for
   an uninterrupted run and for any run that was stopped and resumed, however often.
 
@@ -48,7 +49,7 @@ except RuntimeError:  # already set (e.g. when imported twice in one process)
 torch.use_deterministic_algorithms(True)
 
 FEATURES, HIDDEN, CLASSES = 32, 128, 8
-EXIT_PREEMPTED = 143  # 128 + SIGTERM, like a process the signal killed, but after saving
+EXIT_PREEMPTED = 143  # 128 + SIGTERM, like a process the signal killed, but after saving (default)
 
 # ckpt-<step, 8 digits>-<first 16 hex digits of the file's SHA-256>.pt: the name carries the
 # checksum of the bytes, and a rename is atomic, so a checkpoint verifies by itself.
@@ -232,7 +233,12 @@ def main():
     p.add_argument("--step-delay", type=float, default=0.0,
                    help="seconds to sleep after each step, to make a short run long enough to "
                    "preempt by hand or in tests; does not change the result")
+    p.add_argument("--exit-code-on-sigterm", type=int, default=EXIT_PREEMPTED,
+                   help="exit code after saving on SIGTERM (default 143; many scripts exit 0, "
+                   "which Sluice still records as preempted and resumes)")
     args = p.parse_args()
+    if not 0 <= args.exit_code_on_sigterm <= 255:
+        p.error("--exit-code-on-sigterm must be between 0 and 255")
     if args.steps < 0 or args.checkpoint_every < 1 or args.log_every < 1:
         p.error("--steps must be >= 0, --checkpoint-every and --log-every >= 1")
 
@@ -285,9 +291,10 @@ def main():
         if last_saved != step:
             name = save_checkpoint(ckpt_dir, step, model, opt, data_gen)
             log(f"checkpoint step {step} {name}")
-        log(f"preempted: got SIGTERM, saved step {step} of {args.steps}; exiting {EXIT_PREEMPTED}")
+        log(f"preempted: got SIGTERM, saved step {step} of {args.steps}; "
+            f"exiting {args.exit_code_on_sigterm}")
         sys.stdout.flush()
-        sys.exit(EXIT_PREEMPTED)
+        sys.exit(args.exit_code_on_sigterm)
 
     # Held-out accuracy, from its own generator so it disturbs no training state.
     model.eval()

@@ -552,13 +552,17 @@ Status ServerCore::ApplyExitLocked(AttemptRecord& att, const proto::Exited& ex, 
   } else if (js.record.cancel_requested) {
     state = AttemptState::kCancelled;
     cause = "cancelled by user";
-  } else if (ex.exit_code == 0 && ex.signal == 0) {
-    // Finished, even if a preemption was on its way: the work is done, never run it again.
-    state = AttemptState::kSucceeded;
-    cause = "exited";
   } else if (att.cause.rfind(kPreemptingPrefix, 0) == 0) {
+    // Whatever its exit code: a training script that saves on SIGTERM and exits 0 has not
+    // finished its work (as Kubernetes marks disrupted pods failed, not succeeded). The next
+    // attempt restores the checkpoint; if the work was in fact done, it finishes at once
+    // (the README's checkpoint contract).
     state = AttemptState::kPreempted;
     cause = "preempted: " + att.cause.substr(kPreemptingPrefix.size());
+    if (ex.exit_code == 0 && ex.signal == 0) cause += " (exited with code 0 while being preempted)";
+  } else if (ex.exit_code == 0 && ex.signal == 0) {
+    state = AttemptState::kSucceeded;
+    cause = "exited";
   } else {
     state = AttemptState::kFailed;
     cause = ex.signal ? "killed by signal " + std::to_string(ex.signal)

@@ -695,18 +695,37 @@ TEST_F(ServerCoreTest, InterruptibleThenOnDemandFallsBackAfterPreemptions) {
   EXPECT_TRUE(said);
 }
 
-TEST_F(ServerCoreTest, AJobThatFinishesWhileBeingPreemptedSucceedsAndIsNotRunAgain) {
-  auto link = std::make_shared<RecordingLink>();
-  auto node = Hello(link, CpuHello());
-  auto job = core_->SubmitJob(Spec(), "");
-  std::string att = link->OfType("assign")[0]["attempt_id"];
-  ASSERT_TRUE(core_->ReclaimNode(*node, {}, "maintenance").ok());
-  ASSERT_TRUE(
-      core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
+// Issue 11 item 5: an exit during a preemption is the preemption's end, not the job's, even
+// with exit code 0 (a script that saves on SIGTERM and exits 0 has not finished its work).
+TEST_F(ServerCoreTest, AJobThatExitsZeroWhileBeingPreemptedIsPreemptedAndRunsAgain) {
+  auto l1 = std::make_shared<RecordingLink>();
+  proto::Hello h1 = CpuHello();
+  h1.name = "one";
+  auto n1 = Hello(l1, h1);
+  auto job = core_->SubmitJob(Spec(4), "");  // only fits an idle node
+  ASSERT_TRUE(job.ok());
+  std::string att = l1->OfType("assign")[0]["attempt_id"];
+  ASSERT_TRUE(core_->AgentMessage(*n1, l1.get(), Msg("started", att)).ok());
+  auto l2 = std::make_shared<RecordingLink>();
+  proto::Hello h2 = CpuHello();
+  h2.name = "two";
+  auto n2 = Hello(l2, h2);
+  ASSERT_TRUE(core_->ReclaimNode("one", {}, "maintenance").ok());
+  ASSERT_TRUE(core_->AgentMessage(*n1, l1.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
   auto d = core_->GetJob(job->id);
-  EXPECT_EQ(d->job.state, store::JobState::kSucceeded);
-  EXPECT_EQ(d->attempts[0].state, store::AttemptState::kSucceeded);
-  EXPECT_EQ(link->OfType("assign").size(), 1u);
+  ASSERT_EQ(d->attempts.size(), 2u);
+  EXPECT_EQ(d->attempts[0].state, store::AttemptState::kPreempted);
+  EXPECT_EQ(d->attempts[0].cause,
+            "preempted: maintenance (exited with code 0 while being preempted)");
+  EXPECT_EQ(d->job.preemptions, 1);
+  // Placed again at once on the other node; there an exit 0 is success.
+  ASSERT_EQ(l2->OfType("assign").size(), 1u);
+  std::string att2 = l2->OfType("assign")[0]["attempt_id"];
+  ASSERT_TRUE(core_->AgentMessage(*n2, l2.get(), Msg("started", att2)).ok());
+  ASSERT_TRUE(
+      core_->AgentMessage(*n2, l2.get(), proto::ToJson(proto::Exited{att2, 0, 0, ""})).ok());
+  EXPECT_EQ(core_->GetJob(job->id)->job.state, store::JobState::kSucceeded);
+  EXPECT_EQ(l1->OfType("assign").size(), 1u);  // never again on the reclaimed node
 }
 
 // A manifest in agent/checkpoint_sync's format, stored with its chunks; returns its digest.
