@@ -83,10 +83,10 @@ struct Exited {
   std::string attempt_id;
   int exit_code = 0;
   int signal = 0;
-  std::string error;  // non-empty when the job could not be started
+  std::string error{};  // non-empty when the job could not be started
   // Manifest digest of the checkpoint saved after the job stopped, empty when there was none or
   // it could not be saved (the server keeps the previous complete one).
-  std::string checkpoint;
+  std::string checkpoint{};
 };
 
 Json ToJson(const Hello& m);

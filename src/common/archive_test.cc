@@ -55,7 +55,7 @@ struct RawEntry {
   std::string name;
   std::string content;
   mode_t type = AE_IFREG;
-  std::string link;  // symlink target for AE_IFLNK
+  std::string link{};  // symlink target for AE_IFLNK
 };
 
 // Builds a tar.gz by hand so tests can hold entries PackDirectory would never produce.

@@ -58,11 +58,9 @@ Json ToJson(const Explanation& e) {
 
 std::string Summary(const Explanation& e) {
   std::string s = "of " + std::to_string(e.offers) + " offer" + (e.offers == 1 ? "" : "s");
-  bool any = false;
   for (const auto& t : e.per_term) {
     if (t.eliminated == 0) continue;
     s += ", `" + t.term + "` rules out " + std::to_string(t.eliminated);
-    any = true;
   }
   if (!e.nearest.empty() && !e.nearest.front().failed.empty()) {
     const NearMiss& n = e.nearest.front();

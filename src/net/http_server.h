@@ -94,8 +94,8 @@ struct HttpServerOptions {
   // TLS: with a certificate chain (PEM, leaf first) and its private key (PEM), every connection
   // is HTTPS/WSS (TLS 1.2 or later; 1.3 with OpenSSL 3 clients). A plain HTTP request to a TLS
   // server gets a 400 saying so. Both empty: plain HTTP. Bad PEM fails Start.
-  std::string tls_cert_chain_pem;
-  std::string tls_key_pem;
+  std::string tls_cert_chain_pem{};
+  std::string tls_key_pem{};
   // A TLS client must complete its handshake within this (from accept), or it is dropped.
   std::chrono::milliseconds tls_handshake_timeout{10000};
 

@@ -118,18 +118,18 @@ struct NodeRecord {
 struct JobRecord {
   std::string id;  // "job-..."
   std::string name;
-  Json spec;                 // spec::JobSpec as JSON
-  std::string workdir_blob;  // sha256 of the uploaded workdir archive, or empty
+  Json spec;                   // spec::JobSpec as JSON
+  std::string workdir_blob{};  // sha256 of the uploaded workdir archive, or empty
   JobState state = JobState::kQueued;
   int priority = 0;
   int64_t submitted_ms = 0;
   int64_t started_ms = 0;
   int64_t finished_ms = 0;
-  std::optional<int> exit_code;
-  std::string reason;             // why it waits, failed or was lost; shown to the user
-  std::string attempt_id;         // the current (or last) attempt, empty before placement
+  std::optional<int> exit_code{};
+  std::string reason{};           // why it waits, failed or was lost; shown to the user
+  std::string attempt_id{};       // the current (or last) attempt, empty before placement
   bool cancel_requested = false;  // a cancel is on its way to the agent; ends as kCancelled
-  std::string checkpoint;         // manifest digest of the latest complete checkpoint, or empty
+  std::string checkpoint{};       // manifest digest of the latest complete checkpoint, or empty
   int preemptions = 0;            // attempts that ended preempted or with their node lost
   std::string owner{};            // the submitting account ("" before issue 10: the admin's)
   std::string team{};             // the team it is shared with, or ""
@@ -140,7 +140,7 @@ struct AttemptRecord {
   std::string id;  // "att-..."
   std::string job_id;
   std::string node_id;
-  std::vector<int> gpus;  // GPU indices on the node, exclusive
+  std::vector<int> gpus{};  // GPU indices on the node, exclusive
   int cpus = 0;
   double memory_gb = 0;
   double price_per_hour = 0;  // locked when the allocation is made
@@ -148,14 +148,14 @@ struct AttemptRecord {
   int64_t created_ms = 0;
   int64_t started_ms = 0;
   int64_t ended_ms = 0;
-  std::optional<int> exit_code;
-  std::string cause;                // "exited", "cancelled", "node lost", ...
-  int number = 1;                   // 1 for the job's first attempt, 2 for the next, ...
-  std::string checkpoint_restored;  // manifest digest restored before it started, or empty
-  bool interruptible = false;       // on interruptible capacity: on-demand work may preempt it
+  std::optional<int> exit_code{};
+  std::string cause{};                // "exited", "cancelled", "node lost", ...
+  int number = 1;                     // 1 for the job's first attempt, 2 for the next, ...
+  std::string checkpoint_restored{};  // manifest digest restored before it started, or empty
+  bool interruptible = false;         // on interruptible capacity: on-demand work may preempt it
   // Digest of the NodeSnapshot taken at placement: what hardware and software the attempt ran on,
   // for audit bundles. Empty for attempts placed before issue 5.
-  std::string node_snapshot;
+  std::string node_snapshot{};
   bool operator==(const AttemptRecord&) const = default;
 };
 
@@ -163,8 +163,8 @@ struct LogLine {
   int64_t id = 0;  // assigned by the store; a cursor for readers (per job order)
   std::string job_id;
   std::string attempt_id;
-  int64_t seq = 0;     // the agent's sequence number within the attempt (dedup key)
-  std::string stream;  // "stdout" or "stderr"
+  int64_t seq = 0;       // the agent's sequence number within the attempt (dedup key)
+  std::string stream{};  // "stdout" or "stderr"
   int64_t ts_ms = 0;
   std::string text;  // one line, without its newline
   bool operator==(const LogLine&) const = default;
