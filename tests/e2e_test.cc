@@ -124,6 +124,31 @@ TEST(StartUpTest, TheBinaryDoesNotLoadLibarchiveAtStart) {
   EXPECT_FALSE(Contains(r.out, "libarchive")) << r.out;
 }
 
+// Issue 11 item 4: a job is held to the memory it was allocated (its cgroup); going over kills
+// it with a reason that says so, and the node carries on.
+TEST_F(E2ETest, AJobOverItsMemoryFailsWithOutOfMemoryAndTheNodeStaysUp) {
+  Daemon* agent = cluster_.StartAgent("a1");
+  if (Contains(agent->Log(), "job limits: none")) {
+    GTEST_SKIP() << "no usable cgroups on this host: " << agent->Log();
+  }
+  std::string hog = Spec("hog",
+                         "name: hog\nresources: {cpus: 1, memory_gb: 0.1}\n"
+                         "run: /usr/bin/python3 -c 'b = bytearray(1 << 30); print(len(b))'\n");
+  std::string id = JobId(cluster_.Cli({"run", hog, "--detach"}));
+  ASSERT_TRUE(WaitUntil([&] { return JobState(cluster_, id) == "failed"; }))
+      << GetJob(cluster_, id).dump(2);
+  Json j = GetJob(cluster_, id);
+  EXPECT_EQ(j["job"]["state"], "failed") << j.dump(2);
+  std::string cause = j["attempts"][0].value("cause", "");
+  EXPECT_TRUE(Contains(cause, "out of memory")) << cause;
+  EXPECT_TRUE(Contains(cause, "0.1 GB")) << cause;
+  // The node is fine and takes the next job.
+  std::string ok = Spec("fine", "name: fine\nrun: echo still here\n");
+  CommandResult f = cluster_.Cli({"run", ok, "--follow"});
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(Contains(f.out, "still here"));
+}
+
 TEST_F(E2ETest, CancelKillsTheWholeProcessTree) {
   cluster_.StartAgent("a1");
   std::string spec = Spec("tree", R"(name: tree

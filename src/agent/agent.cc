@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/cgroup.h"
 #include "agent/checkpoint_sync.h"
 #include "agent/conformance.h"
 #include "agent/host_info.h"
@@ -168,6 +169,8 @@ struct Attempt {
   std::string notice;              // a preemption this agent started, not yet told the server
   bool noticed = false;            // preempted from this side already
   std::mutex upload_mu;            // one save at a time, so the final one is reported last
+  std::unique_ptr<AttemptCgroup> cgroup;  // its limits and freezer; null where cgroups are not
+  bool out_of_memory = false;             // the OOM killer struck in its memory cgroup
 };
 
 class Agent {
@@ -240,6 +243,7 @@ class Agent {
   std::string pending_report_;    // a `conformance` message not yet sent
   bool reregister_ = false;       // the inventory changed: reconnect and say hello again
   ProbeOptions probe_options_;    // how Run() probed the machine; VerifyLoop probes again
+  CgroupSupport cgroups_;         // found at start; read-only afterwards
 };
 
 void Agent::RecoverAttempts() {
@@ -264,6 +268,7 @@ void Agent::RecoverAttempts() {
     if (j->contains("exit_code") && (*j)["exit_code"].is_number_integer()) {
       a->exit = ExitInfo{(*j)["exit_code"].get<int>(), j->value("signal", 0)};
       a->final_checkpoint = j->value("checkpoint", "");
+      a->out_of_memory = j->value("out_of_memory", false);
     } else if (a->error.empty()) {
       // It was running when the previous agent died. PR_SET_PDEATHSIG took the shell; kill
       // whatever is left of its group. Safe against pid reuse: Linux never hands out a pid that
@@ -272,6 +277,11 @@ void Agent::RecoverAttempts() {
       std::string leader_start = a->pgid > 0 ? ProcessStartTime(a->pgid) : "";
       if (a->pgid > 1 && (leader_start.empty() || leader_start == a->start_time)) {
         (void)KillProcessGroup(a->pgid, SIGKILL);
+      }
+      // And whatever left the group (setsid, double fork) but not the attempt's cgroup.
+      if (auto cg = AttemptCgroup::Open(cgroups_, a->id); cg.ok()) {
+        (void)(*cg)->Signal(SIGKILL);
+        a->cgroup = std::move(*cg);
       }
       a->lost = true;
       Log("attempt %s was orphaned by a previous agent; reporting it lost", a->id);
@@ -290,6 +300,7 @@ void Agent::PersistLocked(const Attempt& a) {
     j["exit_code"] = a.exit->exit_code;
     j["signal"] = a.exit->signal;
     j["checkpoint"] = a.final_checkpoint;
+    j["out_of_memory"] = a.out_of_memory;
   }
   Status s = WriteFileAtomic(AttemptsDir() + "/" + a.id + ".json", DumpJson(j));
   if (!s.ok()) Log("%s", s.ToString());
@@ -312,6 +323,13 @@ void Agent::ForgetLocked(const std::string& attempt_id) {
   attempts_.erase(it);
   SpawnLocked([keep]() mutable {
     if (keep->proc) keep->proc->Wait();
+    if (keep->cgroup) {
+      // Killed when the leader exited; the kernel may take a moment to empty it.
+      for (int i = 0; i < 50 && !keep->cgroup->Remove().ok(); ++i) {
+        (void)keep->cgroup->Signal(SIGKILL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
     keep.reset();
   });
 }
@@ -534,6 +552,25 @@ void Agent::StartAttempt(proto::Assign assign) {
   spec.env = JobEnv(assign);
   spec.env["SLUICE_CHECKPOINT_DIR"] = ckpt;
   if (resumed) spec.env["SLUICE_RESUMED"] = "1";
+  std::unique_ptr<AttemptCgroup> cgroup;
+  if (cgroups_.usable()) {
+    CgroupLimits limits;
+    limits.memory_bytes = static_cast<int64_t>(assign.memory_gb * 1024.0 * 1024.0 * 1024.0);
+    limits.cpus = assign.cpus;
+    limits.max_pids = opt_.max_pids_per_job;
+    auto cg = AttemptCgroup::Create(cgroups_, assign.attempt_id, limits);
+    if (!cg.ok()) {
+      // The node sells limited slices; a job it cannot confine does not run.
+      std::lock_guard<std::mutex> lock(mu_);
+      a->error = "cannot create its cgroup: " + cg.status().message();
+      PersistLocked(*a);
+      dirty_ = true;
+      cv_.notify_all();
+      return;
+    }
+    cgroup = std::move(*cg);
+    spec.join_cgroup_fds = cgroup->procs_fds();
+  }
   std::weak_ptr<Attempt> weak = a;
   auto on_line = [this, weak](OutputStream stream, std::string_view line) {
     auto att = weak.lock();
@@ -557,9 +594,17 @@ void Agent::StartAttempt(proto::Assign assign) {
     // The final checkpoint is saved before the exit is reported, so the server requeues the
     // job with it (issue 4: ... SIGKILL → final checkpoint upload → attempt ended).
     SpawnLocked([this, att, info] {
+      // The leader is gone; so is everything it started, even what left its process group.
+      bool oom = false;
+      if (att->cgroup) {
+        auto killed = att->cgroup->OomKilled();
+        oom = killed.ok() && *killed;
+        (void)att->cgroup->Signal(SIGKILL);
+      }
       std::string manifest = SaveCheckpoint(*att);
       std::lock_guard<std::mutex> lock(mu_);
       att->final_checkpoint = manifest;
+      att->out_of_memory = oom;
       att->exit = info;
       PersistLocked(*att);
       dirty_ = true;
@@ -567,6 +612,7 @@ void Agent::StartAttempt(proto::Assign assign) {
     });
   };
   std::lock_guard<std::mutex> lock(mu_);
+  a->cgroup = std::move(cgroup);
   auto proc = Process::Start(spec, on_line, on_exit);
   if (!proc.ok()) {
     a->error = proc.status().message();
@@ -790,6 +836,7 @@ void Agent::FlushLocked(WsClient& ws) {
       ex.exit_code = a->exit ? a->exit->exit_code : -1;
       ex.signal = a->exit ? a->exit->signal : 0;
       ex.error = a->error;
+      ex.out_of_memory = a->out_of_memory;
       ws.Send(DumpJson(proto::ToJson(ex)));
       a->exit_sent = true;
     }
@@ -978,6 +1025,13 @@ int Agent::Run() {
     Log("using the node credential in %s", CredentialPath());
   }
   if (auto id = ReadFile(opt_.data_dir + "/node.id"); id.ok()) node_id_ = Trim(*id);
+  cgroups_ = DetectCgroups(opt_.cgroup_root);
+  if (cgroups_.usable()) {
+    Log("job limits: %s", cgroups_.Describe());
+  } else {
+    Log("job limits: none (%s): jobs run without CPU, memory or process-count limits",
+        cgroups_.Describe());
+  }
   RecoverAttempts();
 
   sigset_t stop_signals;

@@ -41,6 +41,9 @@ struct AgentOptions {
   // The conformance suite the server asks for (at registration, on schedule, `node verify`).
   // disk_dir defaults to data_dir; trigger is set per run.
   ConformanceOptions conformance;
+  // Per-attempt cgroups (agent/cgroup.h): CPU and memory as allocated, and this many processes.
+  std::string cgroup_root = "/sys/fs/cgroup";
+  int64_t max_pids_per_job = 4096;
 };
 
 // Runs until SIGINT/SIGTERM (exit 0) or a fatal error such as a rejected join token (exit 1).

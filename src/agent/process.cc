@@ -49,7 +49,14 @@ int MoveAboveStdio(int fd) {
 }
 
 // What the child writes to the CLOEXEC status pipe when something before exec fails.
-enum ChildStage : int { kStageSetpgid = 1, kStageDup, kStageChdir, kStageExec, kStageParent };
+enum ChildStage : int {
+  kStageSetpgid = 1,
+  kStageDup,
+  kStageChdir,
+  kStageExec,
+  kStageParent,
+  kStageCgroup
+};
 struct ChildError {
   int stage;
   int err;
@@ -60,13 +67,17 @@ struct ChildError {
 // but errno. Not instrumented by ASan: its redzones would stay poisoned after exec.
 [[noreturn]] __attribute__((no_sanitize_address)) void ChildAfterFork(
     int devnull, int out_w, int err_w, int status_w, pid_t parent, const char* cwd,
-    char* const* argv, char* const* envp, int max_fd) {
+    char* const* argv, char* const* envp, int max_fd, const int* cgroup_fds, size_t n_cgroup_fds) {
   auto fail = [status_w](int stage) {
     ChildError e{stage, errno};
     ssize_t ignored = write(status_w, &e, sizeof e);
     (void)ignored;
     _exit(127);
   };
+  // Into the attempt's cgroups first: everything the job ever forks is counted and limited.
+  for (size_t i = 0; i < n_cgroup_fds; ++i) {
+    if (write(cgroup_fds[i], "0", 1) != 1) fail(kStageCgroup);
+  }
   if (setpgid(0, 0) != 0) fail(kStageSetpgid);
   // The job must not outlive the agent's monitor thread (or the agent itself).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -104,12 +115,14 @@ struct ChildArgs {
   char* const* argv;
   char* const* envp;
   int max_fd;
+  const int* cgroup_fds;
+  size_t n_cgroup_fds;
 };
 
 __attribute__((no_sanitize_address)) int ChildEntry(void* arg) {
   const auto* a = static_cast<const ChildArgs*>(arg);
   ChildAfterFork(a->devnull, a->out_w, a->err_w, a->status_w, a->parent, a->cwd, a->argv, a->envp,
-                 a->max_fd);
+                 a->max_fd, a->cgroup_fds, a->n_cgroup_fds);
 }
 
 // Starts ChildEntry in a new process that shares our memory until it execs or exits, while
@@ -153,6 +166,8 @@ Status ChildErrorToStatus(const ChildError& e, const std::string& cwd) {
       return Status::Internal("dup2 in child: " + why);
     case kStageParent:
       return Status::Internal("agent thread exited while starting the job");
+    case kStageCgroup:
+      return Status::Internal("joining the attempt's cgroup: " + why);
     default:
       return Status::Internal("child setup failed: " + why);
   }
@@ -307,8 +322,17 @@ void Process::Run(const ProcessSpec& spec, std::promise<Status>* started) {
     return;
   }
 
-  ChildArgs child_args{devnull,          out[1],      err[1],      status[1], getpid(),
-                       spec.cwd.c_str(), argv.data(), envp.data(), max_fd};
+  ChildArgs child_args{devnull,
+                       out[1],
+                       err[1],
+                       status[1],
+                       getpid(),
+                       spec.cwd.c_str(),
+                       argv.data(),
+                       envp.data(),
+                       max_fd,
+                       spec.join_cgroup_fds.data(),
+                       spec.join_cgroup_fds.size()};
   pid_t pid = SpawnChild(&child_args);
   if (pid < 0) {
     Status st = Status::Internal("clone: " + ErrnoText(errno));

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/status.h"
 
@@ -28,6 +29,9 @@ struct ProcessSpec {
   std::string cwd;
   // The COMPLETE environment of the child: nothing is inherited from the agent implicitly.
   std::map<std::string, std::string> env;
+  // `cgroup.procs` files (AttemptCgroup::procs_fds) the child joins before exec, so the job is
+  // inside its cgroups from its first instruction. Not owned: they stay open for the caller.
+  std::vector<int> join_cgroup_fds;
 };
 
 enum class OutputStream { kStdout, kStderr };

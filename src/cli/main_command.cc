@@ -190,6 +190,13 @@ int Main(int argc, char** argv) {
                    "Seconds between polls of --spot-metadata-url")
       ->check(CLI::Range(0.05, 3600.0))
       ->capture_default_str();
+  agent_cmd
+      ->add_option("--max-pids-per-job", aopt.max_pids_per_job,
+                   "Processes and threads one job may have at once (its pids cgroup; a fork "
+                   "bomb stops there); the job's CPUs and memory are limited to what it was "
+                   "allocated")
+      ->check(CLI::Range(int64_t{16}, int64_t{4194304}))
+      ->capture_default_str();
   agent_cmd->add_flag("--skip-software-probe", aopt.skip_software_probe,
                       "Do not probe CUDA toolkits, Python and PyTorch (importing torch takes "
                       "seconds); offers then list no toolkits or PyTorch builds");

@@ -185,8 +185,13 @@ Result<Assign> AssignFromJson(const Json& j) {
 }
 
 Json ToJson(const Exited& m) {
-  return Json{{"type", "exited"},   {"attempt_id", m.attempt_id}, {"exit_code", m.exit_code},
-              {"signal", m.signal}, {"error", m.error},           {"checkpoint", m.checkpoint}};
+  return Json{{"type", "exited"},
+              {"attempt_id", m.attempt_id},
+              {"exit_code", m.exit_code},
+              {"signal", m.signal},
+              {"error", m.error},
+              {"checkpoint", m.checkpoint},
+              {"out_of_memory", m.out_of_memory}};
 }
 
 Result<Exited> ExitedFromJson(const Json& j) {
@@ -199,6 +204,11 @@ Result<Exited> ExitedFromJson(const Json& j) {
   m.signal = static_cast<int>(sig);
   SLUICE_ASSIGN_OR_RETURN(m.error, GetStringOr(j, "error", ""));
   SLUICE_ASSIGN_OR_RETURN(m.checkpoint, GetStringOr(j, "checkpoint", ""));
+  auto oom = j.find("out_of_memory");
+  if (oom != j.end()) {
+    if (!oom->is_boolean()) return Status::InvalidArgument("out_of_memory: must be a boolean");
+    m.out_of_memory = oom->get<bool>();
+  }
   return m;
 }
 

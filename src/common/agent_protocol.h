@@ -87,6 +87,9 @@ struct Exited {
   // Manifest digest of the checkpoint saved after the job stopped, empty when there was none or
   // it could not be saved (the server keeps the previous complete one).
   std::string checkpoint{};
+  // The kernel's OOM killer struck inside the attempt's memory cgroup (its limit is the job's
+  // resources.memory_gb): the server reports "out of memory", not a bare SIGKILL.
+  bool out_of_memory = false;
 };
 
 Json ToJson(const Hello& m);

@@ -563,6 +563,12 @@ Status ServerCore::ApplyExitLocked(AttemptRecord& att, const proto::Exited& ex, 
   } else if (ex.exit_code == 0 && ex.signal == 0) {
     state = AttemptState::kSucceeded;
     cause = "exited";
+  } else if (ex.out_of_memory) {
+    state = AttemptState::kFailed;
+    char gb[32];
+    std::snprintf(gb, sizeof gb, "%g", js.spec.resources.memory_gb);
+    cause = std::string("out of memory: the job needed more than the ") + gb +
+            " GB it was allocated (resources.memory_gb)";
   } else {
     state = AttemptState::kFailed;
     cause = ex.signal ? "killed by signal " + std::to_string(ex.signal)
