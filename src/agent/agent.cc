@@ -1028,6 +1028,9 @@ int Agent::Run() {
   cgroups_ = DetectCgroups(opt_.cgroup_root);
   if (cgroups_.usable()) {
     Log("job limits: %s", cgroups_.Describe());
+    if (int n = RemoveStaleCgroups(cgroups_, 300); n > 0) {
+      Log("removed %s empty job cgroups left by agents that were killed", std::to_string(n));
+    }
   } else {
     Log("job limits: none (%s): jobs run without CPU, memory or process-count limits",
         cgroups_.Describe());

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -160,6 +161,33 @@ CgroupSupport DetectCgroups(const std::string& root) {
   }
   s.freezer = true;  // cgroup.freeze is core in v2
   return s;
+}
+
+int RemoveStaleCgroups(const CgroupSupport& support, int64_t min_age_s) {
+  std::vector<std::string> parents;
+  if (support.layout == Layout::kV2) {
+    parents.push_back(support.root + "/" + kParent);
+  } else if (support.layout == Layout::kV1) {
+    for (const auto& t : kV1Trees) {
+      if (support.*(t.flag)) parents.push_back(support.root + "/" + t.name + "/" + kParent);
+    }
+  }
+  const time_t now = time(nullptr);
+  int removed = 0;
+  for (const auto& parent : parents) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(parent, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("att-", 0) != 0 || !e.is_directory(ec)) continue;
+      struct stat st {};
+      if (stat(e.path().c_str(), &st) != 0 || now - st.st_mtime < min_age_s) continue;
+      auto procs = ReadSmall(e.path().string() + "/cgroup.procs");
+      if (!procs.ok() || procs->find_first_not_of(" \n") != std::string::npos) continue;
+      // On cgroupfs the control files go with the directory; elsewhere (tests) remove them.
+      if (rmdir(e.path().c_str()) == 0 || (fs::remove_all(e.path(), ec) > 0 && !ec)) ++removed;
+    }
+  }
+  return removed;
 }
 
 AttemptCgroup::AttemptCgroup(CgroupSupport support, std::vector<std::string> dirs)

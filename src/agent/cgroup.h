@@ -39,6 +39,12 @@ struct CgroupSupport {
 // writable (by creating and removing `sluice/.probe-<pid>` in each).
 CgroupSupport DetectCgroups(const std::string& root = "/sys/fs/cgroup");
 
+// Removes attempt cgroups that are empty and older than `min_age_s` (left by agents killed with
+// -9 whose data dir is gone). A cgroup with processes cannot be removed, and the age keeps it
+// from touching one another agent created a moment ago and is about to join. Returns how many
+// were removed.
+int RemoveStaleCgroups(const CgroupSupport& support, int64_t min_age_s);
+
 class AttemptCgroup {
  public:
   // Creates `sluice/<name>` in every controller `support` has, and writes the limits. On error

@@ -88,6 +88,27 @@ TEST_F(FakeV2Test, RefusesNamesThatLeaveItsDirectory) {
   }
 }
 
+TEST_F(FakeV2Test, StaleEmptyAttemptCgroupsAreRemovedAndNothingElse) {
+  CgroupSupport s = DetectCgroups(root_.string());
+  fs::path parent = root_ / "sluice";
+  auto make = [&](const std::string& name, const std::string& procs, bool old) {
+    fs::create_directories(parent / name);
+    Put(parent / name / "cgroup.procs", procs);
+    if (old) {
+      fs::last_write_time(parent / name, fs::file_time_type::clock::now() - std::chrono::hours(1));
+    }
+  };
+  make("att-old", "", true);
+  make("att-busy", "123\n", true);  // a live job: never touched
+  make("att-new", "", false);       // another agent may be about to start a job in it
+  make("other", "", true);          // not an attempt's
+  EXPECT_EQ(RemoveStaleCgroups(s, 300), 1);
+  EXPECT_FALSE(fs::exists(parent / "att-old"));
+  EXPECT_TRUE(fs::exists(parent / "att-busy"));
+  EXPECT_TRUE(fs::exists(parent / "att-new"));
+  EXPECT_TRUE(fs::exists(parent / "other"));
+}
+
 TEST(CgroupDetectTest, NothingMountedSaysSo) {
   fs::path empty = fs::temp_directory_path() / ("cg-none-" + std::to_string(getpid()));
   fs::create_directories(empty);
