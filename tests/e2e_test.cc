@@ -515,6 +515,13 @@ TEST_F(E2ETest, RequestsWithoutAValidTokenAreRefused) {
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
+// The `final sha256` line of the example run uninterrupted, here, with `args`; "" if it failed.
+std::string PyTorchReference(const std::string& example, const std::string& args) {
+  return ShellOutput("cd " + example +
+                     " && d=$(mktemp -d) && SLUICE_CHECKPOINT_DIR=$d /usr/bin/python3 " + args +
+                     " | grep '^final sha256'; rm -rf \"$d\"");
+}
+
 // Issue 4's promise, end to end: the example PyTorch job runs on interruptible capacity on
 // three agents, is preempted by a cloud spot notice, by its provider's reclaim and by an
 // on-demand job's arrival, then loses its agent to SIGKILL, and still finishes with weights
@@ -530,9 +537,7 @@ TEST_F(RecoveryE2ETest, PyTorchJobSurvivesFourInterruptionsBitIdentically) {
   // interruption comes, even on a sanitized build where each agent's start, conformance suite
   // included, takes seconds.
   const std::string args = "train.py --steps 1000 --checkpoint-every 20";
-  std::string reference = ShellOutput(
-      "cd " + example + " && d=$(mktemp -d) && SLUICE_CHECKPOINT_DIR=$d /usr/bin/python3 " + args +
-      " | grep '^final sha256'; rm -rf \"$d\"");
+  std::string reference = PyTorchReference(example, args);
   ASSERT_FALSE(reference.empty()) << "the example did not run: is python3-torch installed?";
 
   // The metadata service of the cloud a1 runs in.
@@ -655,9 +660,7 @@ TEST_F(RecoveryE2ETest, PyTorchJobSurvivesFourInterruptionsBitIdentically) {
 TEST_F(RecoveryE2ETest, PyTorchJobThatExitsZeroOnSigtermIsResumedNotCalledDone) {
   const std::string example = std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/examples/pytorch";
   const std::string args = "train.py --steps 400 --checkpoint-every 20";
-  std::string reference = ShellOutput(
-      "cd " + example + " && d=$(mktemp -d) && SLUICE_CHECKPOINT_DIR=$d /usr/bin/python3 " + args +
-      " | grep '^final sha256'; rm -rf \"$d\"");
+  std::string reference = PyTorchReference(example, args);
   ASSERT_FALSE(reference.empty()) << "the example did not run: is python3-torch installed?";
   cluster_.StartAgent("a1");
   std::string spec = Spec("train0",

@@ -280,7 +280,7 @@ void Agent::RecoverAttempts() {
       }
       // And whatever left the group (setsid, double fork) but not the attempt's cgroup.
       if (auto cg = AttemptCgroup::Open(cgroups_, a->id); cg.ok()) {
-        (void)(*cg)->Signal(SIGKILL);
+        (void)(*cg)->KillAll();
         a->cgroup = std::move(*cg);
       }
       a->lost = true;
@@ -326,7 +326,7 @@ void Agent::ForgetLocked(const std::string& attempt_id) {
     if (keep->cgroup) {
       // Killed when the leader exited; the kernel may take a moment to empty it.
       for (int i = 0; i < 50 && !keep->cgroup->Remove().ok(); ++i) {
-        (void)keep->cgroup->Signal(SIGKILL);
+        (void)keep->cgroup->KillAll();
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
@@ -599,7 +599,7 @@ void Agent::StartAttempt(proto::Assign assign) {
       if (att->cgroup) {
         auto killed = att->cgroup->OomKilled();
         oom = killed.ok() && *killed;
-        (void)att->cgroup->Signal(SIGKILL);
+        (void)att->cgroup->KillAll();
       }
       std::string manifest = SaveCheckpoint(*att);
       std::lock_guard<std::mutex> lock(mu_);

@@ -88,6 +88,32 @@ constexpr V1Tree kV1Trees[] = {{"memory", &CgroupSupport::memory},
                                {"pids", &CgroupSupport::pids},
                                {"freezer", &CgroupSupport::freezer}};
 
+// Our parent directory in every tree `support` uses (v2: one).
+std::vector<std::string> ParentDirs(const CgroupSupport& support) {
+  std::vector<std::string> dirs;
+  if (support.layout == Layout::kV2) {
+    dirs.push_back(support.root + "/" + kParent);
+  } else if (support.layout == Layout::kV1) {
+    for (const auto& t : kV1Trees) {
+      if (support.*(t.flag)) dirs.push_back(support.root + "/" + t.name + "/" + kParent);
+    }
+  }
+  return dirs;
+}
+
+// The attempt's directories; the name comes from the server (assign) or from the agent's data
+// dir (recovery), and must stay one level below our parent.
+Result<std::vector<std::string>> AttemptDirs(const CgroupSupport& support,
+                                             const std::string& name) {
+  if (support.layout == Layout::kNone) return Status::FailedPrecondition(support.why_not);
+  if (name.empty() || name.find('/') != std::string::npos || name[0] == '.') {
+    return Status::InvalidArgument("bad cgroup name '" + name + "'");
+  }
+  std::vector<std::string> dirs = ParentDirs(support);
+  for (auto& d : dirs) d += "/" + name;
+  return dirs;
+}
+
 }  // namespace
 
 std::string CgroupSupport::Describe() const {
@@ -164,14 +190,7 @@ CgroupSupport DetectCgroups(const std::string& root) {
 }
 
 int RemoveStaleCgroups(const CgroupSupport& support, int64_t min_age_s) {
-  std::vector<std::string> parents;
-  if (support.layout == Layout::kV2) {
-    parents.push_back(support.root + "/" + kParent);
-  } else if (support.layout == Layout::kV1) {
-    for (const auto& t : kV1Trees) {
-      if (support.*(t.flag)) parents.push_back(support.root + "/" + t.name + "/" + kParent);
-    }
-  }
+  const std::vector<std::string> parents = ParentDirs(support);
   const time_t now = time(nullptr);
   int removed = 0;
   for (const auto& parent : parents) {
@@ -197,18 +216,10 @@ AttemptCgroup::~AttemptCgroup() {
   for (int fd : procs_fds_) close(fd);
 }
 
-std::string AttemptCgroup::FreezerDir() const {
+std::string AttemptCgroup::TreeDir(const char* tree) const {
   if (support_.layout == Layout::kV2) return dirs_.front();
   for (const auto& d : dirs_) {
-    if (d.find("/freezer/") != std::string::npos) return d;
-  }
-  return "";
-}
-
-std::string AttemptCgroup::MemoryDir() const {
-  if (support_.layout == Layout::kV2) return dirs_.front();
-  for (const auto& d : dirs_) {
-    if (d.find("/memory/") != std::string::npos) return d;
+    if (d.find(std::string("/") + tree + "/") != std::string::npos) return d;
   }
   return "";
 }
@@ -216,19 +227,7 @@ std::string AttemptCgroup::MemoryDir() const {
 Result<std::unique_ptr<AttemptCgroup>> AttemptCgroup::Create(const CgroupSupport& support,
                                                              const std::string& name,
                                                              const CgroupLimits& limits) {
-  if (support.layout == Layout::kNone) return Status::FailedPrecondition(support.why_not);
-  if (name.empty() || name.find('/') != std::string::npos || name[0] == '.') {
-    return Status::InvalidArgument("bad cgroup name '" + name + "'");
-  }
-  std::vector<std::string> dirs;
-  if (support.layout == Layout::kV2) {
-    dirs.push_back(support.root + "/" + kParent + "/" + name);
-  } else {
-    for (const auto& t : kV1Trees) {
-      if (support.*(t.flag))
-        dirs.push_back(support.root + "/" + t.name + "/" + kParent + "/" + name);
-    }
-  }
+  SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> dirs, AttemptDirs(support, name));
   std::unique_ptr<AttemptCgroup> cg(new AttemptCgroup(support, dirs));
   auto undo = [&](Status st) -> Status {
     for (int fd : cg->procs_fds_) close(fd);
@@ -285,17 +284,8 @@ Result<std::unique_ptr<AttemptCgroup>> AttemptCgroup::Create(const CgroupSupport
 
 Result<std::unique_ptr<AttemptCgroup>> AttemptCgroup::Open(const CgroupSupport& support,
                                                            const std::string& name) {
-  if (support.layout == Layout::kNone) return Status::FailedPrecondition(support.why_not);
-  std::vector<std::string> dirs;
+  SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> dirs, AttemptDirs(support, name));
   std::error_code ec;
-  if (support.layout == Layout::kV2) {
-    dirs.push_back(support.root + "/" + kParent + "/" + name);
-  } else {
-    for (const auto& t : kV1Trees) {
-      if (support.*(t.flag))
-        dirs.push_back(support.root + "/" + t.name + "/" + kParent + "/" + name);
-    }
-  }
   for (const auto& d : dirs) {
     if (!fs::is_directory(d, ec)) return Status::NotFound("no cgroup " + d);
   }
@@ -303,7 +293,7 @@ Result<std::unique_ptr<AttemptCgroup>> AttemptCgroup::Open(const CgroupSupport& 
 }
 
 Result<bool> AttemptCgroup::OomKilled() const {
-  std::string dir = MemoryDir();
+  std::string dir = TreeDir("memory");
   if (dir.empty()) return Status::FailedPrecondition("no memory cgroup");
   const bool v2 = support_.layout == Layout::kV2;
   SLUICE_ASSIGN_OR_RETURN(std::string text,
@@ -320,21 +310,21 @@ Result<std::vector<int>> AttemptCgroup::Pids() const {
 }
 
 Status AttemptCgroup::Freeze() {
-  std::string dir = FreezerDir();
+  std::string dir = TreeDir("freezer");
   if (dir.empty()) return Status::FailedPrecondition("no freezer cgroup");
   if (support_.layout == Layout::kV2) return WriteSmall(dir + "/cgroup.freeze", "1");
   return WriteSmall(dir + "/freezer.state", "FROZEN");
 }
 
 Status AttemptCgroup::Thaw() {
-  std::string dir = FreezerDir();
+  std::string dir = TreeDir("freezer");
   if (dir.empty()) return Status::FailedPrecondition("no freezer cgroup");
   if (support_.layout == Layout::kV2) return WriteSmall(dir + "/cgroup.freeze", "0");
   return WriteSmall(dir + "/freezer.state", "THAWED");
 }
 
 Result<bool> AttemptCgroup::Frozen() const {
-  std::string dir = FreezerDir();
+  std::string dir = TreeDir("freezer");
   if (dir.empty()) return Status::FailedPrecondition("no freezer cgroup");
   if (support_.layout == Layout::kV2) {
     SLUICE_ASSIGN_OR_RETURN(std::string events, ReadSmall(dir + "/cgroup.events"));
@@ -344,18 +334,13 @@ Result<bool> AttemptCgroup::Frozen() const {
   return state.rfind("FROZEN", 0) == 0;
 }
 
-Status AttemptCgroup::Signal(int sig) {
-  if (sig != SIGKILL) {
-    SLUICE_ASSIGN_OR_RETURN(auto pids, Pids());
-    for (int p : pids) kill(p, sig);
-    return Status::Ok();
-  }
+Status AttemptCgroup::KillAll() {
   if (support_.layout == Layout::kV2 && fs::exists(dirs_.front() + "/cgroup.kill")) {
     return WriteSmall(dirs_.front() + "/cgroup.kill", "1");  // the kernel does it atomically
   }
   // Frozen, nothing inside can fork between reading the list and the kills; a frozen task dies
   // once thawed, with the kill already pending.
-  bool froze = !FreezerDir().empty() && Freeze().ok();
+  bool froze = !TreeDir("freezer").empty() && Freeze().ok();
   auto pids = Pids();
   if (pids.ok()) {
     for (int p : *pids) kill(p, SIGKILL);

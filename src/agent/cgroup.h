@@ -70,17 +70,16 @@ class AttemptCgroup {
   Status Freeze();
   Status Thaw();
   Result<bool> Frozen() const;
-  // Sends `sig` to every process inside (thawing first for SIGKILL, so it is delivered).
-  Status Signal(int sig);
+  // SIGKILL to every process inside, with nothing able to fork meanwhile (cgroup.kill in v2;
+  // freeze, kill, thaw in v1).
+  Status KillAll();
   // Removes the directories; FailedPrecondition while processes are left.
   Status Remove();
 
-  const std::vector<std::string>& dirs() const { return dirs_; }
-
  private:
   AttemptCgroup(CgroupSupport support, std::vector<std::string> dirs);
-  std::string FreezerDir() const;
-  std::string MemoryDir() const;
+  // This attempt's directory in `tree` ("memory", "freezer"); v2 has one for all. "" if absent.
+  std::string TreeDir(const char* tree) const;
 
   CgroupSupport support_;
   std::vector<std::string> dirs_;  // one per tree (v2: one)

@@ -33,6 +33,16 @@ T Or(const Result<T>& r, T fallback) {
   return r.ok() ? *r : fallback;
 }
 
+// Polls `cond` every 20 ms for up to 5 s; the kernel changes cgroup state asynchronously.
+template <typename Cond>
+bool WaitFor(Cond cond) {
+  for (int i = 0; i < 250; ++i) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return cond();
+}
+
 // A plain directory laid out like a cgroup v2 root: what the agent writes there is readable.
 class FakeV2Test : public ::testing::Test {
  protected:
@@ -85,6 +95,8 @@ TEST_F(FakeV2Test, RefusesNamesThatLeaveItsDirectory) {
   for (const char* bad : {"", "../x", "a/b", ".hidden"}) {
     EXPECT_EQ(AttemptCgroup::Create(s, bad, {}).status().code(), StatusCode::kInvalidArgument)
         << bad;
+    // Recovery takes the name from the data dir: no way out of our parent there either.
+    EXPECT_EQ(AttemptCgroup::Open(s, bad).status().code(), StatusCode::kInvalidArgument) << bad;
   }
 }
 
@@ -148,9 +160,8 @@ class RealCgroupTest : public ::testing::Test {
   }
   void TearDown() override {
     if (!cg_) return;
-    (void)cg_->Signal(SIGKILL);
-    for (int i = 0; i < 250 && !cg_->Remove().ok(); ++i) std::this_thread::sleep_for(20ms);
-    EXPECT_TRUE(cg_->Remove().ok());
+    (void)cg_->KillAll();
+    EXPECT_TRUE(WaitFor([&] { return cg_->Remove().ok(); }));
   }
   CgroupSupport support_;
   std::string name_;
@@ -189,13 +200,8 @@ TEST_F(RealCgroupTest, ProcessesThatLeaveTheGroupAreStillInsideAndDieWithIt) {
   auto pids = cg_->Pids();
   ASSERT_TRUE(pids.ok());
   ASSERT_EQ(pids->size(), 1u) << "the escaped sleep";
-  ASSERT_TRUE(cg_->Signal(SIGKILL).ok());
-  bool gone = false;
-  for (int i = 0; i < 250 && !gone; ++i) {
-    gone = Or(cg_->Pids(), std::vector<int>{1}).empty();
-    if (!gone) std::this_thread::sleep_for(20ms);
-  }
-  EXPECT_TRUE(gone);
+  ASSERT_TRUE(cg_->KillAll().ok());
+  EXPECT_TRUE(WaitFor([&] { return Or(cg_->Pids(), std::vector<int>{1}).empty(); }));
 }
 
 TEST_F(RealCgroupTest, FreezeStopsTheWholeTreeAndThawResumesIt) {
@@ -214,25 +220,15 @@ TEST_F(RealCgroupTest, FreezeStopsTheWholeTreeAndThawResumesIt) {
     auto n = fs::file_size(counter, ec);
     return ec ? 0 : n;
   };
-  for (int i = 0; i < 250 && size() < 10; ++i) std::this_thread::sleep_for(20ms);
+  WaitFor([&] { return size() >= 10; });
   ASSERT_GE(size(), 10u) << "the counter is not running";
   ASSERT_TRUE(cg_->Freeze().ok());
-  bool frozen = false;
-  for (int i = 0; i < 250 && !frozen; ++i) {
-    frozen = Or(cg_->Frozen(), false);
-    if (!frozen) std::this_thread::sleep_for(20ms);
-  }
-  ASSERT_TRUE(frozen);
+  ASSERT_TRUE(WaitFor([&] { return Or(cg_->Frozen(), false); }));
   auto before = size();
   std::this_thread::sleep_for(200ms);  // time for it to advance, were it running
   EXPECT_EQ(size(), before);
   ASSERT_TRUE(cg_->Thaw().ok());
-  bool moved = false;
-  for (int i = 0; i < 250 && !moved; ++i) {
-    moved = size() > before;
-    if (!moved) std::this_thread::sleep_for(20ms);
-  }
-  EXPECT_TRUE(moved);
+  EXPECT_TRUE(WaitFor([&] { return size() > before; }));
   fs::remove(counter);
 }
 
