@@ -24,12 +24,31 @@ std::string JobState(Cluster& c, const std::string& id) {
   return j.is_object() ? j["job"].value("state", "") : "";
 }
 
-bool ProcessGone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+std::string FileText(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
 
-std::vector<pid_t> PidsIn(const std::string& text, const std::string& prefix) {
+// Live (not zombie) processes on this host with `arg` among their arguments. A sandboxed job
+// sees its own PID namespace, so it cannot tell us its host pids: tests give its processes a
+// unique argument (`sleep 300.25`) and look for that instead.
+std::vector<pid_t> LivePidsWithArg(const std::string& arg) {
   std::vector<pid_t> out;
-  for (const auto& line : Split(text, '\n')) {
-    if (line.rfind(prefix, 0) == 0) out.push_back(std::stoi(line.substr(prefix.size())));
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd(e.path() / "cmdline");
+    std::string all((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    bool has = false;
+    for (const auto& a : Split(all, '\0')) has = has || a == arg;
+    if (!has) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string st;
+    std::getline(stat, st);
+    size_t paren = st.rfind(')');
+    if (paren != std::string::npos && paren + 2 < st.size() && st[paren + 2] == 'Z') continue;
+    out.push_back(std::stoi(name));
   }
   return out;
 }
@@ -151,10 +170,13 @@ TEST_F(E2ETest, AJobOverItsMemoryFailsWithOutOfMemoryAndTheNodeStaysUp) {
 
 TEST_F(E2ETest, CancelKillsTheWholeProcessTree) {
   cluster_.StartAgent("a1");
+  // One child, one grandchild and one that left the job's session: all sandboxed, all found on
+  // the host by their unique argument.
   std::string spec = Spec("tree", R"(name: tree
 run: |
-  sleep 300 & echo "child=$!"
-  (sleep 300 & echo "grandchild=$!"; wait) &
+  sleep 300.25 &
+  (sleep 300.25 & wait) &
+  setsid sleep 300.25 &
   trap 'echo got-term; exit 143' TERM
   echo ready
   wait
@@ -164,24 +186,20 @@ run: |
   std::string out;
   ASSERT_TRUE(WaitUntil([&] {
     out = cluster_.Cli({"logs", id}).out;
-    return Contains(out, "ready") && Contains(out, "grandchild=");
-  })) << out;
-  std::vector<pid_t> pids = PidsIn(out, "child=");
-  auto more = PidsIn(out, "grandchild=");
-  pids.insert(pids.end(), more.begin(), more.end());
-  ASSERT_EQ(pids.size(), 2u) << out;
-  for (pid_t p : pids) EXPECT_FALSE(ProcessGone(p));
+    return Contains(out, "ready") && LivePidsWithArg("300.25").size() == 3u;
+  })) << out
+      << LivePidsWithArg("300.25").size();
   CommandResult c = cluster_.Cli({"cancel", id});
   EXPECT_EQ(c.exit_code, 0) << c.err;
   ASSERT_TRUE(WaitUntil([&] { return JobState(cluster_, id) == "cancelled"; }));
-  for (pid_t p : pids) {
-    EXPECT_TRUE(WaitUntil([&] { return ProcessGone(p); }, std::chrono::seconds(5))) << p;
-  }
+  EXPECT_TRUE(
+      WaitUntil([&] { return LivePidsWithArg("300.25").empty(); }, std::chrono::seconds(5)));
   EXPECT_TRUE(Contains(cluster_.Cli({"logs", id}).out, "got-term"));
 }
 
 TEST_F(E2ETest, ServerKilledMidJobKeepsStateAndJobCompletesOnce) {
-  cluster_.StartAgent("a1");
+  // The test releases the job with a file outside its work dir, which the sandbox hides.
+  cluster_.StartAgent("a1", {"--no-sandbox"});
   std::string marker = cluster_.dir() + "/go";
   std::string spec = Spec("long", "name: long\nenv: {MARKER: " + marker + R"(}
 run: |
@@ -204,18 +222,24 @@ run: |
   EXPECT_EQ(cluster_.Cli({"logs", id}).out, "started\nfinished\n");
 }
 
+// Issue 11's double run: the job's grandchildren, one of which left its session, must be gone
+// once the agent is killed, before the job's next attempt starts elsewhere.
 TEST_F(RecoveryE2ETest, KilledAgentIsMarkedLostAndItsJobRunsAgainElsewhere) {
   Daemon* agent = cluster_.StartAgent("a1");
   std::string spec =
-      Spec("sleepy", "name: sleepy\nrun: echo up; sleep 300 & echo \"child=$!\"; wait\n");
+      Spec("sleepy", "name: sleepy\nrun: echo up; sleep 300.5 & (setsid sleep 300.5 &); wait\n");
   std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
   std::string out;
   ASSERT_TRUE(WaitUntil([&] {
     out = cluster_.Cli({"logs", id}).out;
-    return Contains(out, "child=");
-  }));
+    return Contains(out, "up") && LivePidsWithArg("300.5").size() == 2u;
+  })) << out;
   agent->Signal(SIGKILL);
   agent->Wait(std::chrono::seconds(5));
+  // With the agent gone its sandbox went (bwrap dies with its parent, and with it the job's
+  // PID namespace), so nothing of attempt 1 can run alongside attempt 2.
+  EXPECT_TRUE(WaitUntil([&] { return LivePidsWithArg("300.5").empty(); }, std::chrono::seconds(5)))
+      << LivePidsWithArg("300.5").size() << " processes of attempt 1 outlived the agent";
   ASSERT_TRUE(WaitUntil(
       [&] {
         Json nodes = cluster_.CliJson({"nodes"});
@@ -234,15 +258,100 @@ TEST_F(RecoveryE2ETest, KilledAgentIsMarkedLostAndItsJobRunsAgainElsewhere) {
     return k.is_object() && k["attempts"].size() == 2u && k["job"]["state"] == "running";
   })) << GetJob(cluster_, id).dump();
   EXPECT_EQ(GetJob(cluster_, id)["attempts"][1]["number"], 2);
-  // The first agent comes back: it kills what the dead instance left behind, so the job never
-  // runs twice at once.
+  // The first agent comes back to a job that is placed elsewhere, and leaves it alone.
   cluster_.StartAgent("a1");
-  for (pid_t p : PidsIn(out, "child=")) {
-    EXPECT_TRUE(WaitUntil([&] { return ProcessGone(p); }, std::chrono::seconds(10))) << p;
-  }
+  EXPECT_TRUE(WaitUntil([&] { return LivePidsWithArg("300.5").size() == 2u; }));
   Json after = GetJob(cluster_, id);
   EXPECT_EQ(after["attempts"].size(), 2u);
   EXPECT_EQ(after["job"]["state"], "running");
+}
+
+// Issue 11's token thief, against the real agent: it is handed the agent's pid, the join token
+// and node credential files, the server's admin token (same machine here) and another job's
+// work dir. Returns what it printed.
+std::string RunTokenThief(Cluster& cluster, const std::vector<std::string>& agent_args) {
+  Daemon* agent = cluster.StartAgent("a1", agent_args);
+  auto write = [&](const std::string& name, const std::string& body) {
+    return cluster.WriteFile(name + ".yaml", body);
+  };
+  std::string victim = JobId(
+      cluster.Cli({"run",
+                   write("victim",
+                         "name: victim\nrun: echo other-tenants-weights > weights.txt; echo up; "
+                         "sleep 300.75\n"),
+                   "--detach"}));
+  EXPECT_TRUE(WaitUntil([&] { return Contains(cluster.Cli({"logs", victim}).out, "up"); }));
+  Json vj = GetJob(cluster, victim);
+  std::string other = cluster.dir() + "/agent-a1/work/" + vj["attempts"][0].value("id", "");
+  EXPECT_TRUE(std::filesystem::exists(other + "/weights.txt")) << other;
+  std::string thief =
+      write("thief", "name: thief\nenv: {AGENT_PID: '" + std::to_string(agent->pid()) +
+                         "', TOKEN: " + cluster.server_data_dir() + "/join.token, ADMIN: " +
+                         cluster.server_data_dir() + "/admin.token, CRED: " + cluster.dir() +
+                         "/agent-a1/node.credential, OTHER: " + other +
+                         "}\nrun: |\n"
+                         "  echo \"cmdline: $(tr '\\0' ' ' < /proc/$AGENT_PID/cmdline)\"\n"
+                         "  echo \"token: $(cat $TOKEN)\"\n"
+                         "  echo \"admin: $(cat $ADMIN)\"\n"
+                         "  echo \"cred: $(cat $CRED)\"\n"
+                         "  echo \"other: $(cat $OTHER/weights.txt)\"\n"
+                         "  echo \"ls: $(ls $(dirname $OTHER))\"\n");
+  CommandResult r = cluster.Cli({"run", thief, "--follow"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  cluster.Cli({"cancel", victim});
+  return r.out;
+}
+
+TEST_F(E2ETest, ASandboxedTokenThiefReadsNothingOfTheAgentServerOrOtherJobs) {
+  std::string out = RunTokenThief(cluster_, {});
+  std::string cred = Trim(FileText(cluster_.dir() + "/agent-a1/node.credential"));
+  ASSERT_FALSE(cred.empty());
+  EXPECT_FALSE(Contains(out, "sluice agent")) << out;  // the agent's command line
+  EXPECT_FALSE(Contains(out, cluster_.join_token())) << out;
+  EXPECT_FALSE(Contains(out, cluster_.admin_token())) << out;
+  EXPECT_FALSE(Contains(out, cred)) << out;
+  EXPECT_FALSE(Contains(out, "other-tenants-weights")) << out;
+  EXPECT_TRUE(Contains(out, "other: \n")) << out;
+  EXPECT_FALSE(Contains(cluster_.Cli({"offers"}).out, "sandbox: none"));
+}
+
+// The same thief on an agent started with --no-sandbox reads everything: the test above is live.
+TEST_F(E2ETest, WithoutTheSandboxTheSameThiefReadsEverything) {
+  std::string out = RunTokenThief(cluster_, {"--no-sandbox"});
+  std::string cred = Trim(FileText(cluster_.dir() + "/agent-a1/node.credential"));
+  EXPECT_TRUE(Contains(out, "agent")) << out;
+  EXPECT_TRUE(Contains(out, cluster_.join_token())) << out;
+  EXPECT_TRUE(Contains(out, cluster_.admin_token())) << out;
+  EXPECT_TRUE(Contains(out, cred)) << out;
+  EXPECT_TRUE(Contains(out, "other-tenants-weights")) << out;
+  // And the market says so to everyone who might place a job there.
+  EXPECT_TRUE(Contains(cluster_.Cli({"offers"}).out, "agent (sandbox: none)"));
+}
+
+// A sandboxed job may use the network, but not the cloud metadata address (the provider's cloud
+// credentials) nor the server's port on this machine; without the sandbox it reaches the port.
+TEST_F(E2ETest, ASandboxedJobCannotReachTheMetadataAddressOrTheServersLocalPort) {
+  const std::string port = cluster_.url().substr(cluster_.url().rfind(':') + 1);
+  const std::string probe =
+      "name: net\nrun: |\n"
+      "  try() { timeout 5 bash -c \"exec 3<>/dev/tcp/$1/$2\" 2>&1 && "
+      "echo \"$1:$2 open\" || echo \"$1:$2 closed\"; }\n"
+      "  try 127.0.0.1 " +
+      port +
+      "\n"
+      "  try 169.254.169.254 80\n";
+  // Its own uid range, so its chain is its own even when other agents run on this host.
+  Daemon* agent = cluster_.StartAgent("a1", {"--first-job-uid", "2100400000"});
+  CommandResult boxed = cluster_.Cli({"run", Spec("net", probe), "--follow"});
+  EXPECT_TRUE(Contains(agent->Log(), "jobs may not reach 169.254.169.254")) << agent->Log();
+  EXPECT_TRUE(Contains(boxed.out, "127.0.0.1:" + port + " closed")) << boxed.out;
+  EXPECT_TRUE(Contains(boxed.out, "Connection refused")) << boxed.out;
+  EXPECT_TRUE(Contains(boxed.out, "169.254.169.254:80 closed")) << boxed.out;
+  agent->Signal(SIGTERM);
+  agent->Wait(std::chrono::seconds(20));
+  cluster_.StartAgent("a2", {"--no-sandbox"});
+  CommandResult bare = cluster_.Cli({"run", Spec("net", probe), "--follow"});
+  EXPECT_TRUE(Contains(bare.out, "127.0.0.1:" + port + " open")) << bare.out;
 }
 
 TEST_F(E2ETest, JobThatCanNeverFitSaysWhy) {

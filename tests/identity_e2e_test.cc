@@ -134,7 +134,8 @@ class IdentityE2ETest : public ::testing::Test {
 // The attack of issue 10: with the shared join token and a node id printed by `sluice nodes`, a
 // fake agent took over a live node, had its running job marked lost and received the next jobs.
 TEST_F(IdentityE2ETest, AFakeAgentWithTheJoinTokenAndAStolenNodeIdIsRefused) {
-  cluster_.StartAgent("victim");
+  // Its job waits for a file outside its work dir, which the sandbox would hide.
+  cluster_.StartAgent("victim", {"--no-sandbox"});
   Json victim = Node("victim");
   const std::string victim_id = victim.value("id", "");
   ASSERT_FALSE(victim_id.empty());

@@ -442,7 +442,10 @@ def check_sluice(path):
 #   user:  plain HTTP, a user account's token made with `sluice account create` (every request
 #          is checked against the job's owner)
 #   tls:   `sluice server --tls`, the same user token, the CLI pinning the generated CA
-SLUICE_PROFILES = ("admin", "user", "tls")
+# and (issue 11) the same as tls with the agent started --no-sandbox, to state what the job
+# sandbox (bubblewrap: namespaces, its own uid) adds; every other profile runs jobs sandboxed.
+#   tls-nosandbox: as tls, jobs unboxed
+SLUICE_PROFILES = ("admin", "user", "tls-nosandbox", "tls")
 
 
 class Sluice:
@@ -469,7 +472,7 @@ class Sluice:
 
     def start(self):
         lg = lambda n: open(os.path.join(self.d, f"{n}.log"), "w")
-        extra = ["--tls"] if self.profile == "tls" else []
+        extra = ["--tls"] if self.profile.startswith("tls") else []
         self.procs.start("server", [self.path, "server", "--listen", "127.0.0.1:0",
                                     "--data-dir", self.server_dir] + extra,
                          stdout=lg("server"), stderr=subprocess.STDOUT)
@@ -491,7 +494,7 @@ class Sluice:
         # The whole token file: the secret and, with --tls, the CA pin the CLI verifies against.
         with open(tok) as f:
             self.env = dict(os.environ, SLUICE_SERVER=self.url, SLUICE_TOKEN=f.read().strip())
-        if self.profile in ("user", "tls"):
+        if self.profile in ("user", "tls", "tls-nosandbox"):
             user_tok = os.path.join(self.d, "bench-user.token")
             r = subprocess.run([self.path, "account", "create", "bench", "--out", user_tok],
                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -504,8 +507,9 @@ class Sluice:
         else:
             admin_env = self.env
         log(f"sluice ({self.profile}): server at {self.url}")
+        box = ["--no-sandbox"] if self.profile == "tls-nosandbox" else []
         self.procs.start("agent", [self.path, "agent", "--server", self.url,
-                                   "--join-token-file", join, "--data-dir", self.agent_dir],
+                                   "--join-token-file", join, "--data-dir", self.agent_dir] + box,
                          stdout=lg("agent"), stderr=subprocess.STDOUT)
 
         def online():

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -26,8 +27,10 @@
 #include "agent/checkpoint_sync.h"
 #include "agent/conformance.h"
 #include "agent/host_info.h"
+#include "agent/job_network.h"
 #include "agent/link_probe.h"
 #include "agent/process.h"
+#include "agent/sandbox.h"
 #include "audit/fingerprint.h"
 #include "common/agent_protocol.h"
 #include "common/archive.h"
@@ -171,6 +174,7 @@ struct Attempt {
   std::mutex upload_mu;            // one save at a time, so the final one is reported last
   std::unique_ptr<AttemptCgroup> cgroup;  // its limits and freezer; null where cgroups are not
   bool out_of_memory = false;             // the OOM killer struck in its memory cgroup
+  int slot = -1;  // its job uid is first_job_uid + slot while it runs; -1: none (not boxed)
 };
 
 class Agent {
@@ -244,7 +248,87 @@ class Agent {
   bool reregister_ = false;       // the inventory changed: reconnect and say hello again
   ProbeOptions probe_options_;    // how Run() probed the machine; VerifyLoop probes again
   CgroupSupport cgroups_;         // found at start; read-only afterwards
+  SandboxSupport sandbox_;        // found at start; read-only afterwards
+  // The lowest job-uid slot no live attempt holds (mu_).
+  int FreeSlotLocked() const;
+  // Finds bwrap and proves it can box a job here, as a job would run; fills sandbox_.
+  void DetectJobSandbox();
+  // What a job must never see even where it lies under a directory the box shows.
+  std::vector<std::string> HiddenPaths() const;
+  // Runs a root shell script of the agent's own (iptables); its exit code or why it could not.
+  Result<int> RunHostScript(const std::string& script, std::string* said) const;
+  JobNetworkRules JobNetwork() const;
+  bool network_filtered_ = false;  // JobNetwork() rules installed; removed at a clean stop
 };
+
+// Slots above this are refused: the network filter covers exactly this many job uids.
+constexpr int kMaxJobSlots = 1024;
+
+JobNetworkRules Agent::JobNetwork() const {
+  JobNetworkRules r;
+  r.first_uid = opt_.first_job_uid;
+  r.last_uid = opt_.first_job_uid + kMaxJobSlots - 1;
+  r.local_ports = {url_.port};
+  return r;
+}
+
+Result<int> Agent::RunHostScript(const std::string& script, std::string* said) const {
+  ProcessSpec spec;
+  spec.script = script;
+  spec.cwd = "/";
+  spec.env = {{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}, {"LANG", "C.UTF-8"}};
+  auto proc = Process::Start(
+      spec,
+      [said](OutputStream, std::string_view line) {
+        if (said) *said = std::string(line);
+      },
+      nullptr);
+  if (!proc.ok()) return proc.status();
+  return (*proc)->Wait().exit_code;
+}
+
+int Agent::FreeSlotLocked() const {
+  std::set<int> used;
+  for (const auto& [id, a] : attempts_) {
+    if (a->slot >= 0) used.insert(a->slot);
+  }
+  int slot = 0;
+  while (used.count(slot)) ++slot;
+  return slot;
+}
+
+std::vector<std::string> Agent::HiddenPaths() const {
+  std::vector<std::string> hidden = {opt_.data_dir};
+  std::error_code ec;
+  if (!opt_.join_token_file.empty()) {
+    hidden.push_back(fs::absolute(opt_.join_token_file, ec).lexically_normal().string());
+  }
+  return hidden;
+}
+
+void Agent::DetectJobSandbox() {
+  const bool root = geteuid() == 0;
+  SandboxSpec probe_spec;
+  probe_spec.workdir = opt_.data_dir + "/work";
+  probe_spec.checkpoint_dir = opt_.data_dir + "/checkpoints";
+  probe_spec.hidden = HiddenPaths();
+  if (root) probe_spec.uid = opt_.first_job_uid;
+  std::error_code ec;
+  fs::create_directories(probe_spec.checkpoint_dir, ec);
+  sandbox_ = DetectSandbox(root, probe_spec, [&](const std::vector<std::string>& argv) {
+    ProcessSpec spec;
+    spec.script = "true";
+    spec.cwd = "/";
+    spec.wrapper = argv;
+    std::string said;  // bwrap's own complaint, for the start line
+    auto proc = Process::Start(
+        spec, [&said](OutputStream, std::string_view line) { said = std::string(line); }, nullptr);
+    if (!proc.ok()) return Result<int>(proc.status());
+    int rc = (*proc)->Wait().exit_code;
+    if (rc != 0 && !said.empty()) return Result<int>(Status::FailedPrecondition(said));
+    return Result<int>(rc);
+  });
+}
 
 void Agent::RecoverAttempts() {
   std::error_code ec;
@@ -552,6 +636,45 @@ void Agent::StartAttempt(proto::Assign assign) {
   spec.env = JobEnv(assign);
   spec.env["SLUICE_CHECKPOINT_DIR"] = ckpt;
   if (resumed) spec.env["SLUICE_RESUMED"] = "1";
+  if (sandbox_.usable) {
+    SandboxSpec box;
+    box.workdir = dir;
+    box.checkpoint_dir = ckpt;
+    box.gpus = assign.gpus;
+    box.hidden = HiddenPaths();
+    spec.env["HOME"] = dir;
+    spec.env.erase("USER");
+    spec.env.erase("LOGNAME");
+    if (sandbox_.own_uid) {
+      int slot;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        slot = a->slot = FreeSlotLocked();
+      }
+      if (slot >= kMaxJobSlots) {
+        std::lock_guard<std::mutex> lock(mu_);
+        a->error = "this node already runs " + std::to_string(kMaxJobSlots) + " jobs";
+        PersistLocked(*a);
+        dirty_ = true;
+        cv_.notify_all();
+        return;
+      }
+      uid_t uid = SandboxUid(static_cast<uid_t>(opt_.first_job_uid), slot);
+      box.uid = uid;
+      // Unpacked and restored as root: the job's from here on.
+      Status owned = ChownTree(dir, uid, uid);
+      if (owned.ok()) owned = ChownTree(ckpt, uid, uid);
+      if (!owned.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        a->error = "cannot hand its directories to the job's user: " + owned.message();
+        PersistLocked(*a);
+        dirty_ = true;
+        cv_.notify_all();
+        return;
+      }
+    }
+    spec.wrapper = SandboxArgv(sandbox_, box);
+  }
   std::unique_ptr<AttemptCgroup> cgroup;
   if (cgroups_.usable()) {
     CgroupLimits limits;
@@ -1025,6 +1148,38 @@ int Agent::Run() {
     Log("using the node credential in %s", CredentialPath());
   }
   if (auto id = ReadFile(opt_.data_dir + "/node.id"); id.ok()) node_id_ = Trim(*id);
+  if (opt_.no_sandbox) {
+    inventory_.sandbox = "none";
+    Log("sandbox: off (--no-sandbox): jobs run as this agent's user and can read whatever it "
+        "can, tokens included; offers show `sandbox: none`");
+  } else {
+    DetectJobSandbox();
+    if (!sandbox_.usable) {
+      std::fprintf(stderr,
+                   "sluice agent: cannot sandbox jobs here: %s.\n"
+                   "Jobs from other accounts must not run unboxed on your machine. Install "
+                   "bubblewrap and allow user namespaces, or start with --no-sandbox if every "
+                   "job this node runs is your own.\n",
+                   sandbox_.why_not.c_str());
+      return 1;
+    }
+    inventory_.sandbox = "bwrap";
+    Log("sandbox: %s", sandbox_.Describe());
+  }
+  if (sandbox_.usable && sandbox_.own_uid) {
+    std::string said;
+    auto rc = RunHostScript(InstallScript(JobNetwork()), &said);
+    network_filtered_ = rc.ok() && *rc == 0;
+    if (network_filtered_) {
+      Log("job network: jobs may not reach 169.254.169.254 (cloud credentials) or local TCP port "
+          "%s (iptables chain %s)",
+          std::to_string(url_.port), JobNetwork().Chain());
+    } else {
+      Log("job network: NOT filtered (%s): jobs can reach the cloud metadata address "
+          "169.254.169.254 and this machine's local ports",
+          rc.ok() ? (said.empty() ? "iptables failed" : said) : rc.status().message());
+    }
+  }
   cgroups_ = DetectCgroups(opt_.cgroup_root);
   if (cgroups_.usable()) {
     Log("job limits: %s", cgroups_.Describe());
@@ -1083,6 +1238,7 @@ int Agent::Run() {
     cv_.notify_all();
   }
   conn.join();
+  if (network_filtered_) (void)RunHostScript(RemoveScript(JobNetwork()), nullptr);
   std::map<std::string, std::shared_ptr<Attempt>> attempts;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -1096,7 +1252,15 @@ int Agent::Run() {
 }  // namespace
 
 int RunAgent(const AgentOptions& options) {
-  Agent agent(options);
+  AgentOptions absolute = options;
+  std::error_code ec;
+  // The sandbox binds paths by name: they must not depend on the agent's working directory.
+  absolute.data_dir = fs::absolute(options.data_dir, ec).lexically_normal().string();
+  if (ec) absolute.data_dir = options.data_dir;
+  while (absolute.data_dir.size() > 1 && absolute.data_dir.back() == '/') {
+    absolute.data_dir.pop_back();
+  }
+  Agent agent(std::move(absolute));
   return agent.Run();
 }
 

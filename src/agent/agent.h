@@ -44,6 +44,12 @@ struct AgentOptions {
   // Per-attempt cgroups (agent/cgroup.h): CPU and memory as allocated, and this many processes.
   std::string cgroup_root = "/sys/fs/cgroup";
   int64_t max_pids_per_job = 4096;
+  // The job sandbox (agent/sandbox.h). Without it the agent refuses to start unless no_sandbox
+  // says every job here is the provider's own; its offers then show `sandbox: none`.
+  bool no_sandbox = false;
+  // Jobs run as uids first_job_uid, first_job_uid + 1, ... (one per running attempt; the agent
+  // must be root), never as the agent's own.
+  int64_t first_job_uid = 2100000000;
 };
 
 // Runs until SIGINT/SIGTERM (exit 0) or a fatal error such as a rejected join token (exit 1).

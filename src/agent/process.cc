@@ -67,7 +67,8 @@ struct ChildError {
 // but errno. Not instrumented by ASan: its redzones would stay poisoned after exec.
 [[noreturn]] __attribute__((no_sanitize_address)) void ChildAfterFork(
     int devnull, int out_w, int err_w, int status_w, pid_t parent, const char* cwd,
-    char* const* argv, char* const* envp, int max_fd, const int* cgroup_fds, size_t n_cgroup_fds) {
+    char* const* argv, char* const* envp, int max_fd, const int* cgroup_fds, size_t n_cgroup_fds,
+    bool ignore_term) {
   auto fail = [status_w](int stage) {
     ChildError e{stage, errno};
     ssize_t ignored = write(status_w, &e, sizeof e);
@@ -78,7 +79,9 @@ struct ChildError {
   for (size_t i = 0; i < n_cgroup_fds; ++i) {
     if (write(cgroup_fds[i], "0", 1) != 1) fail(kStageCgroup);
   }
-  if (setpgid(0, 0) != 0) fail(kStageSetpgid);
+  // A session of its own (so also a group the agent signals as one): no controlling terminal
+  // the job could push input into (TIOCSTI) if the agent was started from one.
+  if (setsid() < 0) fail(kStageSetpgid);
   // The job must not outlive the agent's monitor thread (or the agent itself).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) {
@@ -92,6 +95,12 @@ struct ChildError {
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
   }
+  if (ignore_term) {
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &ign, nullptr);
+  }
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -103,7 +112,7 @@ struct ChildError {
   if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     for (int fd = 3; fd < max_fd; ++fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
-  execve("/bin/bash", argv, envp);
+  execve(argv[0], argv, envp);
   fail(kStageExec);
   _exit(127);  // unreachable; keeps [[noreturn]] honest for the compiler
 }
@@ -117,12 +126,13 @@ struct ChildArgs {
   int max_fd;
   const int* cgroup_fds;
   size_t n_cgroup_fds;
+  bool ignore_term;
 };
 
 __attribute__((no_sanitize_address)) int ChildEntry(void* arg) {
   const auto* a = static_cast<const ChildArgs*>(arg);
   ChildAfterFork(a->devnull, a->out_w, a->err_w, a->status_w, a->parent, a->cwd, a->argv, a->envp,
-                 a->max_fd, a->cgroup_fds, a->n_cgroup_fds);
+                 a->max_fd, a->cgroup_fds, a->n_cgroup_fds, a->ignore_term);
 }
 
 // Starts ChildEntry in a new process that shares our memory until it execs or exits, while
@@ -159,9 +169,9 @@ Status ChildErrorToStatus(const ChildError& e, const std::string& cwd) {
       }
       return Status::Internal("chdir to '" + cwd + "': " + why);
     case kStageExec:
-      return Status::FailedPrecondition("cannot execute /bin/bash: " + why);
+      return Status::FailedPrecondition("cannot execute the job's shell or sandbox: " + why);
     case kStageSetpgid:
-      return Status::Internal("setpgid in child: " + why);
+      return Status::Internal("setsid in child: " + why);
     case kStageDup:
       return Status::Internal("dup2 in child: " + why);
     case kStageParent:
@@ -259,6 +269,14 @@ Result<std::unique_ptr<Process>> Process::Start(const ProcessSpec& spec, LineCal
   if (spec.cwd.empty() || spec.cwd.find('\0') != std::string::npos) {
     return Status::InvalidArgument("job working directory must be a non-empty path");
   }
+  if (!spec.wrapper.empty() && (spec.wrapper[0].empty() || spec.wrapper[0][0] != '/')) {
+    return Status::InvalidArgument("the job's wrapper must be an absolute path");
+  }
+  for (const auto& arg : spec.wrapper) {
+    if (arg.find('\0') != std::string::npos) {
+      return Status::InvalidArgument("the job's wrapper has an argument with a NUL byte");
+    }
+  }
   for (const auto& [key, value] : spec.env) {
     if (key.empty() || key.find_first_of(std::string_view("=\0", 2)) != std::string::npos ||
         value.find('\0') != std::string::npos) {
@@ -289,8 +307,11 @@ void Process::Run(const ProcessSpec& spec, std::promise<Status>* started) {
   std::vector<char*> envp;
   for (auto& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::string bash = "/bin/bash", dash_c = "-c", script = spec.script;
-  std::array<char*, 4> argv = {bash.data(), dash_c.data(), script.data(), nullptr};
+  std::vector<std::string> argv_storage = spec.wrapper;
+  argv_storage.insert(argv_storage.end(), {"/bin/bash", "-c", spec.script});
+  std::vector<char*> argv;
+  for (auto& arg : argv_storage) argv.push_back(arg.data());
+  argv.push_back(nullptr);
   struct rlimit rl {};
   int max_fd = 65536;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
@@ -332,7 +353,8 @@ void Process::Run(const ProcessSpec& spec, std::promise<Status>* started) {
                        envp.data(),
                        max_fd,
                        spec.join_cgroup_fds.data(),
-                       spec.join_cgroup_fds.size()};
+                       spec.join_cgroup_fds.size(),
+                       !spec.wrapper.empty()};
   pid_t pid = SpawnChild(&child_args);
   if (pid < 0) {
     Status st = Status::Internal("clone: " + ErrnoText(errno));
@@ -340,9 +362,8 @@ void Process::Run(const ProcessSpec& spec, std::promise<Status>* started) {
     started->set_value(st);
     return;
   }
-  // Also from the parent: whichever of the two runs first, the group exists before we might
-  // signal it. EACCES (child already exec'd, having done it itself) is fine.
-  setpgid(pid, pid);
+  // CLONE_VFORK: this thread resumed only once the child exec'd or failed, so its session and
+  // group exist before we might signal them.
   CloseFd(out[1]);
   CloseFd(err[1]);
   CloseFd(status[1]);

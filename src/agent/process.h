@@ -32,6 +32,12 @@ struct ProcessSpec {
   // `cgroup.procs` files (AttemptCgroup::procs_fds) the child joins before exec, so the job is
   // inside its cgroups from its first instruction. Not owned: they stay open for the caller.
   std::vector<int> join_cgroup_fds;
+  // When non-empty, what runs is `wrapper... /bin/bash -c script`, wrapper[0] an absolute path:
+  // the sandbox (agent/sandbox.h). The wrapper's own processes are in the job's group, so the
+  // child starts it with SIGTERM, SIGINT and SIGHUP ignored (a group SIGTERM must not kill
+  // bwrap's monitor before the job's grace period has run); the wrapper must give the job its
+  // default dispositions back, as SandboxArgv does with `env --default-signal`.
+  std::vector<std::string> wrapper;
 };
 
 enum class OutputStream { kStdout, kStderr };

@@ -197,6 +197,18 @@ int Main(int argc, char** argv) {
                    "allocated")
       ->check(CLI::Range(int64_t{16}, int64_t{4194304}))
       ->capture_default_str();
+  agent_cmd->add_flag(
+      "--no-sandbox", aopt.no_sandbox,
+      "Run jobs without the sandbox (their own user, mount and PID namespaces): they can read "
+      "whatever the agent can, tokens included. Only for a node whose every job is your own; "
+      "its offers show `sandbox: none`. Without this flag the agent refuses to start where "
+      "the sandbox cannot be built");
+  agent_cmd
+      ->add_option("--first-job-uid", aopt.first_job_uid,
+                   "Sandboxed jobs run as this uid and the ones after it, one per running job "
+                   "(needs root); choose a range no account on the machine uses")
+      ->check(CLI::Range(int64_t{1000}, int64_t{4000000000}))
+      ->capture_default_str();
   agent_cmd->add_flag("--skip-software-probe", aopt.skip_software_probe,
                       "Do not probe CUDA toolkits, Python and PyTorch (importing torch takes "
                       "seconds); offers then list no toolkits or PyTorch builds");

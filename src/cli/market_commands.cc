@@ -83,7 +83,8 @@ int OffersCommand(const GlobalFlags& g, const std::string& query, const std::str
            gpu.empty() ? "-" : Dollars(o.value("price_per_gpu_hour", 0.0)),
            spot > 0 ? Dollars(spot) : "-",
            o.value("cuda_version", "").empty() ? "-" : o.value("cuda_version", ""),
-           Gb(o.value("perf_score", 0.0)), o.value("source", "")});
+           Gb(o.value("perf_score", 0.0)),
+           o.value("source", "") + (o.value("sandbox", "") == "none" ? " (sandbox: none)" : "")});
   }
   size_t matched = (*resp).value("matched", size_t{0});
   if (t.empty()) {

@@ -33,6 +33,7 @@ Json ToJson(const Inventory& inv) {
               {"gpus", gpus},
               {"cuda_toolkits", inv.cuda_toolkits},
               {"python_version", inv.python_version},
+              {"sandbox", inv.sandbox},
               {"torch_builds", inv.torch_builds},
               {"container_runtimes", inv.container_runtimes}};
 }
@@ -126,6 +127,7 @@ Result<Inventory> InventoryFromJson(const Json& j, std::string_view path) {
   }
   SLUICE_ASSIGN_OR_RETURN(inv.cuda_toolkits, GetStringListOr(j, "cuda_toolkits", path, 64));
   SLUICE_ASSIGN_OR_RETURN(inv.python_version, GetStringOr(j, "python_version", "", path));
+  SLUICE_ASSIGN_OR_RETURN(inv.sandbox, GetStringOr(j, "sandbox", "", path));
   SLUICE_ASSIGN_OR_RETURN(inv.torch_builds, GetStringListOr(j, "torch_builds", path, 64));
   SLUICE_ASSIGN_OR_RETURN(inv.container_runtimes,
                           GetStringListOr(j, "container_runtimes", path, 16));

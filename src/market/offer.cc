@@ -56,6 +56,7 @@ Json ToJson(const Offer& o) {
   j["toolkits"] = o.toolkits;
   j["torch_builds"] = o.torch_builds;
   j["python_version"] = o.python_version;
+  j["sandbox"] = o.sandbox;
   j["cpus"] = o.cpus;
   j["memory_gb"] = o.memory_gb;
   j["disk_gb"] = o.disk_gb;

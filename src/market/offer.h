@@ -44,8 +44,11 @@ struct Offer {
   // Interruptions per hour observed on this offer's interruptible capacity; < 0 = no history
   // (the cost model then uses its prior, and says so).
   double interruptions_per_hour = -1;
-  double reliability = 1.0;   // 0..1, share of the window the node was usable
-  double latency_ms = 0;      // link latency to the server (catalogs: 0 = unknown)
+  double reliability = 1.0;  // 0..1, share of the window the node was usable
+  double latency_ms = 0;     // link latency to the server (catalogs: 0 = unknown)
+  // How an agent boxes jobs: "bwrap", or "none" when its provider started it --no-sandbox
+  // (jobs there can read what the agent can); empty for catalogs and older agents.
+  std::string sandbox;
   double failure_rate = 0;    // 0..1 start failures / preemptions share
   double health_score = 100;  // see HealthScore()
   double perf_score = 1.0;    // throughput relative to the reference GPU (a100-80gb = 1)

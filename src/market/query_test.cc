@@ -690,7 +690,8 @@ TEST(OfferTest, NamesAndJsonCarryEveryField) {
   EXPECT_EQ(Name(VerifiedState::kDeverified), "deverified");
   const Offer o = Fleet()[0];
   const Json j = ToJson(o);
-  EXPECT_EQ(j.size(), 33u);
+  EXPECT_EQ(j.size(), 34u);
+  EXPECT_EQ(j["sandbox"], "");  // a fleet offer made by hand: no agent said how it boxes jobs
   EXPECT_EQ(j["id"], "A");
   EXPECT_EQ(j["python_version"], "3.10.12");
   EXPECT_EQ(j["price_per_cpu_hour"], 0.0);

@@ -65,6 +65,7 @@ std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inven
   base.toolkits = verdict ? verdict->usable_toolkits : inv.cuda_toolkits;
   base.torch_builds = verdict ? verdict->usable_torch_builds : inv.torch_builds;
   base.python_version = inv.python_version;
+  base.sandbox = inv.sandbox;
   base.verified = node.verification == kVerified     ? market::VerifiedState::kVerified
                   : node.verification == kDeverified ? market::VerifiedState::kDeverified
                                                      : market::VerifiedState::kUnverified;
