@@ -240,7 +240,7 @@ Daemon* Cluster::StartAgent(const std::string& name, std::vector<std::string> ex
       SluiceBinary(),
       "agent",
       "--server",
-      url_,
+      agent_server_url.empty() ? url_ : agent_server_url,
       "--join-token-file",
       agent_join_token_file.empty() ? server_data_dir() + "/join.token" : agent_join_token_file,
       "--data-dir",

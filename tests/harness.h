@@ -80,6 +80,8 @@ class Cluster {
   bool probe_software = false;
   // The --join-token-file agents are started with; empty: the server's join.token.
   std::string agent_join_token_file;
+  // The URL agents dial instead of the server's (a PausableProxy in front of it); empty: url().
+  std::string agent_server_url;
 
   // Runs the CLI against this cluster's server with the admin token (and, for a server started
   // with --tls, its generated CA as SLUICE_CA_FILE).

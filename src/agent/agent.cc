@@ -28,6 +28,7 @@
 #include "agent/conformance.h"
 #include "agent/host_info.h"
 #include "agent/job_network.h"
+#include "agent/lease_book.h"
 #include "agent/link_probe.h"
 #include "agent/process.h"
 #include "agent/sandbox.h"
@@ -174,7 +175,8 @@ struct Attempt {
   std::mutex upload_mu;            // one save at a time, so the final one is reported last
   std::unique_ptr<AttemptCgroup> cgroup;  // its limits and freezer; null where cgroups are not
   bool out_of_memory = false;             // the OOM killer struck in its memory cgroup
-  int slot = -1;  // its job uid is first_job_uid + slot while it runs; -1: none (not boxed)
+  int slot = -1;        // its job uid is first_job_uid + slot while it runs; -1: none (not boxed)
+  bool frozen = false;  // its lease ran out: stopped until the server confirms it (fencing)
 };
 
 class Agent {
@@ -259,7 +261,94 @@ class Agent {
   Result<int> RunHostScript(const std::string& script, std::string* said) const;
   JobNetworkRules JobNetwork() const;
   bool network_filtered_ = false;  // JobNetwork() rules installed; removed at a clean stop
+
+  // Fencing (docs/design-notes.md "Leases and fencing"); all under mu_.
+  LeaseBook leases_;
+  int64_t heartbeat_seq_ = 0;
+  bool fencing_off_ = false;  // the agent is stopping its jobs: none may be frozen now
+  // Freezes every running attempt whose lease ran out, until the agent stops.
+  void FenceLoop();
+  void FreezeLocked(Attempt& a);
+  void ThawLocked(Attempt& a);
+  // The server moved `a` elsewhere: SIGKILL now, frozen or not, with no grace period.
+  void KillMovedLocked(Attempt& a);
+  void OnLeaseLocked(const Json& msg);
+  static int64_t SteadyMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 };
+
+void Agent::FreezeLocked(Attempt& a) {
+  if (a.frozen || !a.proc || !a.proc->running()) return;
+  Status s =
+      a.cgroup ? a.cgroup->Freeze()
+               : (::kill(-a.pgid, SIGSTOP) == 0 ? Status::Ok() : Status::Internal(strerror(errno)));
+  if (!s.ok()) {
+    Log("lease of %s ran out but it could not be frozen: %s", a.id, s.message());
+    return;
+  }
+  a.frozen = true;
+  Log("lease of %s ran out (no word from the server): frozen until the server confirms it", a.id);
+}
+
+void Agent::ThawLocked(Attempt& a) {
+  if (!a.frozen) return;
+  Status s =
+      a.cgroup ? a.cgroup->Thaw()
+               : (::kill(-a.pgid, SIGCONT) == 0 ? Status::Ok() : Status::Internal(strerror(errno)));
+  if (!s.ok()) {
+    Log("cannot thaw %s: %s", a.id, s.message());
+    return;
+  }
+  a.frozen = false;
+  Log("the server confirmed %s: thawed", a.id);
+}
+
+void Agent::KillMovedLocked(Attempt& a) {
+  if (!a.proc || !a.proc->running()) return;
+  Log("%s is no longer placed on this node: killed%s", a.id, a.frozen ? " (it was frozen)" : "");
+  // KillAll freezes, kills and thaws: it reaches frozen processes and ones that left the group.
+  if (a.cgroup) (void)a.cgroup->KillAll();
+  a.proc->Kill();
+  if (!a.cgroup && a.frozen) ::kill(-a.pgid, SIGCONT);  // SIGKILL is pending on stopped ones
+  a.frozen = false;
+}
+
+void Agent::OnLeaseLocked(const Json& msg) {
+  auto num = [&](const char* key) -> int64_t {
+    auto it = msg.find(key);
+    return it != msg.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+  };
+  std::set<std::string> listed;
+  if (auto it = msg.find("attempts"); it != msg.end() && it->is_array()) {
+    for (const auto& id : *it) {
+      if (id.is_string()) listed.insert(id.get<std::string>());
+    }
+  }
+  std::vector<std::string> running;
+  for (const auto& [id, a] : attempts_) {
+    if (a->proc && a->proc->running()) running.push_back(id);
+  }
+  auto out = leases_.Received(num("seq"), num("lease_ms"), listed, running);
+  for (const auto& id : out.renewed) ThawLocked(*attempts_[id]);
+  for (const auto& id : out.not_ours) KillMovedLocked(*attempts_[id]);
+}
+
+void Agent::FenceLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    const int64_t now = SteadyMs();
+    for (auto& [id, a] : attempts_) {
+      if (!fencing_off_ && !a->frozen && a->proc && a->proc->running() &&
+          leases_.Expired(id, now)) {
+        FreezeLocked(*a);
+      }
+    }
+    cv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+}
 
 // Slots above this are refused: the network filter covers exactly this many job uids.
 constexpr int kMaxJobSlots = 1024;
@@ -405,6 +494,7 @@ void Agent::ForgetLocked(const std::string& attempt_id) {
   // done, then drops the attempt.
   std::shared_ptr<Attempt> keep = it->second;
   attempts_.erase(it);
+  leases_.Forget(attempt_id);
   SpawnLocked([keep]() mutable {
     if (keep->proc) keep->proc->Wait();
     if (keep->cgroup) {
@@ -558,6 +648,7 @@ void Agent::HandleAssign(const proto::Assign& assign) {
   a->id = assign.attempt_id;
   a->job_id = assign.job_id;
   attempts_[a->id] = a;
+  leases_.Granted(a->id, SteadyMs());
   PersistLocked(*a);
   // Fetching and unpacking the workdir may take a while: not on the socket's thread.
   SpawnLocked([this, assign] { StartAttempt(assign); });
@@ -802,6 +893,9 @@ void Agent::OnMessage(std::string_view text) {
     welcomed_ = true;
     node_id_ = msg->value("node_id", "");
     heartbeat_ms_ = std::max<int64_t>(100, msg->value("heartbeat_interval_ms", int64_t{3000}));
+    if (auto it = msg->find("lease_ms"); it != msg->end() && it->is_number_integer()) {
+      leases_.SetLeaseLength(it->get<int64_t>());
+    }
     (void)WriteFileAtomic(opt_.data_dir + "/node.id", node_id_ + "\n");
     Log("registered as node %s", node_id_);
     return;
@@ -831,6 +925,8 @@ void Agent::OnMessage(std::string_view text) {
       a.proc->Terminate(std::chrono::milliseconds(grace));
     else
       a.cancel_pending = true;
+  } else if (type == "lease") {
+    OnLeaseLocked(*msg);
   } else if (type == "log_ack") {
     if (it == attempts_.end()) return;
     int64_t seq = msg->value("seq", int64_t{0});
@@ -1027,7 +1123,8 @@ Status Agent::ConnectOnce() {
     }
     auto now = std::chrono::steady_clock::now();
     if (now >= next_heartbeat) {
-      ws->Send(R"({"type":"heartbeat"})");
+      leases_.Sent(++heartbeat_seq_, SteadyMs());
+      ws->Send(R"({"type":"heartbeat","seq":)" + std::to_string(heartbeat_seq_) + "}");
       next_heartbeat = now + std::chrono::milliseconds(heartbeat_ms_);
     }
     cv_.wait_until(lock, next_heartbeat,
@@ -1201,6 +1298,10 @@ int Agent::Run() {
   ::signal(SIGPIPE, SIG_IGN);
 
   std::thread conn([this] { ConnectionLoop(); });
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SpawnLocked([this] { FenceLoop(); });
+  }
   if (!opt_.spot_metadata_url.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     SpawnLocked([this] { SpotNoticeLoop(); });
@@ -1218,8 +1319,10 @@ int Agent::Run() {
     fatal = fatal_;
     if (!fatal) Log("%s received: stopping jobs and shutting down", strsignal(sig));
     // Running jobs get SIGTERM and the grace period; their exits are reported if connected.
+    fencing_off_ = true;
     for (auto& [id, a] : attempts_) {
       if (a->proc && a->proc->running()) {
+        ThawLocked(*a);  // a frozen job gets its SIGTERM and grace like the others
         a->proc->Terminate(
             std::chrono::milliseconds(static_cast<int64_t>(opt_.stop_grace_s * 1000)));
       }

@@ -59,6 +59,13 @@ int Main(int argc, char** argv) {
                    "Seconds without a heartbeat before a node is lost")
       ->capture_default_str();
   server
+      ->add_option("--lease", sopt.lease_s,
+                   "Seconds a running job may go on after its agent last heard from this server; "
+                   "then the agent freezes it until the server confirms it (fencing). Must be "
+                   "shorter than --heartbeat-grace and longer than --heartbeat-interval "
+                   "(default: two thirds of the grace)")
+      ->check(CLI::NonNegativeNumber);
+  server
       ->add_option("--cancel-grace", sopt.cancel_grace_s,
                    "Seconds between SIGTERM and SIGKILL when a job is cancelled")
       ->capture_default_str();

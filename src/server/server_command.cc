@@ -148,7 +148,22 @@ int RunServer(const ServerOptions& opt) {
   CoreOptions core_opt;
   core_opt.heartbeat_interval_ms = static_cast<int64_t>(opt.heartbeat_interval_s * 1000);
   core_opt.heartbeat_grace_ms = static_cast<int64_t>(opt.heartbeat_grace_s * 1000);
+  core_opt.lease_ms = opt.lease_s > 0 ? static_cast<int64_t>(opt.lease_s * 1000)
+                                      : core_opt.heartbeat_grace_ms * 2 / 3;
+  // The fencing argument (docs/design-notes.md "Leases and fencing") needs the lease to run out
+  // on the agent before the server declares the node lost and places its work elsewhere, and
+  // heartbeats frequent enough to renew it.
+  if (core_opt.lease_ms >= core_opt.heartbeat_grace_ms ||
+      core_opt.lease_ms <= core_opt.heartbeat_interval_ms) {
+    std::fprintf(stderr,
+                 "sluice server: --lease (%.1f s) must be shorter than --heartbeat-grace (%.1f s) "
+                 "and longer than --heartbeat-interval (%.1f s)\n",
+                 static_cast<double>(core_opt.lease_ms) / 1000, opt.heartbeat_grace_s,
+                 opt.heartbeat_interval_s);
+    return 2;
+  }
   core_opt.cancel_grace_ms = static_cast<int64_t>(opt.cancel_grace_s * 1000);
+  core_opt.stall_credit_after_ms = 2000;  // ten missed ticks (the tick runs every 200 ms)
   core_opt.cost_model.storage_price_per_gb_month = opt.storage_price_per_gb_month;
   core_opt.cost_model.prior_interruptions_per_hour = opt.interruption_prior_per_hour;
   core_opt.preempt_cooldown_ms = static_cast<int64_t>(opt.preempt_cooldown_s * 1000);

@@ -12,6 +12,7 @@ struct ServerOptions {
   std::string data_dir;  // required
   double heartbeat_interval_s = 3;
   double heartbeat_grace_s = 15;
+  double lease_s = 0;  // running attempts' lease (fencing); 0: two thirds of the grace
   double cancel_grace_s = 10;
   double keep_alive_interval_s = 15;  // WebSocket ping period
   int threads = 2;

@@ -119,7 +119,9 @@ Status ServerCore::Load() {
       ns.has_verdict = true;
     }
     ns.record = std::move(n);
-    ns.last_seen_mono = now_mono;
+    // Counted from now plus a lease: every agent has its lease to notice we are back and the
+    // whole grace to reconnect, so a server outage alone never loses a node (or its work).
+    ns.last_seen_mono = now_mono + options_.lease_ms;
     nodes_[ns.record.id] = std::move(ns);
   }
   SLUICE_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
@@ -1015,7 +1017,8 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   }
   Json welcome{{"type", "welcome"},
                {"node_id", node_id},
-               {"heartbeat_interval_ms", options_.heartbeat_interval_ms}};
+               {"heartbeat_interval_ms", options_.heartbeat_interval_ms},
+               {"lease_ms", options_.lease_ms}};
   // Shown once: the agent keeps it in its data dir and proves the node with it from now on.
   if (credential) welcome["credential"] = credential->secret;
   link->Send(welcome);
@@ -1055,7 +1058,25 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
   NodeState& ns = nit->second;
   ns.last_seen_mono = clock_->MonotonicMillis();
   SLUICE_ASSIGN_OR_RETURN(std::string type, GetString(msg, "type"));
-  if (type == "heartbeat") return Status::Ok();
+  if (type == "heartbeat") {
+    // The reply renews the lease of every attempt we hold placed on this node; an attempt the
+    // agent runs that is not listed is not ours there any more (docs/design-notes.md "Leases
+    // and fencing").
+    Json ids = Json::array();
+    for (const auto& [aid, att] : active_attempts_) {
+      if (att.node_id == node_id) ids.push_back(aid);
+    }
+    // Echoed so the agent counts the lease from when it sent this heartbeat; not a number: 0.
+    int64_t seq = 0;
+    if (auto it = msg.find("seq"); it != msg.end() && it->is_number_integer()) {
+      seq = it->get<int64_t>();
+    }
+    ns.link->Send(Json{{"type", "lease"},
+                       {"seq", seq},
+                       {"lease_ms", options_.lease_ms},
+                       {"attempts", std::move(ids)}});
+    return Status::Ok();
+  }
   if (type == "conformance") {
     if (!msg.contains("report")) return Status::InvalidArgument("conformance: report is missing");
     SLUICE_ASSIGN_OR_RETURN(conformance::Report report,
@@ -1267,6 +1288,14 @@ void ServerCore::Tick() {
     it = it->second.sink(Json()) ? std::next(it) : subscribers_.erase(it);
   }
   int64_t now = clock_->MonotonicMillis();
+  const int64_t gap = last_tick_mono_ > 0 ? now - last_tick_mono_ : 0;
+  last_tick_mono_ = now;
+  if (options_.stall_credit_after_ms > 0 && gap > options_.stall_credit_after_ms) {
+    std::fprintf(stderr,
+                 "sluice server: stalled for %.1f s (no tick ran); not counted against nodes\n",
+                 static_cast<double>(gap) / 1000);
+    for (auto& [id, ns] : nodes_) ns.last_seen_mono += gap;
+  }
   for (auto& [id, ns] : nodes_) {
     if (ns.record.state == st::NodeState::kLost) continue;
     int64_t silent = now - ns.last_seen_mono;

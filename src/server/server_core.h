@@ -67,8 +67,15 @@ struct SubmitOptions {
 };
 
 struct CoreOptions {
-  int64_t heartbeat_interval_ms = 3000;         // told to agents in `welcome`
-  int64_t heartbeat_grace_ms = 15000;           // silence after which a node is lost
+  int64_t heartbeat_interval_ms = 3000;  // told to agents in `welcome`
+  int64_t heartbeat_grace_ms = 15000;    // silence after which a node is lost
+  // How long each heartbeat's reply lets the node's running attempts run (fencing): shorter
+  // than the grace, so an agent cut off from us has frozen them before we place them elsewhere.
+  int64_t lease_ms = 10000;
+  // A gap between two ticks longer than this is the server's own stall (stopped, swapped out, a
+  // slow disk): nodes could not be heard meanwhile, so the gap is not counted as their silence.
+  // 0: off (unit tests jump the clock between ticks on purpose).
+  int64_t stall_credit_after_ms = 0;
   int64_t cancel_grace_ms = 10000;              // SIGTERM -> SIGKILL on the agent
   market::CostModel cost_model;                 // how offers are ranked and jobs placed
   int64_t preempt_cooldown_ms = 60000;          // a preempted job avoids that node this long
@@ -354,6 +361,7 @@ class ServerCore {
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
   int64_t reliability_refreshed_mono_ = 0;
+  int64_t last_tick_mono_ = 0;  // for CoreOptions::stall_credit_after_ms
   SigningIdentity signing_;
 };
 

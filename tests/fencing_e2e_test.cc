@@ -1,0 +1,170 @@
+// Fencing (issue 11 item 2): leases on running attempts, renewed by the server's replies to
+// heartbeats. Real server and agents on loopback; a network partition is a paused proxy.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/text.h"
+#include "harness.h"
+#include "pausable_proxy.h"
+
+namespace sluice::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool Contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The freezer state of an attempt's cgroup, v1 or v2: "frozen", "thawed", or "" when it has
+// none (gone, or no cgroups on this host).
+std::string Freezer(const std::string& attempt_id) {
+  std::string v1 = Slurp("/sys/fs/cgroup/freezer/sluice/" + attempt_id + "/freezer.state");
+  if (!v1.empty()) return Trim(v1) == "FROZEN" ? "frozen" : "thawed";
+  std::string v2 = Slurp("/sys/fs/cgroup/sluice/" + attempt_id + "/cgroup.events");
+  if (!v2.empty()) return Contains(v2, "frozen 1") ? "frozen" : "thawed";
+  return "";
+}
+
+// Processes left in an attempt's cgroup (any tree); 0 when it is gone.
+size_t CgroupProcs(const std::string& attempt_id) {
+  for (const std::string root : {"/sys/fs/cgroup/pids/sluice/", "/sys/fs/cgroup/sluice/"}) {
+    std::string procs = Slurp(root + attempt_id + "/cgroup.procs");
+    if (!procs.empty()) return Split(Trim(procs), '\n').size();
+  }
+  return 0;
+}
+
+class FencingE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // The test reads the attempt's freezer: the agent must be able to make cgroups.
+    if (geteuid() != 0) GTEST_SKIP() << "the agent makes job cgroups only as root";
+    // A short lease against a long grace: the agent freezes long before the server would
+    // declare its node lost, which keeps the test's timing far from any edge.
+    cluster_.StartServer({"--heartbeat-interval", "0.3", "--heartbeat-grace", "10", "--lease", "2",
+                          "--cancel-grace", "1"});
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << "---- server log ----\n" << cluster_.ServerLog() << "\n";
+  }
+
+  // A job that ticks into its work dir until the test drops a `release` file there.
+  std::string Submit() {
+    std::string spec = cluster_.WriteFile("tick.yaml", R"(name: tick
+run: |
+  echo started
+  while [ ! -f release ]; do date +%s%N > tick; sleep 0.05; done
+  echo finished
+)");
+    return Trim(cluster_.Cli({"run", spec, "--detach"}).out);
+  }
+  Json Job(const std::string& id) { return cluster_.CliJson({"job", id}); }
+  std::string AttemptId(const std::string& job, size_t i) {
+    Json j = Job(job);
+    if (!j.is_object() || j["attempts"].size() <= i) return "";
+    return j["attempts"][i].value("id", "");
+  }
+  std::string WorkDir(const std::string& agent, const std::string& attempt) {
+    return cluster_.dir() + "/agent-" + agent + "/work/" + attempt;
+  }
+  std::string State(const std::string& job) {
+    Json j = Job(job);
+    return j.is_object() ? j["job"].value("state", "") : "";
+  }
+
+  Cluster cluster_;
+};
+
+// The server stops answering for longer than the lease (SIGSTOP: an outage, or a server stuck
+// on its disk): the running job is frozen, not killed, and thawed once the server is back; it
+// then finishes, once.
+TEST_F(FencingE2ETest, AServerOutageFreezesTheRunningJobAndNeverKillsIt) {
+  Daemon* agent = cluster_.StartAgent("a1");
+  std::string job = Submit();
+  std::string att;
+  ASSERT_TRUE(WaitUntil([&] {
+    att = AttemptId(job, 0);
+    return !att.empty() && fs::exists(WorkDir("a1", att) + "/tick");
+  }));
+  EXPECT_EQ(Freezer(att), "thawed");
+  cluster_.server()->Signal(SIGSTOP);
+  EXPECT_TRUE(WaitUntil([&] { return Freezer(att) == "frozen"; }, std::chrono::seconds(15)))
+      << agent->Log();
+  EXPECT_TRUE(Contains(agent->Log(), "lease of " + att + " ran out"));
+  cluster_.server()->Signal(SIGCONT);
+  EXPECT_TRUE(WaitUntil([&] { return Freezer(att) == "thawed"; }, std::chrono::seconds(15)))
+      << agent->Log();
+  std::ofstream(WorkDir("a1", att) + "/release") << "go";
+  EXPECT_TRUE(WaitUntil([&] { return State(job) == "succeeded"; })) << Job(job).dump();
+  EXPECT_EQ(Job(job)["attempts"].size(), 1u);
+  EXPECT_EQ(cluster_.Cli({"logs", job}).out, "started\nfinished\n");
+}
+
+// A partition: the agent is alive but cut off. Its lease runs out and its job freezes; the
+// server declares the node lost after the grace and places the job on another node, while the
+// first copy is frozen (zero overlap). When the link heals, the first agent learns the attempt
+// is no longer its own and kills it; it never runs again.
+TEST_F(FencingE2ETest, APartitionedNodesJobIsFrozenBeforeItRunsElsewhereAndKilledAfter) {
+  const std::string url = cluster_.url();
+  PausableProxy proxy(static_cast<uint16_t>(std::stoi(url.substr(url.rfind(':') + 1))));
+  cluster_.agent_server_url = "http://127.0.0.1:" + std::to_string(proxy.port());
+  Daemon* a1 = cluster_.StartAgent("a1");
+  cluster_.agent_server_url.clear();
+  std::string job = Submit();
+  std::string att1;
+  ASSERT_TRUE(WaitUntil([&] {
+    att1 = AttemptId(job, 0);
+    return !att1.empty() && fs::exists(WorkDir("a1", att1) + "/tick");
+  }));
+  proxy.Pause();
+  EXPECT_TRUE(WaitUntil([&] { return Freezer(att1) == "frozen"; }, std::chrono::seconds(15)))
+      << a1->Log();
+  ASSERT_TRUE(WaitUntil([&] { return State(job) == "queued"; }, std::chrono::seconds(30)))
+      << Job(job).dump();
+  cluster_.StartAgent("a2");
+  std::string att2;
+  ASSERT_TRUE(WaitUntil([&] {
+    att2 = AttemptId(job, 1);
+    return !att2.empty() && fs::exists(WorkDir("a2", att2) + "/tick");
+  })) << Job(job).dump();
+  // Attempt 2 runs; attempt 1 is frozen, and its tick stands still.
+  EXPECT_EQ(Freezer(att1), "frozen");
+  std::string tick1 = Slurp(WorkDir("a1", att1) + "/tick");
+  proxy.Resume();
+  EXPECT_TRUE(WaitUntil([&] { return CgroupProcs(att1) == 0; }, std::chrono::seconds(20)))
+      << a1->Log();
+  EXPECT_TRUE(Contains(a1->Log(), att1 + " is no longer placed on this node: killed")) << a1->Log();
+  // Its work dir goes once the server has its exit; until then its tick must stand still.
+  std::string after = Slurp(WorkDir("a1", att1) + "/tick");
+  EXPECT_TRUE(after.empty() || after == tick1) << "attempt 1 ran again";
+  std::ofstream(WorkDir("a2", att2) + "/release") << "go";
+  EXPECT_TRUE(WaitUntil([&] { return State(job) == "succeeded"; })) << Job(job).dump();
+  Json j = Job(job);
+  ASSERT_EQ(j["attempts"].size(), 2u);
+  EXPECT_EQ(j["attempts"][0]["state"], "lost");
+}
+
+// A lease as long as the grace would let the server place a job elsewhere while the first copy
+// still runs: the server refuses to start with one.
+TEST(FencingConfigTest, ALeaseNotShorterThanTheGraceIsRefusedAtStart) {
+  std::string dir = fs::temp_directory_path() / ("sluice-lease-" + std::to_string(getpid()));
+  CommandResult r = RunCommand({SluiceBinary(), "server", "--data-dir", dir, "--listen",
+                                "127.0.0.1:0", "--heartbeat-grace", "15", "--lease", "15"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(Contains(r.err, "--lease (15.0 s) must be shorter than --heartbeat-grace")) << r.err;
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+}  // namespace
+}  // namespace sluice::testing
