@@ -100,7 +100,9 @@ TEST_F(FencingE2ETest, AServerOutageFreezesTheRunningJobAndNeverKillsIt) {
   cluster_.server()->Signal(SIGSTOP);
   EXPECT_TRUE(WaitUntil([&] { return Freezer(att) == "frozen"; }, std::chrono::seconds(15)))
       << agent->Log();
-  EXPECT_TRUE(Contains(agent->Log(), "lease of " + att + " ran out"));
+  // The agent writes its line just after the freeze took effect.
+  EXPECT_TRUE(WaitUntil([&] { return Contains(agent->Log(), "lease of " + att + " ran out"); }))
+      << agent->Log();
   cluster_.server()->Signal(SIGCONT);
   EXPECT_TRUE(WaitUntil([&] { return Freezer(att) == "thawed"; }, std::chrono::seconds(15)))
       << agent->Log();

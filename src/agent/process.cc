@@ -50,7 +50,7 @@ int MoveAboveStdio(int fd) {
 
 // What the child writes to the CLOEXEC status pipe when something before exec fails.
 enum ChildStage : int {
-  kStageSetpgid = 1,
+  kStageSetsid = 1,
   kStageDup,
   kStageChdir,
   kStageExec,
@@ -81,7 +81,7 @@ struct ChildError {
   }
   // A session of its own (so also a group the agent signals as one): no controlling terminal
   // the job could push input into (TIOCSTI) if the agent was started from one.
-  if (setsid() < 0) fail(kStageSetpgid);
+  if (setsid() < 0) fail(kStageSetsid);
   // The job must not outlive the agent's monitor thread (or the agent itself).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) {
@@ -170,7 +170,7 @@ Status ChildErrorToStatus(const ChildError& e, const std::string& cwd) {
       return Status::Internal("chdir to '" + cwd + "': " + why);
     case kStageExec:
       return Status::FailedPrecondition("cannot execute the job's shell or sandbox: " + why);
-    case kStageSetpgid:
+    case kStageSetsid:
       return Status::Internal("setsid in child: " + why);
     case kStageDup:
       return Status::Internal("dup2 in child: " + why);

@@ -1,7 +1,7 @@
-// Process: one job's shell, run in its own process group with its output streamed as lines.
-// Linux only (pidfd, prctl). This is the agent's executor primitive: everything the job starts
-// lives in one process group, so preemption (SIGTERM -> grace -> SIGKILL, DESIGN.md §6) and
-// cleanup reach every descendant that did not deliberately leave the group.
+// Process: one job's shell, run in its own session and process group with its output streamed
+// as lines. Linux only (pidfd, prctl). This is the agent's executor primitive: everything the
+// job starts lives in one process group, so preemption (SIGTERM -> grace -> SIGKILL, DESIGN.md §6)
+// and cleanup reach every descendant that did not deliberately leave the group.
 #pragma once
 
 #include <sys/types.h>
