@@ -107,6 +107,23 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 10000000))
       ->capture_default_str();
   server
+      ->add_option("--max-concurrent-verifications", sopt.max_concurrent_verifications,
+                   "Conformance suites run at once across all nodes; the rest wait their turn "
+                   "(a fleet registering together would otherwise fail its own measurements)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  server
+      ->add_option("--verify-retries", sopt.verify_retries,
+                   "Times a failed verification is asked again before the node stays unverified")
+      ->check(CLI::Range(0, 20))
+      ->capture_default_str();
+  server
+      ->add_option("--verify-retry", sopt.verify_retry_s,
+                   "Seconds before the first retry of a failed verification; each later one "
+                   "waits twice as long, with jitter")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  server
       ->add_option("--max-log-mib-per-attempt", sopt.max_log_mib_per_attempt,
                    "Log bytes kept per attempt (MiB); past it the oldest lines give way")
       ->check(CLI::Range(0.001, 1048576.0))

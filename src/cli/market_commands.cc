@@ -184,7 +184,11 @@ int NodesCommand(const GlobalFlags& g) {
     double mem = inv.is_object() ? inv.value("memory_mib", 0.0) / 1024.0 : 0;
     std::string state = n.value("state", "");
     std::string verified = n.value("verification", "unverified");
-    if (n.value("verifying", false)) verified += " (checking)";
+    if (n.value("verification_queued", false)) {
+      verified += " (queued)";
+    } else if (n.value("verifying", false)) {
+      verified += " (checking)";
+    }
     char rel[16] = "-";
     if (n.contains("reliability") && n["reliability"].is_object()) {
       std::snprintf(rel, sizeof rel, "%.2f", n["reliability"].value("score", 0.0));

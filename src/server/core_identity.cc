@@ -72,9 +72,11 @@ Result<std::string> ServerCore::AdmitNodeLocked(const proto::Hello& hello,
   return std::string();
 }
 
-void ServerCore::RequestReportLocked(NodeState& node, const std::string& why) {
+void ServerCore::SendReportRequestLocked(NodeState& node, const std::string& why) {
   if (!node.link) return;
   node.awaiting_report = true;
+  node.verify_queued = false;
+  node.verify_admitted_mono = clock_->MonotonicMillis();
   std::string nonce = RandomHex(16);
   node.report_nonces.push_back(nonce);
   if (node.report_nonces.size() > kMaxOutstandingReports) {

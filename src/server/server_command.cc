@@ -171,6 +171,9 @@ int RunServer(const ServerOptions& opt) {
   core_opt.reverify_interval_ms = static_cast<int64_t>(opt.reverify_interval_s * 1000);
   core_opt.max_active_jobs_per_account = opt.max_active_jobs_per_account;
   core_opt.max_nodes_per_provider = opt.max_nodes_per_provider;
+  core_opt.max_concurrent_verifications = opt.max_concurrent_verifications;
+  core_opt.verify_retries = opt.verify_retries;
+  core_opt.verify_retry_ms = static_cast<int64_t>(opt.verify_retry_s * 1000);
   core_opt.max_log_bytes_per_attempt =
       static_cast<int64_t>(opt.max_log_mib_per_attempt * 1024 * 1024);
   // The key that signs audit bundles: created on first start, kept in the data dir (mode 0600).

@@ -25,6 +25,9 @@ struct ServerOptions {
   // Limits (issue 10 item 5; README "Limits").
   int max_active_jobs_per_account = 1000;
   int max_nodes_per_provider = 1000;
+  int max_concurrent_verifications = 8;  // conformance suites running at once; the rest wait
+  int verify_retries = 3;                // a failed verification is asked again this often
+  double verify_retry_s = 60;            // ... first after this long, then doubling
   double max_log_mib_per_attempt = 64;
   double max_upload_gib_per_account = 50;
   double refusals_per_second = 5;  // per client address, sustained; bursts of 10x

@@ -771,6 +771,7 @@ std::vector<NodeView> ServerCore::ListNodes() {
     v.node = ns.record;
     v.reliability = ns.reliability;
     v.verifying = ns.awaiting_report;
+    v.verify_queued = ns.verify_queued;
     for (const auto& c : caps) {
       if (c.node_id != id) continue;
       for (const auto& g : c.gpus) v.gpus_free += g.free ? 1 : 0;
@@ -1102,6 +1103,7 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
     entry.status = 200;
     batch.audit.push_back(std::move(entry));
     SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+    AfterVerdictLocked(ns);
     return ScheduleLocked();
   }
 
@@ -1303,6 +1305,7 @@ void ServerCore::Tick() {
       (void)LoseNodeLocked(ns, "no heartbeat for " + std::to_string(silent / 1000) + "s");
     }
   }
+  AdmitVerificationsLocked();
   // Once a minute: extend the open uptime spans, ask for scheduled re-verification, and
   // recompute reliability scores.
   if (now - reliability_refreshed_mono_ >= 60000 || reliability_refreshed_mono_ == 0) {
@@ -1598,6 +1601,7 @@ Json NodeToJson(const NodeView& v) {
               {"verification", n.verification},
               {"verification_reasons", n.verification_reasons},
               {"verifying", v.verifying},
+              {"verification_queued", v.verify_queued},
               {"verified_ms", n.verified_ms},
               {"hardware_fingerprint", n.hardware_fingerprint},
               {"software_fingerprint", n.software_fingerprint},

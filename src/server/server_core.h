@@ -76,6 +76,12 @@ struct CoreOptions {
   // slow disk): nodes could not be heard meanwhile, so the gap is not counted as their silence.
   // 0: off (unit tests jump the clock between ticks on purpose).
   int64_t stall_credit_after_ms = 0;
+  // Storm-proof verification (issue 12 item 5): at most this many conformance suites run at
+  // once (a fleet registering together would otherwise measure itself into failure); a failed
+  // verification is retried this many times, after verify_retry_ms, doubling, with jitter.
+  int max_concurrent_verifications = 8;
+  int verify_retries = 3;
+  int64_t verify_retry_ms = 60000;
   int64_t cancel_grace_ms = 10000;              // SIGTERM -> SIGKILL on the agent
   market::CostModel cost_model;                 // how offers are ranked and jobs placed
   int64_t preempt_cooldown_ms = 60000;          // a preempted job avoids that node this long
@@ -99,7 +105,8 @@ struct JobDetail {
 struct NodeView {
   store::NodeRecord node;
   market::Reliability reliability;
-  bool verifying = false;  // a conformance run was asked for and its report has not arrived
+  bool verifying = false;      // a conformance run was asked for and its report has not arrived
+  bool verify_queued = false;  // ... and waits for a free slot (CoreOptions::max_concurrent_...)
   int gpus_free = 0;
   int cpus_free = 0;
   double memory_free_gb = 0;
@@ -262,6 +269,15 @@ class ServerCore {
     // The nonces of the `reverify` requests not yet answered, oldest first. A conformance report
     // must echo one (each is used once), so a report captured elsewhere cannot be replayed.
     std::vector<std::string> report_nonces;
+    // Storm-proof verification (issue 12 item 5; core_verification.cc). A requested run waits
+    // here while the server already has its maximum of suites running; `awaiting_report` is set
+    // for it all the same (it is under way, and jobs may wait for it).
+    bool verify_queued = false;
+    std::string verify_reason;         // the queued request's trigger
+    int64_t verify_queue_order = 0;    // first come, first served (verify_queue_seq_)
+    int64_t verify_admitted_mono = 0;  // when its `reverify` was sent
+    int verify_failures = 0;           // failed verdicts in a row
+    int64_t verify_retry_mono = 0;     // when to ask again after a failure; 0: not scheduled
   };
   struct JobState {
     store::JobRecord record;
@@ -303,8 +319,17 @@ class ServerCore {
   void CloseUptimeLocked(NodeState& node, store::WriteBatch& batch);
   // Recomputes every node's reliability score from the store's 30-day window.
   void RefreshReliabilityLocked();
-  // Asks the agent to run its conformance suite (`why`: registration, scheduled, on demand).
+  // Asks the agent to run its conformance suite (`why`: registration, scheduled, on demand), or
+  // queues the request while options_.max_concurrent_verifications suites already run.
   void RequestReportLocked(NodeState& node, const std::string& why);
+  // Sends `reverify` for a request RequestReportLocked admitted.
+  void SendReportRequestLocked(NodeState& node, const std::string& why);
+  // After a verdict: a failure schedules a retry with backoff (up to options_.verify_retries);
+  // a pass clears the count. Then admits queued requests.
+  void AfterVerdictLocked(NodeState& node);
+  // Sends queued requests, oldest first, while fewer than the maximum are running; asks again
+  // for nodes whose retry is due. Called from Tick and after every verdict.
+  void AdmitVerificationsLocked();
   // Node identity: the existing node a hello may speak for, "" to enrol a new node, or why it is
   // refused (PermissionDenied: an impersonation attempt). Changes nothing.
   Result<std::string> AdmitNodeLocked(const proto::Hello& hello, const AgentIdentity& who) const;
@@ -361,7 +386,8 @@ class ServerCore {
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
   int64_t reliability_refreshed_mono_ = 0;
-  int64_t last_tick_mono_ = 0;  // for CoreOptions::stall_credit_after_ms
+  int64_t last_tick_mono_ = 0;    // for CoreOptions::stall_credit_after_ms
+  int64_t verify_queue_seq_ = 0;  // NodeState::verify_queue_order
   SigningIdentity signing_;
 };
 

@@ -1169,3 +1169,122 @@ TEST_F(TrustTest, AuditBundleIsSignedAndShowsWhatTheJobRanOn) {
 
 }  // namespace
 }  // namespace sluice::server
+
+namespace sluice::server {
+namespace {
+
+// Storm-proof verification (issue 12 item 5): a fleet registering at once runs its suites a
+// few at a time, and a failed verification is retried with backoff before it settles.
+class VerificationStormTest : public TrustTest {
+ protected:
+  void SetUp() override {
+    opt_.max_concurrent_verifications = 2;
+    opt_.verify_retries = 2;
+    opt_.verify_retry_ms = 10'000;
+    TrustTest::SetUp();
+  }
+  struct Agent {
+    std::shared_ptr<RecordingLink> link = std::make_shared<RecordingLink>();
+    std::string node;
+  };
+  Agent Join(const std::string& name) {
+    Agent a;
+    proto::Hello h = CpuHello();
+    h.name = name;
+    h.inventory.hostname = name;
+    auto node = core_->AgentHello(a.link, h);
+    EXPECT_TRUE(node.ok()) << node.status().ToString();
+    a.node = node.ok() ? *node : "";
+    return a;
+  }
+  conformance::Report Failing() {
+    conformance::Report r = testing::PassingReport(CpuHello().inventory);
+    for (auto& c : r.checks) {
+      if (c.name == "disk") c.measurements["write_mib_s"] = 2;
+    }
+    return r;
+  }
+  std::string Verification(const std::string& node) {
+    for (const auto& v : core_->ListNodes()) {
+      if (v.node.id == node) return v.node.verification;
+    }
+    return "";
+  }
+};
+
+TEST_F(VerificationStormTest, OnlyAFewSuitesRunAtOnceAndTheRestFollowAsTheyReport) {
+  std::vector<Agent> fleet;
+  for (int i = 0; i < 5; ++i) fleet.push_back(Join("n" + std::to_string(i)));
+  auto asked = [&] {
+    int n = 0;
+    for (const auto& a : fleet) n += a.link->OfType("reverify").empty() ? 0 : 1;
+    return n;
+  };
+  EXPECT_EQ(asked(), 2);
+  int queued = 0;
+  for (const auto& v : core_->ListNodes()) queued += v.verify_queued ? 1 : 0;
+  EXPECT_EQ(queued, 3);
+  // Each report frees a slot for the next node in line, in the order they came.
+  ASSERT_TRUE(
+      Report(fleet[0].node, fleet[0].link, testing::PassingReport(CpuHello().inventory)).ok());
+  EXPECT_EQ(asked(), 3);
+  EXPECT_FALSE(fleet[2].link->OfType("reverify").empty());
+  ASSERT_TRUE(
+      Report(fleet[1].node, fleet[1].link, testing::PassingReport(CpuHello().inventory)).ok());
+  ASSERT_TRUE(
+      Report(fleet[2].node, fleet[2].link, testing::PassingReport(CpuHello().inventory)).ok());
+  EXPECT_EQ(asked(), 5);
+  EXPECT_EQ(Verification(fleet[0].node), "verified");
+}
+
+TEST_F(VerificationStormTest, AFailedVerificationIsAskedAgainWithBackoffThenSettles) {
+  Agent a = Join("n0");
+  ASSERT_EQ(a.link->OfType("reverify").size(), 1u);
+  ASSERT_TRUE(Report(a.node, a.link, Failing()).ok());
+  EXPECT_EQ(Verification(a.node), "unverified");
+  // First retry after 10 s ± 25 %: not before 7.5 s, asked by 12.5 s.
+  Live(5000, a.node, a.link);
+  EXPECT_EQ(a.link->OfType("reverify").size(), 1u);
+  Live(10000, a.node, a.link);
+  ASSERT_EQ(a.link->OfType("reverify").size(), 2u);
+  EXPECT_EQ(a.link->OfType("reverify")[1]["reason"], "retry 1 after a failed verification");
+  ASSERT_TRUE(Report(a.node, a.link, Failing()).ok());
+  // Second retry after 20 s ± 25 %.
+  Live(10000, a.node, a.link);
+  EXPECT_EQ(a.link->OfType("reverify").size(), 2u);
+  Live(20000, a.node, a.link);
+  ASSERT_EQ(a.link->OfType("reverify").size(), 3u);
+  ASSERT_TRUE(Report(a.node, a.link, Failing()).ok());
+  // Retries used up: it stays unverified and is not asked again.
+  Live(600'000, a.node, a.link);
+  EXPECT_EQ(a.link->OfType("reverify").size(), 3u);
+  EXPECT_EQ(Verification(a.node), "unverified");
+}
+
+TEST_F(VerificationStormTest, ARetryThatPassesVerifiesTheNode) {
+  Agent a = Join("n0");
+  ASSERT_TRUE(Report(a.node, a.link, Failing()).ok());
+  Live(15000, a.node, a.link);
+  ASSERT_EQ(a.link->OfType("reverify").size(), 2u);
+  ASSERT_TRUE(Report(a.node, a.link, testing::PassingReport(CpuHello().inventory)).ok());
+  EXPECT_EQ(Verification(a.node), "verified");
+}
+
+// A suite that never reports (a hung agent) does not hold its slot for ever.
+TEST_F(VerificationStormTest, ASuiteThatNeverReportsGivesUpItsSlot) {
+  Agent a = Join("n0");
+  Agent b = Join("n1");
+  Agent c = Join("n2");
+  EXPECT_TRUE(c.link->OfType("reverify").empty());
+  for (int t = 0; t < 11 * 60; t += 5) {  // eleven minutes, everyone heartbeating
+    clock_.Advance(5000);
+    for (const Agent* x : {&a, &b, &c}) {
+      ASSERT_TRUE(core_->AgentMessage(x->node, x->link.get(), Json{{"type", "heartbeat"}}).ok());
+    }
+    core_->Tick();
+  }
+  EXPECT_EQ(c.link->OfType("reverify").size(), 1u);
+}
+
+}  // namespace
+}  // namespace sluice::server
