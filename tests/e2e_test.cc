@@ -284,18 +284,19 @@ std::string RunTokenThief(Cluster& cluster, const std::vector<std::string>& agen
   Json vj = GetJob(cluster, victim);
   std::string other = cluster.dir() + "/agent-a1/work/" + vj["attempts"][0].value("id", "");
   EXPECT_TRUE(std::filesystem::exists(other + "/weights.txt")) << other;
-  std::string thief =
-      write("thief", "name: thief\nenv: {AGENT_PID: '" + std::to_string(agent->pid()) +
-                         "', TOKEN: " + cluster.server_data_dir() + "/join.token, ADMIN: " +
-                         cluster.server_data_dir() + "/admin.token, CRED: " + cluster.dir() +
-                         "/agent-a1/node.credential, OTHER: " + other +
-                         "}\nrun: |\n"
-                         "  echo \"cmdline: $(tr '\\0' ' ' < /proc/$AGENT_PID/cmdline)\"\n"
-                         "  echo \"token: $(cat $TOKEN)\"\n"
-                         "  echo \"admin: $(cat $ADMIN)\"\n"
-                         "  echo \"cred: $(cat $CRED)\"\n"
-                         "  echo \"other: $(cat $OTHER/weights.txt)\"\n"
-                         "  echo \"ls: $(ls $(dirname $OTHER))\"\n");
+  std::string thief = write(
+      "thief", "name: thief\nenv: {AGENT_PID: '" + std::to_string(agent->pid()) + "', TOKEN: " +
+                   cluster.server_data_dir() + "/join.token, ADMIN: " + cluster.server_data_dir() +
+                   "/admin.token, CRED: " + cluster.dir() +
+                   "/agent-a1/node.credential, OTHER: " + other +
+                   "}\nrun: |\n"
+                   "  echo \"cmdline: $(tr '\\0' ' ' < /proc/$AGENT_PID/cmdline)\"\n"
+                   "  echo \"token: $(cat $TOKEN)\"\n"
+                   "  echo \"admin: $(cat $ADMIN)\"\n"
+                   "  echo \"cred: $(cat $CRED)\"\n"
+                   "  echo \"other: $(cat $OTHER/weights.txt)\"\n"
+                   "  echo \"ls: $(ls $(dirname $OTHER))\"\n"
+                   "  echo \"user: $(python3 -c 'import getpass; print(getpass.getuser())')\"\n");
   CommandResult r = cluster.Cli({"run", thief, "--follow"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   cluster.Cli({"cancel", victim});
@@ -312,6 +313,8 @@ TEST_F(E2ETest, ASandboxedTokenThiefReadsNothingOfTheAgentServerOrOtherJobs) {
   EXPECT_FALSE(Contains(out, cred)) << out;
   EXPECT_FALSE(Contains(out, "other-tenants-weights")) << out;
   EXPECT_TRUE(Contains(out, "other: \n")) << out;
+  // Its uid has no passwd entry, yet tools that want a user name get one.
+  EXPECT_TRUE(Contains(out, "user: sluice-job\n")) << out;
   EXPECT_FALSE(Contains(cluster_.Cli({"offers"}).out, "sandbox: none"));
 }
 

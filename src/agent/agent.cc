@@ -734,8 +734,9 @@ void Agent::StartAttempt(proto::Assign assign) {
     box.gpus = assign.gpus;
     box.hidden = HiddenPaths();
     spec.env["HOME"] = dir;
-    spec.env.erase("USER");
-    spec.env.erase("LOGNAME");
+    // The job's uid has no passwd entry; tools that ask for a user name (Python's getpass, and
+    // with it PyTorch's compile cache) read these first.
+    spec.env["USER"] = spec.env["LOGNAME"] = "sluice-job";
     if (sandbox_.own_uid) {
       int slot;
       {
@@ -895,6 +896,10 @@ void Agent::OnMessage(std::string_view text) {
     heartbeat_ms_ = std::max<int64_t>(100, msg->value("heartbeat_interval_ms", int64_t{3000}));
     if (auto it = msg->find("lease_ms"); it != msg->end() && it->is_number_integer()) {
       leases_.SetLeaseLength(it->get<int64_t>());
+      // At least three heartbeats per lease: one slow reply must not freeze healthy jobs.
+      if (int64_t lease = it->get<int64_t>(); lease >= 300) {
+        heartbeat_ms_ = std::min(heartbeat_ms_, lease / 3);
+      }
     }
     (void)WriteFileAtomic(opt_.data_dir + "/node.id", node_id_ + "\n");
     Log("registered as node %s", node_id_);

@@ -73,8 +73,11 @@ std::vector<std::string> SandboxArgv(const SandboxSupport& support, const Sandbo
     }
   }
   // Sticky and world-writable like the host's: bwrap (root) creates them for a job of another uid.
-  a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
-                     "--perms", "1777", "--tmpfs", "/var/tmp"});
+  // /dev/shm too: POSIX semaphores and shared memory live there (Python multiprocessing locks,
+  // PyTorch DataLoader workers, NCCL), and bwrap's /dev has it read-only for the job's uid.
+  a.insert(a.end(),
+           {"--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--perms",
+            "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/var/tmp"});
   // GPUs: only the ones given, plus the control nodes every CUDA process opens.
   std::vector<std::string> nodes;
   for (int g : spec.gpus) nodes.push_back("nvidia" + std::to_string(g));

@@ -187,13 +187,14 @@ TEST_F(LiveSandboxTest, TheJobWritesItsOwnDirsAndNothingOfTheSystem) {
                     "touch /usr/evil 2>/dev/null || echo usr-readonly; "
                     "touch /etc/evil 2>/dev/null || echo etc-readonly; "
                     "echo t > \"$TMPNAME\" && echo tmp-private; "
+                    "python3 -c 'import multiprocessing as m; m.Lock(); print(\"shm-usable\")'; "
                     "cat /etc/shadow >/dev/null 2>&1 || echo no-shadow; "
                     "grep -E '^(NoNewPrivs|CapEff)' /proc/self/status | tr -s '\\t' ' '",
                     {{"CKPT", spec_.checkpoint_dir}, {"TMPNAME", root_ + ".inbox"}});
   EXPECT_EQ(r.exit.exit_code, 0) << r.Text();
-  EXPECT_THAT(r.lines,
-              ElementsAre(spec_.workdir, "wrote-work", "wrote-ckpt", "usr-readonly", "etc-readonly",
-                          "tmp-private", "no-shadow", "CapEff: 0000000000000000", "NoNewPrivs: 1"));
+  EXPECT_THAT(r.lines, ElementsAre(spec_.workdir, "wrote-work", "wrote-ckpt", "usr-readonly",
+                                   "etc-readonly", "tmp-private", "shm-usable", "no-shadow",
+                                   "CapEff: 0000000000000000", "NoNewPrivs: 1"));
   EXPECT_TRUE(fs::exists(spec_.workdir + "/out.txt"));
   EXPECT_TRUE(fs::exists(spec_.checkpoint_dir + "/state"));
   EXPECT_FALSE(fs::exists(root_ + ".inbox")) << "the box's /tmp is the host's";
