@@ -1293,10 +1293,13 @@ void ServerCore::Tick() {
   const int64_t gap = last_tick_mono_ > 0 ? now - last_tick_mono_ : 0;
   last_tick_mono_ = now;
   if (options_.stall_credit_after_ms > 0 && gap > options_.stall_credit_after_ms) {
+    // Only the excess: a server merely slow on every tick still loses a dead node, late.
+    const int64_t credit = gap - options_.stall_credit_after_ms;
     std::fprintf(stderr,
-                 "sluice server: stalled for %.1f s (no tick ran); not counted against nodes\n",
-                 static_cast<double>(gap) / 1000);
-    for (auto& [id, ns] : nodes_) ns.last_seen_mono += gap;
+                 "sluice server: stalled for %.1f s (no tick ran); %.1f s not counted against "
+                 "nodes\n",
+                 static_cast<double>(gap) / 1000, static_cast<double>(credit) / 1000);
+    for (auto& [id, ns] : nodes_) ns.last_seen_mono += credit;
   }
   for (auto& [id, ns] : nodes_) {
     if (ns.record.state == st::NodeState::kLost) continue;

@@ -73,8 +73,8 @@ struct CoreOptions {
   // than the grace, so an agent cut off from us has frozen them before we place them elsewhere.
   int64_t lease_ms = 10000;
   // A gap between two ticks longer than this is the server's own stall (stopped, swapped out, a
-  // slow disk): nodes could not be heard meanwhile, so the gap is not counted as their silence.
-  // 0: off (unit tests jump the clock between ticks on purpose).
+  // slow disk): nodes could not be heard meanwhile, so the gap beyond this is not counted as
+  // their silence. 0: off (unit tests jump the clock between ticks on purpose).
   int64_t stall_credit_after_ms = 0;
   // Storm-proof verification (issue 12 item 5): at most this many conformance suites run at
   // once (a fleet registering together would otherwise measure itself into failure); a failed

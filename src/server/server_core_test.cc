@@ -377,6 +377,26 @@ TEST_F(ServerCoreTest, TheServersOwnStallIsNotCountedAsANodesSilence) {
   EXPECT_EQ(core_->ListNodes()[0].node.state, store::NodeState::kLost);
 }
 
+// Only the excess over the threshold is credited: a server slow on every tick (2.5 s apart
+// here) still declares a silent node lost, a little late, never not at all.
+TEST_F(ServerCoreTest, AServerSlowOnEveryTickStillLosesASilentNode) {
+  opt_.stall_credit_after_ms = 1000;
+  Open();
+  auto link = std::make_shared<RecordingLink>();
+  ASSERT_TRUE(Hello(link, CpuHello()).ok());
+  core_->Tick();
+  int ticks = 0;
+  while (core_->ListNodes()[0].node.state != store::NodeState::kLost && ticks < 100) {
+    clock_.Advance(2500);
+    core_->Tick();
+    ++ticks;
+  }
+  EXPECT_EQ(core_->ListNodes()[0].node.state, store::NodeState::kLost);
+  // Silence grows 1 s per 2.5 s tick: lost after the 10 s grace, within 11 ticks.
+  EXPECT_LE(ticks, 11);
+  EXPECT_GE(ticks, 10);
+}
+
 TEST_F(ServerCoreTest, LostNodeFailsTheJobOnceRestartsAreUsedUp) {
   auto link = std::make_shared<RecordingLink>();
   ASSERT_TRUE(Hello(link, CpuHello()).ok());
