@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/text.h"
 #include "harness.h"
@@ -109,6 +110,33 @@ TEST_F(FencingE2ETest, AServerOutageFreezesTheRunningJobAndNeverKillsIt) {
   std::ofstream(WorkDir("a1", att) + "/release") << "go";
   EXPECT_TRUE(WaitUntil([&] { return State(job) == "succeeded"; })) << Job(job).dump();
   EXPECT_EQ(Job(job)["attempts"].size(), 1u);
+  EXPECT_EQ(cluster_.Cli({"logs", job}).out, "started\nfinished\n");
+}
+
+// A server that is down for longer than the heartbeat grace (killed, restarted later): its
+// running job freezes, and once the server is back it is thawed and finishes, once. The server
+// counts the lease and the grace from its restart, not from the node's last heartbeat.
+TEST_F(FencingE2ETest, AServerRestartLongerThanTheGraceLosesAndDuplicatesNothing) {
+  Daemon* agent = cluster_.StartAgent("a1");
+  std::string job = Submit();
+  std::string att;
+  ASSERT_TRUE(WaitUntil([&] {
+    att = AttemptId(job, 0);
+    return !att.empty() && fs::exists(WorkDir("a1", att) + "/tick");
+  }));
+  cluster_.KillServer(SIGKILL);
+  EXPECT_TRUE(WaitUntil([&] { return Freezer(att) == "frozen"; }, std::chrono::seconds(15)))
+      << agent->Log();
+  // The outage itself is this test's input, not a wait for a condition: longer than the 10 s
+  // grace, counted from the freeze (itself 2 s after the last heartbeat).
+  std::this_thread::sleep_for(std::chrono::seconds(11));
+  cluster_.StartServer();
+  EXPECT_TRUE(WaitUntil([&] { return Freezer(att) == "thawed"; }, std::chrono::seconds(20)))
+      << agent->Log();
+  std::ofstream(WorkDir("a1", att) + "/release") << "go";
+  EXPECT_TRUE(WaitUntil([&] { return State(job) == "succeeded"; })) << Job(job).dump();
+  Json j = Job(job);
+  EXPECT_EQ(j["attempts"].size(), 1u) << j.dump();
   EXPECT_EQ(cluster_.Cli({"logs", job}).out, "started\nfinished\n");
 }
 
