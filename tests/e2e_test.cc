@@ -355,8 +355,13 @@ TEST_F(E2ETest, ASandboxedJobCannotReachTheMetadataAddressOrTheServersLocalPort)
   EXPECT_TRUE(Contains(boxed.out, "127.0.0.1:" + port + " closed")) << boxed.out;
   EXPECT_TRUE(Contains(boxed.out, "Connection refused")) << boxed.out;
   EXPECT_TRUE(Contains(boxed.out, "169.254.169.254:80 closed")) << boxed.out;
+  EXPECT_TRUE(
+      Contains(RunCommand({"/usr/sbin/iptables", "-w", "-S"}).out, "SLUICE-JOBS-2100400000"));
   agent->Signal(SIGTERM);
   agent->Wait(std::chrono::seconds(20));
+  // A clean stop takes its rules with it.
+  EXPECT_FALSE(
+      Contains(RunCommand({"/usr/sbin/iptables", "-w", "-S"}).out, "SLUICE-JOBS-2100400000"));
   cluster_.StartAgent("a2", {"--no-sandbox"});
   CommandResult bare = cluster_.Cli({"run", Spec("net", probe), "--follow"});
   EXPECT_TRUE(Contains(bare.out, "127.0.0.1:" + port + " open")) << bare.out;

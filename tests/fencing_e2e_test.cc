@@ -78,6 +78,15 @@ run: |
   std::string WorkDir(const std::string& agent, const std::string& attempt) {
     return cluster_.dir() + "/agent-" + agent + "/work/" + attempt;
   }
+  // The id of attempt `i` of `job` once it runs on `agent` and ticks; "" if it never does.
+  std::string TickingAttempt(const std::string& job, size_t i, const std::string& agent) {
+    std::string att;
+    bool ticking = WaitUntil([&] {
+      att = AttemptId(job, i);
+      return !att.empty() && fs::exists(WorkDir(agent, att) + "/tick");
+    });
+    return ticking ? att : "";
+  }
   std::string State(const std::string& job) {
     Json j = Job(job);
     return j.is_object() ? j["job"].value("state", "") : "";
@@ -92,11 +101,8 @@ run: |
 TEST_F(FencingE2ETest, AServerOutageFreezesTheRunningJobAndNeverKillsIt) {
   Daemon* agent = cluster_.StartAgent("a1");
   std::string job = Submit();
-  std::string att;
-  ASSERT_TRUE(WaitUntil([&] {
-    att = AttemptId(job, 0);
-    return !att.empty() && fs::exists(WorkDir("a1", att) + "/tick");
-  }));
+  std::string att = TickingAttempt(job, 0, "a1");
+  ASSERT_FALSE(att.empty()) << Job(job).dump();
   EXPECT_EQ(Freezer(att), "thawed");
   cluster_.server()->Signal(SIGSTOP);
   EXPECT_TRUE(WaitUntil([&] { return Freezer(att) == "frozen"; }, std::chrono::seconds(15)))
@@ -119,11 +125,8 @@ TEST_F(FencingE2ETest, AServerOutageFreezesTheRunningJobAndNeverKillsIt) {
 TEST_F(FencingE2ETest, AServerRestartLongerThanTheGraceLosesAndDuplicatesNothing) {
   Daemon* agent = cluster_.StartAgent("a1");
   std::string job = Submit();
-  std::string att;
-  ASSERT_TRUE(WaitUntil([&] {
-    att = AttemptId(job, 0);
-    return !att.empty() && fs::exists(WorkDir("a1", att) + "/tick");
-  }));
+  std::string att = TickingAttempt(job, 0, "a1");
+  ASSERT_FALSE(att.empty()) << Job(job).dump();
   cluster_.KillServer(SIGKILL);
   EXPECT_TRUE(WaitUntil([&] { return Freezer(att) == "frozen"; }, std::chrono::seconds(15)))
       << agent->Log();
@@ -151,22 +154,16 @@ TEST_F(FencingE2ETest, APartitionedNodesJobIsFrozenBeforeItRunsElsewhereAndKille
   Daemon* a1 = cluster_.StartAgent("a1");
   cluster_.agent_server_url.clear();
   std::string job = Submit();
-  std::string att1;
-  ASSERT_TRUE(WaitUntil([&] {
-    att1 = AttemptId(job, 0);
-    return !att1.empty() && fs::exists(WorkDir("a1", att1) + "/tick");
-  }));
+  std::string att1 = TickingAttempt(job, 0, "a1");
+  ASSERT_FALSE(att1.empty()) << Job(job).dump();
   proxy.Pause();
   EXPECT_TRUE(WaitUntil([&] { return Freezer(att1) == "frozen"; }, std::chrono::seconds(15)))
       << a1->Log();
   ASSERT_TRUE(WaitUntil([&] { return State(job) == "queued"; }, std::chrono::seconds(30)))
       << Job(job).dump();
   cluster_.StartAgent("a2");
-  std::string att2;
-  ASSERT_TRUE(WaitUntil([&] {
-    att2 = AttemptId(job, 1);
-    return !att2.empty() && fs::exists(WorkDir("a2", att2) + "/tick");
-  })) << Job(job).dump();
+  std::string att2 = TickingAttempt(job, 1, "a2");
+  ASSERT_FALSE(att2.empty()) << Job(job).dump();
   // Attempt 2 runs; attempt 1 is frozen, and its tick stands still.
   EXPECT_EQ(Freezer(att1), "frozen");
   std::string tick1 = Slurp(WorkDir("a1", att1) + "/tick");

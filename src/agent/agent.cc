@@ -268,8 +268,8 @@ class Agent {
   bool fencing_off_ = false;  // the agent is stopping its jobs: none may be frozen now
   // Freezes every running attempt whose lease ran out, until the agent stops.
   void FenceLoop();
-  void FreezeLocked(Attempt& a);
-  void ThawLocked(Attempt& a);
+  // Freezes (the lease ran out) or thaws (the server confirmed it) a running attempt.
+  void SetFrozenLocked(Attempt& a, bool frozen);
   // The server moved `a` elsewhere: SIGKILL now, frozen or not, with no grace period.
   void KillMovedLocked(Attempt& a);
   void OnLeaseLocked(const Json& msg);
@@ -280,30 +280,20 @@ class Agent {
   }
 };
 
-void Agent::FreezeLocked(Attempt& a) {
-  if (a.frozen || !a.proc || !a.proc->running()) return;
-  Status s =
-      a.cgroup ? a.cgroup->Freeze()
-               : (::kill(-a.pgid, SIGSTOP) == 0 ? Status::Ok() : Status::Internal(strerror(errno)));
+void Agent::SetFrozenLocked(Attempt& a, bool frozen) {
+  if (a.frozen == frozen || (frozen && (!a.proc || !a.proc->running()))) return;
+  Status s = a.cgroup ? (frozen ? a.cgroup->Freeze() : a.cgroup->Thaw())
+             : ::kill(-a.pgid, frozen ? SIGSTOP : SIGCONT) == 0 ? Status::Ok()
+                                                                : Status::Internal(strerror(errno));
   if (!s.ok()) {
-    Log("lease of %s ran out but it could not be frozen: %s", a.id, s.message());
+    Log(frozen ? "lease of %s ran out but it could not be frozen: %s" : "cannot thaw %s: %s", a.id,
+        s.message());
     return;
   }
-  a.frozen = true;
-  Log("lease of %s ran out (no word from the server): frozen until the server confirms it", a.id);
-}
-
-void Agent::ThawLocked(Attempt& a) {
-  if (!a.frozen) return;
-  Status s =
-      a.cgroup ? a.cgroup->Thaw()
-               : (::kill(-a.pgid, SIGCONT) == 0 ? Status::Ok() : Status::Internal(strerror(errno)));
-  if (!s.ok()) {
-    Log("cannot thaw %s: %s", a.id, s.message());
-    return;
-  }
-  a.frozen = false;
-  Log("the server confirmed %s: thawed", a.id);
+  a.frozen = frozen;
+  Log(frozen ? "lease of %s ran out (no word from the server): frozen until the server confirms it"
+             : "the server confirmed %s: thawed",
+      a.id);
 }
 
 void Agent::KillMovedLocked(Attempt& a) {
@@ -332,7 +322,7 @@ void Agent::OnLeaseLocked(const Json& msg) {
     if (a->proc && a->proc->running()) running.push_back(id);
   }
   auto out = leases_.Received(num("seq"), num("lease_ms"), listed, running);
-  for (const auto& id : out.renewed) ThawLocked(*attempts_[id]);
+  for (const auto& id : out.renewed) SetFrozenLocked(*attempts_[id], false);
   for (const auto& id : out.not_ours) KillMovedLocked(*attempts_[id]);
 }
 
@@ -343,7 +333,7 @@ void Agent::FenceLoop() {
     for (auto& [id, a] : attempts_) {
       if (!fencing_off_ && !a->frozen && a->proc && a->proc->running() &&
           leases_.Expired(id, now)) {
-        FreezeLocked(*a);
+        SetFrozenLocked(*a, true);
       }
     }
     cv_.wait_for(lock, std::chrono::milliseconds(50));
@@ -1327,7 +1317,7 @@ int Agent::Run() {
     fencing_off_ = true;
     for (auto& [id, a] : attempts_) {
       if (a->proc && a->proc->running()) {
-        ThawLocked(*a);  // a frozen job gets its SIGTERM and grace like the others
+        SetFrozenLocked(*a, false);  // a frozen job gets its SIGTERM and grace like the others
         a->proc->Terminate(
             std::chrono::milliseconds(static_cast<int64_t>(opt_.stop_grace_s * 1000)));
       }
