@@ -222,8 +222,21 @@ run: |
   EXPECT_EQ(cluster_.Cli({"logs", id}).out, "started\nfinished\n");
 }
 
+// What the supervisors of an agent's attempts logged, for a failure message.
+std::string SupervisorLogs(const std::string& agent_dir) {
+  std::string out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(agent_dir + "/attempts", ec)) {
+    std::ifstream in(e.path() / "supervisor.log");
+    if (!in) continue;
+    out += "---- " + e.path().string() + "/supervisor.log ----\n";
+    out += std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  return out;
+}
+
 // Issue 11's double run: the job's grandchildren, one of which left its session, must be gone
-// once the agent is killed, before the job's next attempt starts elsewhere.
+// after the agent is killed, before the job's next attempt can start elsewhere.
 TEST_F(RecoveryE2ETest, KilledAgentIsMarkedLostAndItsJobRunsAgainElsewhere) {
   Daemon* agent = cluster_.StartAgent("a1");
   std::string spec =
@@ -236,16 +249,19 @@ TEST_F(RecoveryE2ETest, KilledAgentIsMarkedLostAndItsJobRunsAgainElsewhere) {
   })) << out;
   agent->Signal(SIGKILL);
   agent->Wait(std::chrono::seconds(5));
-  // With the agent gone its sandbox went (bwrap dies with its parent, and with it the job's
-  // PID namespace), so nothing of attempt 1 can run alongside attempt 2.
-  EXPECT_TRUE(WaitUntil([&] { return LivePidsWithArg("300.5").empty(); }, std::chrono::seconds(5)))
-      << LivePidsWithArg("300.5").size() << " processes of attempt 1 outlived the agent";
+  // The job's supervisor outlives the agent. With no agent to renew the lease it freezes the
+  // job when the lease runs out and kills it (its whole cgroup, or its PID namespace) half-way
+  // from there to the heartbeat grace: everything of attempt 1 is gone by the time the server
+  // declares the node lost, which is the earliest attempt 2 can start.
   ASSERT_TRUE(WaitUntil(
       [&] {
         Json nodes = cluster_.CliJson({"nodes"});
         return nodes.is_array() && !nodes.empty() && nodes[0].value("state", "") == "lost";
       },
       std::chrono::seconds(15)));
+  EXPECT_TRUE(LivePidsWithArg("300.5").empty())
+      << LivePidsWithArg("300.5").size() << " processes of attempt 1 outlived the node\n"
+      << SupervisorLogs(cluster_.dir() + "/agent-a1");
   // The attempt is lost; the job is requeued, and a new agent picks it up as attempt 2.
   EXPECT_TRUE(WaitUntil([&] { return JobState(cluster_, id) == "queued"; }));
   Json j = GetJob(cluster_, id);

@@ -59,12 +59,17 @@ class FencingE2ETest : public ::testing::Test {
     if (HasFailure()) std::cerr << "---- server log ----\n" << cluster_.ServerLog() << "\n";
   }
 
-  // A job that ticks into its work dir until the test drops a `release` file there.
+  // A job that ticks into its work dir until the test drops a `release` file there, and says
+  // `noted` once it sees a `note` file.
   std::string Submit() {
     std::string spec = cluster_.WriteFile("tick.yaml", R"(name: tick
 run: |
   echo started
-  while [ ! -f release ]; do date +%s%N > tick; sleep 0.05; done
+  while [ ! -f release ]; do
+    date +%s%N > tick
+    if [ -f note ] && [ ! -f noted ]; then echo noted; touch noted; fi
+    sleep 0.05
+  done
   echo finished
 )");
     return Trim(cluster_.Cli({"run", spec, "--detach"}).out);
@@ -183,6 +188,35 @@ TEST_F(FencingE2ETest, APartitionedNodesJobIsFrozenBeforeItRunsElsewhereAndKille
 
 // A lease as long as the grace would let the server place a job elsewhere while the first copy
 // still runs: the server refuses to start with one.
+// Issue 11 item 1: the agent is killed and restarted while its job runs. The job's supervisor
+// keeps it running (and what it prints) meanwhile; the new agent reattaches to it, and the job
+// finishes as the one attempt it always was, its output complete and in order.
+TEST_F(FencingE2ETest, AKilledAgentRestartedInTimeReattachesToItsJobWhichIsNeverRestarted) {
+  Daemon* agent = cluster_.StartAgent("a1");
+  std::string job = Submit();
+  std::string att = TickingAttempt(job, 0, "a1");
+  ASSERT_FALSE(att.empty()) << cluster_.ServerLog();
+  agent->Signal(SIGKILL);
+  agent->Wait(std::chrono::seconds(5));
+  const std::string work = WorkDir("a1", att);
+  const std::string tick = Slurp(work + "/tick");
+  EXPECT_TRUE(WaitUntil([&] { return Slurp(work + "/tick") != tick; }))
+      << "the job stopped with its agent";
+  std::ofstream(work + "/note") << "x";  // printed while no agent listens
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(work + "/noted"); }));
+  Daemon* back = cluster_.StartAgent("a1");
+  EXPECT_TRUE(Contains(back->Log(), "reattached to the supervisor of " + att)) << back->Log();
+  ASSERT_TRUE(WaitUntil([&] {
+    return Contains(cluster_.Cli({"logs", job}).out, "noted");
+  })) << back->Log();
+  EXPECT_EQ(State(job), "running");
+  std::ofstream(work + "/release") << "x";
+  ASSERT_TRUE(WaitUntil([&] { return State(job) == "succeeded"; })) << Job(job).dump(2);
+  Json j = Job(job);
+  EXPECT_EQ(j["attempts"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(cluster_.Cli({"logs", job}).out, "started\nnoted\nfinished\n");
+}
+
 TEST(FencingConfigTest, ALeaseNotShorterThanTheGraceIsRefusedAtStart) {
   std::string dir = fs::temp_directory_path() / ("sluice-lease-" + std::to_string(getpid()));
   CommandResult r = RunCommand({SluiceBinary(), "server", "--data-dir", dir, "--listen",

@@ -32,9 +32,12 @@
 #include "agent/link_probe.h"
 #include "agent/process.h"
 #include "agent/sandbox.h"
+#include "agent/supervised_job.h"
+#include "agent/supervisor_protocol.h"
 #include "audit/fingerprint.h"
 #include "common/agent_protocol.h"
 #include "common/archive.h"
+#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/text.h"
@@ -66,61 +69,10 @@ Result<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
-Status WriteFileAtomic(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::Internal("cannot write " + tmp);
-    out << content;
-    out.flush();
-    if (!out) return Status::Internal("cannot write " + tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return Status::Internal("cannot rename " + tmp + ": " + ec.message());
-  return Status::Ok();
-}
-
 // A string field of a server message; "" when absent or not a string.
 std::string StringField(const Json& msg, const char* key) {
   auto v = GetStringOr(msg, key, "");
   return v.ok() ? *v : "";
-}
-
-// Writes a secret readable by this user only from the moment it exists (0600), and durable once
-// this returns: the file is fsynced before the rename and the directory after it.
-Status WriteSecretFileAtomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](const std::string& what) {
-    return Status::Internal(what + " " + tmp + ": " + std::strerror(errno));
-  };
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return fail("cannot create");
-  ::fchmod(fd, 0600);  // a leftover tmp file keeps its old mode under O_CREAT
-  for (size_t off = 0; off < content.size();) {
-    ssize_t n = ::write(fd, content.data() + off, content.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status s = fail("cannot write");
-      ::close(fd);
-      return s;
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    Status s = fail("cannot fsync");
-    ::close(fd);
-    return s;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot rename");
-  std::string dir = fs::path(path).parent_path().string();
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status::Ok();
 }
 
 // Field 22 of /proc/PID/stat: when the process started. Recorded with the process group so a
@@ -151,7 +103,8 @@ std::string SafeName(std::string_view id) {
 struct Attempt {
   std::string id;
   std::string job_id;
-  std::unique_ptr<Process> proc;
+  // Its supervisor's handle (agent/supervised_job.h): the job outlives this agent instance.
+  std::unique_ptr<SupervisedJob> proc;
   pid_t pgid = 0;
   std::string start_time;
   int64_t next_seq = 1;
@@ -170,13 +123,14 @@ struct Attempt {
   std::string last_checkpoint;     // the latest manifest reported, to skip unchanged saves
   bool exiting = false;            // the process ended; the final save is under way
   int64_t grace_ms = 30000;        // the job's grace period, for preemptions the agent starts
-  std::string notice;              // a preemption this agent started, not yet told the server
-  bool noticed = false;            // preempted from this side already
-  std::mutex upload_mu;            // one save at a time, so the final one is reported last
+  int64_t checkpoint_interval_ms = 0;
+  std::string notice;    // a preemption this agent started, not yet told the server
+  bool noticed = false;  // preempted from this side already
+  std::mutex upload_mu;  // one save at a time, so the final one is reported last
   std::unique_ptr<AttemptCgroup> cgroup;  // its limits and freezer; null where cgroups are not
   bool out_of_memory = false;             // the OOM killer struck in its memory cgroup
   int slot = -1;        // its job uid is first_job_uid + slot while it runs; -1: none (not boxed)
-  bool frozen = false;  // its lease ran out: stopped until the server confirms it (fencing)
+  bool frozen = false;  // its supervisor froze it: the lease ran out (fencing)
 };
 
 class Agent {
@@ -194,6 +148,8 @@ class Agent {
     return token_;
   }
   std::string WorkDir(const std::string& id) const { return opt_.data_dir + "/work/" + id; }
+  // The attempt's supervisor directory (agent/supervisor_protocol.h), 0700.
+  std::string SupervisorDir(const std::string& id) const { return AttemptsDir() + "/" + id + ".d"; }
   // One directory per job, reused across its attempts on this node.
   std::string CheckpointDir(const std::string& job_id) const {
     return opt_.data_dir + "/checkpoints/" + SafeName(job_id);
@@ -212,6 +168,9 @@ class Agent {
   void VerifyLoop();
   bool GpuBusyLocked() const;
   void RecoverAttempts();
+  // Reattaches `a` (from the attempts dir) to its supervisor; false when it has none left and
+  // no recorded end, or its supervisor killed it because no agent renewed its lease.
+  bool ReattachLocked(const std::shared_ptr<Attempt>& a);
   void PersistLocked(const Attempt& a);
   void ConnectionLoop();
   Status ConnectOnce();
@@ -262,48 +221,38 @@ class Agent {
   JobNetworkRules JobNetwork() const;
   bool network_filtered_ = false;  // JobNetwork() rules installed; removed at a clean stop
 
-  // Fencing (docs/design-notes.md "Leases and fencing"); all under mu_.
+  // Fencing (docs/design-notes.md "Leases and fencing"); all under mu_. The supervisors
+  // enforce the leases; the agent renews them and vouches that it is alive.
   LeaseBook leases_;
   int64_t heartbeat_seq_ = 0;
-  bool fencing_off_ = false;  // the agent is stopping its jobs: none may be frozen now
-  // Freezes every running attempt whose lease ran out, until the agent stops.
+  int64_t lease_ms_ = 0;         // the server's lease length (welcome); 0: no leases
+  int64_t server_grace_ms_ = 0;  // the server's heartbeat grace (welcome); 0: not told
+  // When a supervisor with no live agent kills a job whose lease ends at `until`: half-way
+  // from the lease's end to the server's grace, so it is gone before the server can place the
+  // job elsewhere (the grace counts from the server's receipt, later than our send).
+  int64_t KillAtLocked(int64_t until) const;
+  // Tells every supervisor once a second that this agent is alive, until the agent stops.
   void FenceLoop();
-  // Freezes (the lease ran out) or thaws (the server confirmed it) a running attempt.
-  void SetFrozenLocked(Attempt& a, bool frozen);
   // The server moved `a` elsewhere: SIGKILL now, frozen or not, with no grace period.
   void KillMovedLocked(Attempt& a);
   void OnLeaseLocked(const Json& msg);
-  static int64_t SteadyMs() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
+  // What the agent does with a supervisor's reports on `weak`.
+  SupervisedJob::Callbacks JobCallbacks(std::weak_ptr<Attempt> weak);
+  std::string supervisor_exe_;  // found at start
+  static int64_t SteadyMs() { return supervisor::MonotonicMs(); }
 };
 
-void Agent::SetFrozenLocked(Attempt& a, bool frozen) {
-  if (a.frozen == frozen || (frozen && (!a.proc || !a.proc->running()))) return;
-  Status s = a.cgroup ? (frozen ? a.cgroup->Freeze() : a.cgroup->Thaw())
-             : ::kill(-a.pgid, frozen ? SIGSTOP : SIGCONT) == 0 ? Status::Ok()
-                                                                : Status::Internal(strerror(errno));
-  if (!s.ok()) {
-    Log(frozen ? "lease of %s ran out but it could not be frozen: %s" : "cannot thaw %s: %s", a.id,
-        s.message());
-    return;
-  }
-  a.frozen = frozen;
-  Log(frozen ? "lease of %s ran out (no word from the server): frozen until the server confirms it"
-             : "the server confirmed %s: thawed",
-      a.id);
+int64_t Agent::KillAtLocked(int64_t until) const {
+  if (until == LeaseBook::kForever) return supervisor::kNever;
+  // Without a grace from the server (an older one), assume its default: 1.5 leases.
+  const int64_t grace = server_grace_ms_ > lease_ms_ ? server_grace_ms_ : lease_ms_ * 3 / 2;
+  return until + (grace - lease_ms_) / 2;
 }
 
 void Agent::KillMovedLocked(Attempt& a) {
   if (!a.proc || !a.proc->running()) return;
   Log("%s is no longer placed on this node: killed%s", a.id, a.frozen ? " (it was frozen)" : "");
-  // KillAll freezes, kills and thaws: it reaches frozen processes and ones that left the group.
-  if (a.cgroup) (void)a.cgroup->KillAll();
-  a.proc->Kill();
-  if (!a.cgroup && a.frozen) ::kill(-a.pgid, SIGCONT);  // SIGKILL is pending on stopped ones
-  a.frozen = false;
+  a.proc->Kill();  // the supervisor kills the whole cgroup, frozen or not
 }
 
 void Agent::OnLeaseLocked(const Json& msg) {
@@ -322,21 +271,20 @@ void Agent::OnLeaseLocked(const Json& msg) {
     if (a->proc && a->proc->running()) running.push_back(id);
   }
   auto out = leases_.Received(num("seq"), num("lease_ms"), listed, running);
-  for (const auto& id : out.renewed) SetFrozenLocked(*attempts_[id], false);
+  for (const auto& id : out.renewed) {
+    const int64_t until = leases_.Until(id);
+    attempts_[id]->proc->Lease(until, KillAtLocked(until));  // thaws it if it was frozen
+  }
   for (const auto& id : out.not_ours) KillMovedLocked(*attempts_[id]);
 }
 
 void Agent::FenceLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    const int64_t now = SteadyMs();
     for (auto& [id, a] : attempts_) {
-      if (!fencing_off_ && !a->frozen && a->proc && a->proc->running() &&
-          leases_.Expired(id, now)) {
-        SetFrozenLocked(*a, true);
-      }
+      if (a->proc && a->proc->running()) a->proc->Ping();
     }
-    cv_.wait_for(lock, std::chrono::milliseconds(50));
+    cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_; });
   }
 }
 
@@ -410,6 +358,8 @@ void Agent::DetectJobSandbox() {
 }
 
 void Agent::RecoverAttempts() {
+  // Reattached supervisors report from their own threads from the start.
+  std::lock_guard<std::mutex> lock(mu_);
   std::error_code ec;
   fs::create_directories(AttemptsDir(), ec);
   for (const auto& entry : fs::directory_iterator(AttemptsDir(), ec)) {
@@ -427,11 +377,18 @@ void Agent::RecoverAttempts() {
     a->pgid = j->value("pgid", 0);
     a->start_time = j->value("start_time", "");
     a->error = j->value("error", "");
-    if (a->id.empty()) continue;
+    a->slot = j->value("slot", -1);
+    a->checkpoint_dir = j->value("checkpoint_dir", "");
+    a->checkpoint_interval_ms = j->value("checkpoint_interval_ms", int64_t{0});
+    a->grace_ms = j->value("grace_ms", int64_t{30000});
+    if (a->id.empty() || SafeName(a->id) != a->id) continue;
     if (j->contains("exit_code") && (*j)["exit_code"].is_number_integer()) {
       a->exit = ExitInfo{(*j)["exit_code"].get<int>(), j->value("signal", 0)};
       a->final_checkpoint = j->value("checkpoint", "");
       a->out_of_memory = j->value("out_of_memory", false);
+    } else if (a->error.empty() && j->value("supervised", false) && ReattachLocked(a)) {
+      // Still running under its supervisor (or it ended while we were away, and the
+      // supervisor recorded how): the job is not restarted.
     } else if (a->error.empty()) {
       // It was running when the previous agent died. PR_SET_PDEATHSIG took the shell; kill
       // whatever is left of its group. Safe against pid reuse: Linux never hands out a pid that
@@ -447,10 +404,29 @@ void Agent::RecoverAttempts() {
         a->cgroup = std::move(*cg);
       }
       a->lost = true;
-      Log("attempt %s was orphaned by a previous agent; reporting it lost", a->id);
+      Log("attempt %s has no supervisor left and no recorded end; reporting it lost", a->id);
     }
     attempts_[a->id] = a;
   }
+}
+
+bool Agent::ReattachLocked(const std::shared_ptr<Attempt>& a) {
+  const std::string dir = SupervisorDir(a->id);
+  if (auto end = ReadFile(dir + "/" + supervisor::kExitFile); end.ok()) {
+    auto j = ParseJson(*end);
+    auto e = j.ok() ? supervisor::ExitFromJson(*j) : Result<supervisor::Exit>(j.status());
+    if (!e.ok() || e->fenced) return false;  // fenced: the server has it as lost (or soon will)
+  }
+  auto job = SupervisedJob::Attach(dir, JobCallbacks(a));
+  if (!job.ok()) return false;
+  a->proc = std::move(*job);
+  Log("reattached to the supervisor of %s", a->id);
+  if (a->checkpoint_interval_ms > 0) {
+    std::weak_ptr<Attempt> weak = a;
+    SpawnLocked(
+        [this, weak, interval = a->checkpoint_interval_ms] { CheckpointLoop(weak, interval); });
+  }
+  return true;
 }
 
 void Agent::PersistLocked(const Attempt& a) {
@@ -458,7 +434,12 @@ void Agent::PersistLocked(const Attempt& a) {
          {"job_id", a.job_id},
          {"pgid", a.pgid},
          {"start_time", a.start_time},
-         {"error", a.error}};
+         {"error", a.error},
+         {"supervised", a.proc != nullptr},
+         {"slot", a.slot},
+         {"checkpoint_dir", a.checkpoint_dir},
+         {"checkpoint_interval_ms", a.checkpoint_interval_ms},
+         {"grace_ms", a.grace_ms}};
   if (a.exit) {
     j["exit_code"] = a.exit->exit_code;
     j["signal"] = a.exit->signal;
@@ -476,6 +457,7 @@ void Agent::ForgetLocked(const std::string& attempt_id) {
   std::error_code ec;
   fs::remove(AttemptsDir() + "/" + attempt_id + ".json", ec);
   fs::remove_all(WorkDir(attempt_id), ec);
+  fs::remove_all(SupervisorDir(attempt_id), ec);
   // The final checkpoint is on the server (the exit that carried it was acknowledged), and a
   // later attempt here restores from there.
   if (!it->second->checkpoint_dir.empty()) fs::remove_all(it->second->checkpoint_dir, ec);
@@ -644,6 +626,63 @@ void Agent::HandleAssign(const proto::Assign& assign) {
   SpawnLocked([this, assign] { StartAttempt(assign); });
 }
 
+SupervisedJob::Callbacks Agent::JobCallbacks(std::weak_ptr<Attempt> weak) {
+  SupervisedJob::Callbacks cb;
+  cb.on_line = [this, weak](const proto::LogEntry& e) {
+    auto att = weak.lock();
+    if (!att) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    att->next_seq = std::max(att->next_seq, e.seq + 1);
+    att->lines.push_back(e);
+    dirty_ = true;
+    cv_.notify_all();
+  };
+  cb.on_freeze = [this, weak](bool frozen) {
+    auto att = weak.lock();
+    if (!att) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    att->frozen = frozen;
+    Log(frozen
+            ? "lease of %s ran out (no word from the server): frozen until the server confirms it"
+            : "the server confirmed %s: thawed",
+        att->id);
+  };
+  cb.on_exit = [this, weak](const SupervisedJob::End& end) {
+    auto att = weak.lock();
+    if (!att) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    att->exiting = true;
+    att->frozen = false;
+    cv_.notify_all();
+    // The final checkpoint is saved before the exit is reported, so the server requeues the
+    // job with it (issue 4: ... SIGKILL → final checkpoint upload → attempt ended).
+    SpawnLocked([this, att, end] {
+      const bool started = end.exit.error.empty();
+      std::string manifest = started ? SaveCheckpoint(*att) : "";
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!started) {
+        att->error = end.exit.error;
+      } else if (end.supervisor_lost || end.exit.fenced) {
+        // Killed behind the job's back (its supervisor died, or fenced it while this agent
+        // was unresponsive): the node's fault, not the job's. Say hello again to report it
+        // lost, which requeues the job without counting it against the job.
+        att->lost = true;
+        reregister_ = true;
+        Log("attempt %s was killed by %s; reporting it lost", att->id,
+            end.supervisor_lost ? "the loss of its supervisor" : "its supervisor (lease ran out)");
+      } else {
+        att->exit = end.exit.info;
+        att->final_checkpoint = manifest;
+        att->out_of_memory = end.exit.out_of_memory;
+      }
+      PersistLocked(*att);
+      dirty_ = true;
+      cv_.notify_all();
+    });
+  };
+  return cb;
+}
+
 void Agent::StartAttempt(proto::Assign assign) {
   std::string dir = WorkDir(assign.attempt_id);
   std::error_code ec;
@@ -773,61 +812,39 @@ void Agent::StartAttempt(proto::Assign assign) {
       cv_.notify_all();
       return;
     }
-    cgroup = std::move(*cg);
-    spec.join_cgroup_fds = cgroup->procs_fds();
+    cgroup = std::move(*cg);  // its supervisor joins the job to it
   }
-  std::weak_ptr<Attempt> weak = a;
-  auto on_line = [this, weak](OutputStream stream, std::string_view line) {
-    auto att = weak.lock();
-    if (!att) return;
+  supervisor::Spec sup;
+  sup.attempt_id = assign.attempt_id;
+  sup.process = spec;
+  if (cgroup) sup.cgroups = cgroups_;
+  const std::string sup_dir = SupervisorDir(assign.attempt_id);
+  fs::create_directories(sup_dir, ec);
+  fs::permissions(sup_dir, fs::perms::owner_all, ec);
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    proto::LogEntry e;
-    e.seq = att->next_seq++;
-    e.stream = stream == OutputStream::kStdout ? "stdout" : "stderr";
-    e.ts_ms = RealClock::Get()->NowMillis();
-    e.text = std::string(line);
-    att->lines.push_back(std::move(e));
-    dirty_ = true;
-    cv_.notify_all();
-  };
-  auto on_exit = [this, weak](const ExitInfo& info) {
-    auto att = weak.lock();
-    if (!att) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    att->exiting = true;
-    cv_.notify_all();
-    // The final checkpoint is saved before the exit is reported, so the server requeues the
-    // job with it (issue 4: ... SIGKILL → final checkpoint upload → attempt ended).
-    SpawnLocked([this, att, info] {
-      // The leader is gone; so is everything it started, even what left its process group.
-      bool oom = false;
-      if (att->cgroup) {
-        auto killed = att->cgroup->OomKilled();
-        oom = killed.ok() && *killed;
-        (void)att->cgroup->KillAll();
-      }
-      std::string manifest = SaveCheckpoint(*att);
-      std::lock_guard<std::mutex> lock(mu_);
-      att->final_checkpoint = manifest;
-      att->out_of_memory = oom;
-      att->exit = info;
-      PersistLocked(*att);
-      dirty_ = true;
-      cv_.notify_all();
-    });
-  };
+    sup.first_seq = a->next_seq;
+    sup.lease_until = leases_.Until(a->id);
+    sup.kill_at = KillAtLocked(sup.lease_until);
+    a->cgroup = std::move(cgroup);
+    a->checkpoint_interval_ms = assign.checkpoint_interval_ms;
+  }
+  // Not under mu_: it waits for the job to start, and the supervisor's reports take mu_.
+  auto proc = SupervisedJob::Start(supervisor_exe_, sup_dir, sup, JobCallbacks(a));
   std::lock_guard<std::mutex> lock(mu_);
-  a->cgroup = std::move(cgroup);
-  auto proc = Process::Start(spec, on_line, on_exit);
   if (!proc.ok()) {
-    a->error = proc.status().message();
+    a->error = "cannot start its supervisor: " + proc.status().message();
     PersistLocked(*a);
   } else {
     a->proc = std::move(*proc);
     a->pgid = a->proc->pgid();
-    a->start_time = ProcessStartTime(a->pgid);
+    a->start_time = a->pgid > 0 ? ProcessStartTime(a->pgid) : "";
     PersistLocked(*a);
+    if (a->cancel_pending) {
+      a->proc->Terminate(std::chrono::milliseconds(a->grace_ms));  // cancelled while starting
+    }
     if (assign.checkpoint_interval_ms > 0) {
+      std::weak_ptr<Attempt> weak = a;
       SpawnLocked([this, weak, interval = assign.checkpoint_interval_ms] {
         CheckpointLoop(weak, interval);
       });
@@ -866,7 +883,7 @@ void Agent::OnMessage(std::string_view text) {
     if (std::string cred = StringField(*msg, "credential"); !cred.empty()) {
       // Enrolled: this credential is the node's only proof from now on (the server keeps just
       // its hash), so it is on disk before anything relies on it.
-      Status saved = WriteSecretFileAtomic(CredentialPath(), cred + "\n");
+      Status saved = WriteFileAtomic(CredentialPath(), cred + "\n", 0600);
       if (!saved.ok()) {
         Log("cannot save the node credential (%s); stopping, as the node could not prove itself "
             "on its next connection",
@@ -886,6 +903,8 @@ void Agent::OnMessage(std::string_view text) {
     heartbeat_ms_ = std::max<int64_t>(100, msg->value("heartbeat_interval_ms", int64_t{3000}));
     if (auto it = msg->find("lease_ms"); it != msg->end() && it->is_number_integer()) {
       leases_.SetLeaseLength(it->get<int64_t>());
+      lease_ms_ = it->get<int64_t>();
+      server_grace_ms_ = msg->value("heartbeat_grace_ms", int64_t{0});
       // At least three heartbeats per lease: one slow reply must not freeze healthy jobs.
       if (int64_t lease = it->get<int64_t>(); lease >= 300) {
         heartbeat_ms_ = std::min(heartbeat_ms_, lease / 3);
@@ -1282,6 +1301,21 @@ int Agent::Run() {
     Log("job limits: none (%s): jobs run without CPU, memory or process-count limits",
         cgroups_.Describe());
   }
+  if (opt_.supervisor_path.empty()) {
+    std::error_code exe_ec;
+    fs::path self = fs::read_symlink("/proc/self/exe", exe_ec);
+    supervisor_exe_ = (self.parent_path() / "sluice-supervisor").string();
+  } else {
+    supervisor_exe_ = fs::absolute(opt_.supervisor_path, ec).string();
+  }
+  if (::access(supervisor_exe_.c_str(), X_OK) != 0) {
+    std::fprintf(stderr,
+                 "sluice agent: cannot run the job supervisor %s: %s.\n"
+                 "It is built and installed beside `sluice` (the `sluice-supervisor` target); "
+                 "every job runs under one.\n",
+                 supervisor_exe_.c_str(), std::strerror(errno));
+    return 1;
+  }
   RecoverAttempts();
 
   sigset_t stop_signals;
@@ -1314,10 +1348,9 @@ int Agent::Run() {
     fatal = fatal_;
     if (!fatal) Log("%s received: stopping jobs and shutting down", strsignal(sig));
     // Running jobs get SIGTERM and the grace period; their exits are reported if connected.
-    fencing_off_ = true;
     for (auto& [id, a] : attempts_) {
       if (a->proc && a->proc->running()) {
-        SetFrozenLocked(*a, false);  // a frozen job gets its SIGTERM and grace like the others
+        // Its supervisor thaws a frozen job first: it gets its SIGTERM and grace like the others.
         a->proc->Terminate(
             std::chrono::milliseconds(static_cast<int64_t>(opt_.stop_grace_s * 1000)));
       }

@@ -50,6 +50,9 @@ struct AgentOptions {
   // Jobs run as uids first_job_uid, first_job_uid + 1, ... (one per running attempt; the agent
   // must be root), never as the agent's own.
   int64_t first_job_uid = 2100000000;
+  // The per-attempt supervisor binary (agent/supervisor.h); "" = `sluice-supervisor` beside
+  // the agent's own executable.
+  std::string supervisor_path;
 };
 
 // Runs until SIGINT/SIGTERM (exit 0) or a fatal error such as a rejected join token (exit 1).

@@ -289,7 +289,13 @@ Result<std::unique_ptr<AttemptCgroup>> AttemptCgroup::Open(const CgroupSupport& 
   for (const auto& d : dirs) {
     if (!fs::is_directory(d, ec)) return Status::NotFound("no cgroup " + d);
   }
-  return std::unique_ptr<AttemptCgroup>(new AttemptCgroup(support, dirs));
+  std::unique_ptr<AttemptCgroup> cg(new AttemptCgroup(support, dirs));
+  for (const auto& d : dirs) {  // the supervisor joins its job to a cgroup the agent made
+    int fd = OpenForWrite(d + "/cgroup.procs");
+    if (fd < 0) return Status::Internal("cannot open " + d + "/cgroup.procs: " + ErrnoText(errno));
+    cg->procs_fds_.push_back(fd);
+  }
+  return cg;
 }
 
 Result<bool> AttemptCgroup::OomKilled() const {

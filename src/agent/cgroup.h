@@ -52,7 +52,8 @@ class AttemptCgroup {
   static Result<std::unique_ptr<AttemptCgroup>> Create(const CgroupSupport& support,
                                                        const std::string& name,
                                                        const CgroupLimits& limits);
-  // Reattaches to an existing one (after an agent restart); NotFound when it is gone.
+  // An existing one (made by Create in another process, or before an agent restart), ready to
+  // be joined as after Create; NotFound when it is gone.
   static Result<std::unique_ptr<AttemptCgroup>> Open(const CgroupSupport& support,
                                                      const std::string& name);
   ~AttemptCgroup();  // closes fds; never removes (Remove does, once the attempt is over)

@@ -8,9 +8,9 @@
 #include "cli/api_client.h"
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "common/atomic_file.h"
 #include "common/crypto.h"
 #include "common/token_file.h"
-#include "server/auth.h"
 #include "spec/job_spec.h"
 
 namespace sluice::cli {
@@ -66,7 +66,7 @@ int DeliverSecret(const GlobalFlags& g, const ClientConfig& cfg, const Json& res
     return 0;
   }
   TokenFile file{secret, cfg.tls.ca_sha256, cfg.server};
-  if (Status s = server::WriteFileAtomic(out, FormatTokenFile(file), 0600); !s.ok()) {
+  if (Status s = WriteFileAtomic(out, FormatTokenFile(file), 0600); !s.ok()) {
     return Fail(s);
   }
   std::fprintf(stderr, "sluice: wrote %s (mode 0600)\n", out.c_str());

@@ -16,6 +16,7 @@
 #include "cli/api_client.h"
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/conformance.h"
 #include "common/crypto.h"
@@ -102,21 +103,6 @@ Result<int64_t> ParseSince(const std::string& text) {
       "(2026-11-30T08:00:00Z or 2026-11-30) or Unix milliseconds, "
       "got `" +
       text + "`");
-}
-
-Status WriteFileAtomic(const std::string& path, const std::string& data) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::PermissionDenied("cannot write " + tmp);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!out.flush()) return Status::Internal("writing " + tmp + " failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::Internal("cannot rename " + tmp + " to " + path);
-  }
-  return Status::Ok();
 }
 
 Result<std::string> ReadFile(const std::string& path) {

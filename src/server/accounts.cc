@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
+#include "common/atomic_file.h"
 #include "common/crypto.h"
 #include "common/text.h"
 #include "common/token_file.h"
-#include "server/auth.h"
 
 namespace sluice::server {
 namespace {

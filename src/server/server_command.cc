@@ -11,11 +11,11 @@
 #include <memory>
 
 #include "audit/tls_identity.h"
+#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "net/http_server.h"
 #include "server/accounts.h"
 #include "server/api.h"
-#include "server/auth.h"
 #include "server/server_core.h"
 #include "server/upload_gc.h"
 #include "store/blob_store.h"

@@ -1019,7 +1019,9 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   Json welcome{{"type", "welcome"},
                {"node_id", node_id},
                {"heartbeat_interval_ms", options_.heartbeat_interval_ms},
-               {"lease_ms", options_.lease_ms}};
+               {"lease_ms", options_.lease_ms},
+               // Supervisors kill a job with no live agent before this runs out.
+               {"heartbeat_grace_ms", options_.heartbeat_grace_ms}};
   // Shown once: the agent keeps it in its data dir and proves the node with it from now on.
   if (credential) welcome["credential"] = credential->secret;
   link->Send(welcome);

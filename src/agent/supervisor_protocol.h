@@ -1,0 +1,78 @@
+// What the agent and an attempt's supervisor (agent/supervisor.h) say to each other, and the
+// files they share in the attempt's supervisor directory (docs/design-notes.md "Supervisor").
+//
+// The directory, `<agent data dir>/attempts/<attempt id>.d/`, mode 0700 and hidden from every
+// job, holds:
+//   spec.json      what to run: written by the agent before it starts the supervisor (0600: it
+//                  holds the job's env, secrets included);
+//   ctl.sock       the supervisor's control socket (0600), made by the agent and inherited;
+//   output.jsonl   every line the job printed, one JSON object per line, with its seq: the
+//                  buffer a restarted agent replays;
+//   exit.json      how the job ended, written (atomically) after the last output line;
+//   supervisor.log the supervisor's own complaints.
+//
+// On the socket both sides send one JSON object per line. Agent -> supervisor:
+//   {"op":"attach","from":N}  send me every line with seq > N, then live lines and the exit;
+//   {"op":"terminate","grace_ms":G}, {"op":"kill"};
+//   {"op":"lease","until":T,"kill_at":K}  the server renewed the lease (CLOCK_MONOTONIC ms);
+//   {"op":"ping"}             the agent is alive (it is the agent's word that counts while it is).
+// Supervisor -> agent:
+//   {"ev":"started","pid":P};
+//   {"ev":"line","seq":..,"stream":..,"ts_ms":..,"text":..};
+//   {"ev":"frozen"}, {"ev":"thawed"};
+//   {"ev":"exit","exit_code":C,"signal":S,"out_of_memory":B,"fenced":B,"error":E} (E: the job
+//   could not start).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "agent/cgroup.h"
+#include "agent/process.h"
+#include "common/agent_protocol.h"
+#include "common/json.h"
+#include "common/status.h"
+
+namespace sluice::supervisor {
+
+inline constexpr const char* kSpecFile = "spec.json";
+inline constexpr const char* kSocketFile = "ctl.sock";
+inline constexpr const char* kOutputFile = "output.jsonl";
+inline constexpr const char* kExitFile = "exit.json";
+inline constexpr const char* kLogFile = "supervisor.log";
+// The fd the supervisor finds its listening control socket on.
+inline constexpr int kListenFd = 3;
+inline constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+struct Spec {
+  std::string attempt_id;
+  ProcessSpec process;    // join_cgroup_fds is not carried: the supervisor opens the cgroup
+  CgroupSupport cgroups;  // layout kNone: the attempt has no cgroup
+  int64_t first_seq = 1;  // the agent numbered lines of its own (a restore warning) below this
+  int64_t lease_until = kNever;     // CLOCK_MONOTONIC ms: frozen from then until renewed
+  int64_t kill_at = kNever;         // and killed from then, unless the agent is alive to decide
+  int64_t agent_silence_ms = 5000;  // an agent not heard from for this long is not alive
+  int64_t max_output_bytes = int64_t{256} << 20;  // output.jsonl stops growing here
+};
+
+Json ToJson(const Spec& s);
+Result<Spec> SpecFromJson(const Json& j);
+
+struct Exit {
+  ExitInfo info;
+  bool out_of_memory = false;
+  bool fenced = false;  // killed by the supervisor itself: its lease ran out with no agent
+  std::string error;    // the job could not start (then `info` means nothing)
+};
+
+Json ToJson(const Exit& e);  // the `exit` event, also the contents of exit.json
+Result<Exit> ExitFromJson(const Json& j);
+
+Json LineEvent(const proto::LogEntry& e);
+Result<proto::LogEntry> LineFromJson(const Json& j);
+
+// CLOCK_MONOTONIC in ms: the clock leases are told in, the same in every process on the host.
+int64_t MonotonicMs();
+
+}  // namespace sluice::supervisor
