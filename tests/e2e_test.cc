@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/text.h"
 #include "harness.h"
@@ -319,19 +320,49 @@ std::string RunTokenThief(Cluster& cluster, const std::vector<std::string>& agen
   return r.out;
 }
 
-TEST_F(E2ETest, ASandboxedTokenThiefReadsNothingOfTheAgentServerOrOtherJobs) {
-  std::string out = RunTokenThief(cluster_, {});
-  std::string cred = Trim(FileText(cluster_.dir() + "/agent-a1/node.credential"));
+// What the thief of RunTokenThief must not have found under the sandbox.
+void ExpectTheThiefReadNothing(Cluster& cluster, const std::string& out) {
+  std::string cred = Trim(FileText(cluster.dir() + "/agent-a1/node.credential"));
   ASSERT_FALSE(cred.empty());
   EXPECT_FALSE(Contains(out, "sluice agent")) << out;  // the agent's command line
-  EXPECT_FALSE(Contains(out, cluster_.join_token())) << out;
-  EXPECT_FALSE(Contains(out, cluster_.admin_token())) << out;
+  EXPECT_FALSE(Contains(out, cluster.join_token())) << out;
+  EXPECT_FALSE(Contains(out, cluster.admin_token())) << out;
   EXPECT_FALSE(Contains(out, cred)) << out;
   EXPECT_FALSE(Contains(out, "other-tenants-weights")) << out;
   EXPECT_TRUE(Contains(out, "other: \n")) << out;
   // Its uid has no passwd entry, yet tools that want a user name get one.
   EXPECT_TRUE(Contains(out, "user: sluice-job\n")) << out;
-  EXPECT_FALSE(Contains(cluster_.Cli({"offers"}).out, "sandbox: none"));
+  EXPECT_FALSE(Contains(cluster.Cli({"offers"}).out, "sandbox: none"));
+}
+
+// The agent keeps a sandbox built and waiting (a warm box): CPU jobs run in one.
+TEST_F(E2ETest, ASandboxedTokenThiefReadsNothingOfTheAgentServerOrOtherJobs) {
+  std::string out = RunTokenThief(cluster_, {});
+  ExpectTheThiefReadNothing(cluster_, out);
+  EXPECT_TRUE(Contains(cluster_.agent("a1")->Log(), "runs in warm sandbox"))
+      << cluster_.agent("a1")->Log();
+}
+
+// A warm box waits as long as it takes for a job: its supervisor hears from the agent all the
+// while (a box whose agent goes silent for 5 s kills itself).
+TEST_F(E2ETest, AWarmSandboxOutlastsAnIdleSpellAndTakesTheNextJob) {
+  Daemon* agent = cluster_.StartAgent("a1");
+  // Longer than the supervisors' 5 s silence limit: the wait is what is tested.
+  std::this_thread::sleep_for(std::chrono::seconds(7));
+  std::string spec = Spec("idle", "name: idle\nrun: echo \"in $PWD\"\n");
+  CommandResult r = cluster_.Cli({"run", spec, "--follow"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "/work/warm-")) << r.out;
+  EXPECT_TRUE(Contains(agent->Log(), "runs in warm sandbox")) << agent->Log();
+  EXPECT_FALSE(Contains(agent->Log(), "ended before")) << agent->Log();
+}
+
+// The same with every box built for its job (no warm ones): the other way a job is boxed.
+TEST_F(E2ETest, AThiefInASandboxBuiltForItReadsNothingEither) {
+  std::string out = RunTokenThief(cluster_, {"--warm-boxes", "0"});
+  ExpectTheThiefReadNothing(cluster_, out);
+  EXPECT_FALSE(Contains(cluster_.agent("a1")->Log(), "warm sandbox"))
+      << cluster_.agent("a1")->Log();
 }
 
 // The same thief on an agent started with --no-sandbox reads everything: the test above is live.

@@ -445,7 +445,8 @@ def check_sluice(path):
 # and (issue 11) the same as tls with the agent started --no-sandbox, to state what the job
 # sandbox (bubblewrap: namespaces, its own uid) adds; every other profile runs jobs sandboxed.
 #   tls-nosandbox: as tls, jobs unboxed
-SLUICE_PROFILES = ("admin", "user", "tls-nosandbox", "tls")
+#   tls-cold:      as tls, with no warm sandbox kept (each job waits for its box to be built)
+SLUICE_PROFILES = ("admin", "user", "tls-nosandbox", "tls-cold", "tls")
 
 
 class Sluice:
@@ -494,7 +495,7 @@ class Sluice:
         # The whole token file: the secret and, with --tls, the CA pin the CLI verifies against.
         with open(tok) as f:
             self.env = dict(os.environ, SLUICE_SERVER=self.url, SLUICE_TOKEN=f.read().strip())
-        if self.profile in ("user", "tls", "tls-nosandbox"):
+        if self.profile in ("user", "tls", "tls-nosandbox", "tls-cold"):
             user_tok = os.path.join(self.d, "bench-user.token")
             r = subprocess.run([self.path, "account", "create", "bench", "--out", user_tok],
                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -507,7 +508,8 @@ class Sluice:
         else:
             admin_env = self.env
         log(f"sluice ({self.profile}): server at {self.url}")
-        box = ["--no-sandbox"] if self.profile == "tls-nosandbox" else []
+        box = {"tls-nosandbox": ["--no-sandbox"], "tls-cold": ["--warm-boxes", "0"]}.get(
+            self.profile, [])
         self.procs.start("agent", [self.path, "agent", "--server", self.url,
                                    "--join-token-file", join, "--data-dir", self.agent_dir] + box,
                          stdout=lg("agent"), stderr=subprocess.STDOUT)

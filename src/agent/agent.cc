@@ -39,6 +39,7 @@
 #include "common/archive.h"
 #include "common/atomic_file.h"
 #include "common/clock.h"
+#include "common/crypto.h"
 #include "common/json.h"
 #include "common/text.h"
 #include "common/token_file.h"
@@ -100,6 +101,22 @@ std::string SafeName(std::string_view id) {
   return out.empty() ? "_" : out;
 }
 
+// Makes `prepared` (a directory the agent filled) the directory `box_dir` that a warm sandbox
+// binds: its entries move into `box_dir` and `box_dir` takes its name. The box keeps seeing the
+// same inode at its own path; the agent keeps its paths. Both are in the data dir: renames.
+Status AdoptDirectory(const std::string& prepared, const std::string& box_dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(prepared, ec)) {
+    fs::rename(e.path(), fs::path(box_dir) / e.path().filename(), ec);
+    if (ec) return Status::Internal("cannot move " + e.path().string() + ": " + ec.message());
+  }
+  if (ec) return Status::Internal("cannot list " + prepared + ": " + ec.message());
+  fs::remove(prepared, ec);
+  fs::rename(box_dir, prepared, ec);
+  if (ec) return Status::Internal("cannot rename " + box_dir + ": " + ec.message());
+  return Status::Ok();
+}
+
 struct Attempt {
   std::string id;
   std::string job_id;
@@ -133,6 +150,16 @@ struct Attempt {
   bool frozen = false;  // its supervisor froze it: the lease ran out (fencing)
 };
 
+// A sandbox built before its job, with its supervisor waiting (docs/design-notes.md "Warm
+// boxes"): it takes bwrap's setup off the path from assignment to the job's first instruction.
+// Its directories and cgroup are named after it until a job takes it.
+struct WarmBox {
+  std::string name;  // "warm-<hex>"
+  int slot = -1;     // the job uid it runs as (first_job_uid + slot); -1: the agent's own
+  bool cgroup = false;
+  std::unique_ptr<SupervisedJob> job;
+};
+
 class Agent {
  public:
   explicit Agent(AgentOptions opt) : opt_(std::move(opt)) {}
@@ -150,6 +177,9 @@ class Agent {
   std::string WorkDir(const std::string& id) const { return opt_.data_dir + "/work/" + id; }
   // The attempt's supervisor directory (agent/supervisor_protocol.h), 0700.
   std::string SupervisorDir(const std::string& id) const { return AttemptsDir() + "/" + id + ".d"; }
+  std::string WarmCheckpointDir(const std::string& name) const {
+    return opt_.data_dir + "/checkpoints/" + name;
+  }
   // One directory per job, reused across its attempts on this node.
   std::string CheckpointDir(const std::string& job_id) const {
     return opt_.data_dir + "/checkpoints/" + SafeName(job_id);
@@ -177,6 +207,9 @@ class Agent {
   void OnMessage(std::string_view text);
   void HandleAssign(const proto::Assign& assign);
   void StartAttempt(proto::Assign assign);
+  // `a` runs under `job` (cold or warm start): persists it, honours a cancel that came while it
+  // started, and starts its periodic checkpoints.
+  void StartedLocked(const std::shared_ptr<Attempt>& a, std::unique_ptr<SupervisedJob> job);
   void FlushLocked(WsClient& ws);
   void ForgetLocked(const std::string& attempt_id);
   // Runs `fn` on a detached thread counted in active_workers_; Run() waits for them all.
@@ -239,6 +272,25 @@ class Agent {
   // What the agent does with a supervisor's reports on `weak`.
   SupervisedJob::Callbacks JobCallbacks(std::weak_ptr<Attempt> weak);
   std::string supervisor_exe_;  // found at start
+
+  // Warm boxes; all under mu_.
+  std::deque<std::unique_ptr<WarmBox>> warm_;  // ready, oldest first
+  std::set<int> warm_slots_;                   // slots of warm boxes, ready or being built
+  int warm_building_ = 0;
+  int warm_failures_ = 0;
+  bool draining_ = false;  // the agent is stopping its jobs: no new boxes  // boxes in a row that
+                           // died unused; at 3 the agent stops building them
+  // Starts building boxes until opt_.warm_boxes are ready or being built.
+  void FillWarmLocked();
+  void BuildWarmBox(int slot);
+  // A ready box, or null (none ready, or it died meanwhile).
+  std::unique_ptr<WarmBox> TakeWarmLocked();
+  // Kills an unused box and removes its directories and cgroup, on a worker.
+  void DiscardWarmLocked(std::unique_ptr<WarmBox> w);
+  // Runs the prepared attempt `a` in `w`: its work and checkpoint dirs become the box's (which
+  // the box sees by inode), its cgroup the attempt's, and the job goes to the waiting stub.
+  void StartInWarmBox(std::unique_ptr<WarmBox> w, const proto::Assign& assign,
+                      const std::shared_ptr<Attempt>& a, bool resumed);
   static int64_t SteadyMs() { return supervisor::MonotonicMs(); }
 };
 
@@ -284,6 +336,7 @@ void Agent::FenceLoop() {
     for (auto& [id, a] : attempts_) {
       if (a->proc && a->proc->running()) a->proc->Ping();
     }
+    for (auto& w : warm_) w->job->Ping();  // a box whose agent is silent kills itself
     cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_; });
   }
 }
@@ -315,7 +368,7 @@ Result<int> Agent::RunHostScript(const std::string& script, std::string* said) c
 }
 
 int Agent::FreeSlotLocked() const {
-  std::set<int> used;
+  std::set<int> used = warm_slots_;
   for (const auto& [id, a] : attempts_) {
     if (a->slot >= 0) used.insert(a->slot);
   }
@@ -750,6 +803,14 @@ void Agent::StartAttempt(proto::Assign assign) {
       return;
     }
   }
+  // A warm box when one is ready. Not for GPU jobs: a box shows only the GPUs it was built for,
+  // and a GPU job's start takes seconds in CUDA anyway.
+  std::unique_ptr<WarmBox> warm;
+  if (assign.gpus.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    warm = TakeWarmLocked();
+  }
+  if (warm) return StartInWarmBox(std::move(warm), assign, a, resumed);
   ProcessSpec spec;
   spec.script = assign.run;
   spec.cwd = dir;
@@ -836,22 +897,226 @@ void Agent::StartAttempt(proto::Assign assign) {
     a->error = "cannot start its supervisor: " + proc.status().message();
     PersistLocked(*a);
   } else {
-    a->proc = std::move(*proc);
-    a->pgid = a->proc->pgid();
-    a->start_time = a->pgid > 0 ? ProcessStartTime(a->pgid) : "";
-    PersistLocked(*a);
-    if (a->cancel_pending) {
-      a->proc->Terminate(std::chrono::milliseconds(a->grace_ms));  // cancelled while starting
-    }
-    if (assign.checkpoint_interval_ms > 0) {
-      std::weak_ptr<Attempt> weak = a;
-      SpawnLocked([this, weak, interval = assign.checkpoint_interval_ms] {
-        CheckpointLoop(weak, interval);
-      });
-    }
+    StartedLocked(a, std::move(*proc));
   }
   dirty_ = true;
   cv_.notify_all();
+}
+
+void Agent::StartedLocked(const std::shared_ptr<Attempt>& a, std::unique_ptr<SupervisedJob> job) {
+  a->proc = std::move(job);
+  a->pgid = a->proc->pgid();
+  a->start_time = a->pgid > 0 ? ProcessStartTime(a->pgid) : "";
+  PersistLocked(*a);
+  if (a->cancel_pending) {
+    a->proc->Terminate(std::chrono::milliseconds(a->grace_ms));  // cancelled while starting
+  }
+  if (a->checkpoint_interval_ms > 0) {
+    std::weak_ptr<Attempt> weak = a;
+    SpawnLocked(
+        [this, weak, interval = a->checkpoint_interval_ms] { CheckpointLoop(weak, interval); });
+  }
+  dirty_ = true;
+  cv_.notify_all();
+}
+
+void Agent::FillWarmLocked() {
+  if (draining_ || stopping_ || !sandbox_.usable || warm_failures_ >= 3) return;
+  while (static_cast<int>(warm_.size()) + warm_building_ < opt_.warm_boxes) {
+    int slot = -1;
+    if (sandbox_.own_uid) {
+      slot = FreeSlotLocked();
+      if (slot >= kMaxJobSlots) return;
+      warm_slots_.insert(slot);
+    }
+    ++warm_building_;
+    SpawnLocked([this, slot] { BuildWarmBox(slot); });
+  }
+}
+
+void Agent::BuildWarmBox(int slot) {
+  auto w = std::make_unique<WarmBox>();
+  w->name = "warm-" + RandomHex(6);
+  w->slot = slot;
+  const std::string work = WorkDir(w->name), ckpt = WarmCheckpointDir(w->name),
+                    dir = SupervisorDir(w->name);
+  std::error_code ec;
+  Status s = Status::Ok();
+  for (const auto& d : {work, ckpt, dir}) {
+    fs::create_directories(d, ec);
+    if (ec) s = Status::Internal("cannot create " + d + ": " + ec.message());
+  }
+  fs::permissions(dir, fs::perms::owner_all, ec);
+  SandboxSpec box;
+  box.workdir = work;
+  box.checkpoint_dir = ckpt;
+  box.hidden = HiddenPaths();
+  if (s.ok() && slot >= 0) {
+    box.uid = SandboxUid(static_cast<uid_t>(opt_.first_job_uid), slot);
+    s = ChownTree(work, box.uid, box.uid);
+    if (s.ok()) s = ChownTree(ckpt, box.uid, box.uid);
+  }
+  supervisor::Spec spec;
+  spec.attempt_id = w->name;
+  spec.warm = true;
+  spec.process.cwd = work;  // the environment stays empty (supervisor_protocol.h, kWarmStub)
+  spec.process.wrapper = SandboxArgv(sandbox_, box);
+  if (s.ok() && cgroups_.usable()) {
+    CgroupLimits limits;  // the job's own come with it (AttemptCgroup::Adopt)
+    limits.max_pids = opt_.max_pids_per_job;
+    auto cg = AttemptCgroup::Create(cgroups_, w->name, limits);
+    s = cg.status();
+    w->cgroup = cg.ok();
+    spec.cgroups = cgroups_;
+  }
+  SupervisedJob::Callbacks cb;
+  cb.on_exit = [this, name = w->name](const SupervisedJob::End& end) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = warm_.begin(); it != warm_.end(); ++it) {
+      if ((*it)->name != name) continue;
+      // Died unused: killed with its agent's stop, or something is wrong with the box.
+      if (!stopping_) {
+        ++warm_failures_;
+        Log("warm sandbox %s ended before a job came (%s)", name,
+            end.exit.error.empty() ? end.exit.info.ToString() : end.exit.error);
+        if (warm_failures_ >= 3) Log("warm sandboxes: three failed in a row; not building more");
+      }
+      auto w = std::move(*it);
+      warm_.erase(it);
+      DiscardWarmLocked(std::move(w));
+      FillWarmLocked();
+      return;
+    }
+  };
+  Result<std::unique_ptr<SupervisedJob>> job =
+      s.ok() ? SupervisedJob::Start(supervisor_exe_, dir, spec, cb)
+             : Result<std::unique_ptr<SupervisedJob>>(s);
+  std::lock_guard<std::mutex> lock(mu_);
+  --warm_building_;
+  if (job.ok()) w->job = std::move(*job);
+  if (!job.ok() || draining_ || stopping_ || !w->job->ready()) {
+    // Broken (it could not start, or ended): counts towards giving up. Merely slow (built with
+    // idle CPU time only, on a busy machine): discarded, and the next one tried.
+    if (!job.ok() || (!draining_ && !stopping_ && !w->job->running())) {
+      ++warm_failures_;
+      Log("cannot build a warm sandbox: %s",
+          job.ok() ? std::string("it ended before it was ready") : job.status().message());
+    }
+    DiscardWarmLocked(std::move(w));
+    FillWarmLocked();  // at most three broken ones in a row
+    return;
+  }
+  warm_.push_back(std::move(w));
+}
+
+std::unique_ptr<WarmBox> Agent::TakeWarmLocked() {
+  while (!warm_.empty()) {
+    auto w = std::move(warm_.front());
+    warm_.pop_front();
+    if (w->job && w->job->ready()) return w;
+    DiscardWarmLocked(std::move(w));
+  }
+  return nullptr;
+}
+
+void Agent::DiscardWarmLocked(std::unique_ptr<WarmBox> w) {
+  std::shared_ptr<WarmBox> keep(std::move(w));
+  SpawnLocked([this, keep] {
+    if (keep->job) {
+      keep->job->Kill();
+      keep->job->Wait();
+      keep->job.reset();
+    }
+    std::error_code ec;
+    for (const auto& d :
+         {WorkDir(keep->name), WarmCheckpointDir(keep->name), SupervisorDir(keep->name)}) {
+      fs::remove_all(d, ec);
+    }
+    if (keep->cgroup) {
+      if (auto cg = AttemptCgroup::Open(cgroups_, keep->name); cg.ok()) {
+        for (int i = 0; i < 50 && !(*cg)->Remove().ok(); ++i) {
+          (void)(*cg)->KillAll();
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (keep->slot >= 0) warm_slots_.erase(keep->slot);
+  });
+}
+
+void Agent::StartInWarmBox(std::unique_ptr<WarmBox> w, const proto::Assign& assign,
+                           const std::shared_ptr<Attempt>& a, bool resumed) {
+  const std::string dir = WorkDir(assign.attempt_id), ckpt = a->checkpoint_dir;
+  // What the job sees: the paths the box was built with.
+  const std::string box_work = WorkDir(w->name), box_ckpt = WarmCheckpointDir(w->name);
+  auto fail = [&](const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    a->error = why;
+    PersistLocked(*a);
+    dirty_ = true;
+    cv_.notify_all();
+    DiscardWarmLocked(std::move(w));
+  };
+  Status s = AdoptDirectory(dir, box_work);
+  if (s.ok()) s = AdoptDirectory(ckpt, box_ckpt);
+  if (s.ok() && w->slot >= 0) {
+    const uid_t uid = SandboxUid(static_cast<uid_t>(opt_.first_job_uid), w->slot);
+    s = ChownTree(dir, uid, uid);  // unpacked and restored as root: the job's from here on
+    if (s.ok()) s = ChownTree(ckpt, uid, uid);
+  }
+  if (!s.ok()) return fail("cannot hand its directories to its sandbox: " + s.message());
+  std::unique_ptr<AttemptCgroup> cgroup;
+  if (w->cgroup) {
+    CgroupLimits limits;
+    limits.memory_bytes = static_cast<int64_t>(assign.memory_gb * 1024.0 * 1024.0 * 1024.0);
+    limits.cpus = assign.cpus;
+    limits.max_pids = opt_.max_pids_per_job;
+    auto cg = AttemptCgroup::Adopt(cgroups_, w->name, assign.attempt_id, limits);
+    if (!cg.ok()) return fail("cannot limit its cgroup: " + cg.status().message());
+    cgroup = std::move(*cg);
+    w->cgroup = false;  // the attempt's now
+  }
+  const std::string sup_dir = SupervisorDir(assign.attempt_id);
+  std::error_code ec;
+  fs::rename(SupervisorDir(w->name), sup_dir, ec);
+  if (ec) return fail("cannot rename its supervisor's directory: " + ec.message());
+  std::map<std::string, std::string> env = JobEnv(assign);
+  env["SLUICE_CHECKPOINT_DIR"] = box_ckpt;
+  if (resumed) env["SLUICE_RESUMED"] = "1";
+  env["HOME"] = box_work;
+  env["USER"] = env["LOGNAME"] = "sluice-job";
+  Json env_json = Json::object();
+  for (const auto& [k, v] : env) env_json[k] = v;
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t until = leases_.Until(a->id);
+  Json go{{"op", "go"},
+          {"dir", sup_dir},
+          {"attempt_id", assign.attempt_id},
+          {"cwd", box_work},
+          {"script", assign.run},
+          {"env", env_json},
+          {"first_seq", a->next_seq},
+          {"until", until},
+          {"kill_at", KillAtLocked(until)}};
+  a->cgroup = std::move(cgroup);
+  a->checkpoint_interval_ms = assign.checkpoint_interval_ms;
+  if (!w->job->Go(sup_dir, JobCallbacks(a), go)) {
+    // The box died just before: nothing of the job ran.
+    a->error = "its sandbox ended before the job could start";
+    PersistLocked(*a);
+    dirty_ = true;
+    cv_.notify_all();
+    DiscardWarmLocked(std::move(w));
+    FillWarmLocked();
+    return;
+  }
+  Log("%s runs in warm sandbox %s", a->id, w->name);
+  a->slot = w->slot;  // the attempt holds the box's uid now
+  warm_slots_.erase(w->slot);
+  warm_failures_ = 0;
+  StartedLocked(a, std::move(w->job));
+  FillWarmLocked();
 }
 
 void Agent::OnMessage(std::string_view text) {
@@ -1317,6 +1582,17 @@ int Agent::Run() {
     return 1;
   }
   RecoverAttempts();
+  // Warm boxes of a previous instance: their supervisors kill them once no agent is connected.
+  for (const std::string& parent :
+       {opt_.data_dir + "/work", opt_.data_dir + "/checkpoints", AttemptsDir()}) {
+    for (const auto& e : fs::directory_iterator(parent, ec)) {
+      if (e.path().filename().string().rfind("warm-", 0) == 0) fs::remove_all(e.path(), ec);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FillWarmLocked();
+  }
 
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -1348,6 +1624,12 @@ int Agent::Run() {
     fatal = fatal_;
     if (!fatal) Log("%s received: stopping jobs and shutting down", strsignal(sig));
     // Running jobs get SIGTERM and the grace period; their exits are reported if connected.
+    draining_ = true;
+    while (!warm_.empty()) {
+      auto w = std::move(warm_.front());
+      warm_.pop_front();
+      DiscardWarmLocked(std::move(w));
+    }
     for (auto& [id, a] : attempts_) {
       if (a->proc && a->proc->running()) {
         // Its supervisor thaws a frozen job first: it gets its SIGTERM and grace like the others.

@@ -53,6 +53,9 @@ struct AgentOptions {
   // The per-attempt supervisor binary (agent/supervisor.h); "" = `sluice-supervisor` beside
   // the agent's own executable.
   std::string supervisor_path;
+  // Sandboxes kept built and waiting for CPU jobs (docs/design-notes.md "Warm boxes"); 0: none,
+  // every job waits for its box to be built.
+  int warm_boxes = 1;
 };
 
 // Runs until SIGINT/SIGTERM (exit 0) or a fatal error such as a rejected join token (exit 1).

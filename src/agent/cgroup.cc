@@ -224,22 +224,9 @@ std::string AttemptCgroup::TreeDir(const char* tree) const {
   return "";
 }
 
-Result<std::unique_ptr<AttemptCgroup>> AttemptCgroup::Create(const CgroupSupport& support,
-                                                             const std::string& name,
-                                                             const CgroupLimits& limits) {
-  SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> dirs, AttemptDirs(support, name));
-  std::unique_ptr<AttemptCgroup> cg(new AttemptCgroup(support, dirs));
-  auto undo = [&](Status st) -> Status {
-    for (int fd : cg->procs_fds_) close(fd);
-    cg->procs_fds_.clear();
-    for (const auto& d : dirs) rmdir(d.c_str());
-    return st;
-  };
-  for (const auto& d : dirs) {
-    if (mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) {
-      return undo(Status::Internal("cannot create cgroup " + d + ": " + ErrnoText(errno)));
-    }
-  }
+// Writes `limits` into the attempt's directories, one per tree (v2: one).
+static Status WriteLimits(const CgroupSupport& support, const std::vector<std::string>& dirs,
+                          const CgroupLimits& limits) {
   std::vector<std::pair<std::string, std::string>> writes;
   const bool v2 = support.layout == Layout::kV2;
   for (const auto& d : dirs) {
@@ -268,10 +255,27 @@ Result<std::unique_ptr<AttemptCgroup>> AttemptCgroup::Create(const CgroupSupport
       writes.push_back({d + "/pids.max", std::to_string(limits.max_pids)});
     }
   }
-  for (const auto& [path, value] : writes) {
-    Status s = WriteSmall(path, value);
-    if (!s.ok()) return undo(s);
+  for (const auto& [path, value] : writes) SLUICE_RETURN_IF_ERROR(WriteSmall(path, value));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<AttemptCgroup>> AttemptCgroup::Create(const CgroupSupport& support,
+                                                             const std::string& name,
+                                                             const CgroupLimits& limits) {
+  SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> dirs, AttemptDirs(support, name));
+  std::unique_ptr<AttemptCgroup> cg(new AttemptCgroup(support, dirs));
+  auto undo = [&](Status st) -> Status {
+    for (int fd : cg->procs_fds_) close(fd);
+    cg->procs_fds_.clear();
+    for (const auto& d : dirs) rmdir(d.c_str());
+    return st;
+  };
+  for (const auto& d : dirs) {
+    if (mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) {
+      return undo(Status::Internal("cannot create cgroup " + d + ": " + ErrnoText(errno)));
+    }
   }
+  if (Status s = WriteLimits(support, dirs, limits); !s.ok()) return undo(s);
   for (const auto& d : dirs) {
     int fd = OpenForWrite(d + "/cgroup.procs");
     if (fd < 0) {
@@ -296,6 +300,23 @@ Result<std::unique_ptr<AttemptCgroup>> AttemptCgroup::Open(const CgroupSupport& 
     cg->procs_fds_.push_back(fd);
   }
   return cg;
+}
+
+Result<std::unique_ptr<AttemptCgroup>> AttemptCgroup::Adopt(const CgroupSupport& support,
+                                                            const std::string& from,
+                                                            const std::string& to,
+                                                            const CgroupLimits& limits) {
+  SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> old_dirs, AttemptDirs(support, from));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> new_dirs, AttemptDirs(support, to));
+  for (size_t i = 0; i < old_dirs.size(); ++i) {
+    if (::rename(old_dirs[i].c_str(), new_dirs[i].c_str()) != 0) {
+      Status st = Status::Internal("cannot rename cgroup " + old_dirs[i] + ": " + ErrnoText(errno));
+      for (size_t k = 0; k < i; ++k) (void)::rename(new_dirs[k].c_str(), old_dirs[k].c_str());
+      return st;
+    }
+  }
+  SLUICE_RETURN_IF_ERROR(WriteLimits(support, new_dirs, limits));
+  return Open(support, to);
 }
 
 Result<bool> AttemptCgroup::OomKilled() const {

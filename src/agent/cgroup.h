@@ -56,6 +56,12 @@ class AttemptCgroup {
   // be joined as after Create; NotFound when it is gone.
   static Result<std::unique_ptr<AttemptCgroup>> Open(const CgroupSupport& support,
                                                      const std::string& name);
+  // Renames `from` (a cgroup a warm sandbox already runs in) to `to` in every tree and writes
+  // the attempt's limits into it: its processes stay where they are and come under the limits.
+  static Result<std::unique_ptr<AttemptCgroup>> Adopt(const CgroupSupport& support,
+                                                      const std::string& from,
+                                                      const std::string& to,
+                                                      const CgroupLimits& limits);
   ~AttemptCgroup();  // closes fds; never removes (Remove does, once the attempt is over)
   AttemptCgroup(const AttemptCgroup&) = delete;
   AttemptCgroup& operator=(const AttemptCgroup&) = delete;

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -121,6 +122,32 @@ TEST_F(FakeV2Test, StaleEmptyAttemptCgroupsAreRemovedAndNothingElse) {
   EXPECT_TRUE(fs::exists(parent / "other"));
 }
 
+// A warm sandbox runs in a cgroup of its own before its job is known; the job's limits come
+// with the job.
+TEST_F(FakeV2Test, AdoptRenamesAWarmCgroupAndWritesTheAttemptsLimits) {
+  CgroupSupport s = DetectCgroups(root_.string());
+  CgroupLimits warm;
+  warm.max_pids = 50;
+  ASSERT_TRUE(AttemptCgroup::Create(s, "warm-1", warm).ok());
+  CgroupLimits l;
+  l.memory_bytes = 256 << 20;
+  l.cpus = 0.5;
+  l.max_pids = 70;
+  auto cg = AttemptCgroup::Adopt(s, "warm-1", "att-2", l);
+  ASSERT_TRUE(cg.ok()) << cg.status().ToString();
+  EXPECT_FALSE(fs::exists(root_ / "sluice/warm-1"));
+  fs::path d = root_ / "sluice/att-2";
+  EXPECT_EQ(Slurp(d / "memory.max"), std::to_string(256 << 20));
+  EXPECT_EQ(Slurp(d / "cpu.max"), "50000 100000");
+  EXPECT_EQ(Slurp(d / "pids.max"), "70");
+  EXPECT_FALSE((*cg)->procs_fds().empty());
+  // Nothing to adopt, or a name that leaves the directory: refused, nothing renamed.
+  EXPECT_FALSE(AttemptCgroup::Adopt(s, "warm-9", "att-3", l).ok());
+  EXPECT_EQ(AttemptCgroup::Adopt(s, "att-2", "../x", l).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fs::exists(d));
+}
+
 TEST(CgroupDetectTest, NothingMountedSaysSo) {
   fs::path empty = fs::temp_directory_path() / ("cg-none-" + std::to_string(getpid()));
   fs::create_directories(empty);
@@ -202,6 +229,37 @@ TEST_F(RealCgroupTest, ProcessesThatLeaveTheGroupAreStillInsideAndDieWithIt) {
   ASSERT_EQ(pids->size(), 1u) << "the escaped sleep";
   ASSERT_TRUE(cg_->KillAll().ok());
   EXPECT_TRUE(WaitFor([&] { return Or(cg_->Pids(), std::vector<int>{1}).empty(); }));
+}
+
+TEST_F(RealCgroupTest, AdoptKeepsTheProcessesInsideAndPutsThemUnderTheNewLimits) {
+  CgroupLimits warm;
+  warm.max_pids = 100;
+  const std::string warm_name = name_ + "-warm";
+  auto box = AttemptCgroup::Create(support_, warm_name, warm);
+  ASSERT_TRUE(box.ok()) << box.status().ToString();
+  ProcessSpec spec;
+  spec.script = "sleep 30";
+  spec.cwd = "/";
+  spec.env = {{"PATH", "/usr/bin:/bin"}};
+  spec.join_cgroup_fds = (*box)->procs_fds();
+  auto p = Process::Start(spec, nullptr, nullptr);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  CgroupLimits l;
+  l.memory_bytes = 64 << 20;
+  l.max_pids = 20;
+  auto cg = AttemptCgroup::Adopt(support_, warm_name, name_, l);
+  ASSERT_TRUE(cg.ok()) << cg.status().ToString();
+  cg_ = std::move(*cg);
+  auto pids = cg_->Pids();
+  ASSERT_TRUE(pids.ok()) << pids.status().ToString();
+  EXPECT_NE(std::find(pids->begin(), pids->end(), (*p)->pid()), pids->end());
+  const std::string limit =
+      support_.layout == CgroupSupport::Layout::kV2
+          ? Slurp(support_.root + "/sluice/" + name_ + "/memory.max")
+          : Slurp(support_.root + "/memory/sluice/" + name_ + "/memory.limit_in_bytes");
+  EXPECT_EQ(std::stoll(limit), int64_t{64} << 20);
+  (*p)->Kill();
+  (*p)->Wait();
 }
 
 TEST_F(RealCgroupTest, FreezeStopsTheWholeTreeAndThawResumesIt) {

@@ -331,7 +331,8 @@ void Process::Run(const ProcessSpec& spec, std::promise<Status>* started) {
     started->set_value(st);
     return;
   }
-  devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  devnull = spec.stdin_fd >= 0 ? fcntl(spec.stdin_fd, F_DUPFD_CLOEXEC, 3)
+                               : open("/dev/null", O_RDONLY | O_CLOEXEC);
   for (int* fd : {&out[0], &out[1], &err[0], &err[1], &status[0], &status[1], &devnull}) {
     if (*fd >= 0) *fd = MoveAboveStdio(*fd);
   }

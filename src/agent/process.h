@@ -38,6 +38,8 @@ struct ProcessSpec {
   // bwrap's monitor before the job's grace period has run); the wrapper must give the job its
   // default dispositions back, as SandboxArgv does with `env --default-signal`.
   std::vector<std::string> wrapper;
+  // The child's stdin; -1: /dev/null. Not owned: the caller closes its own copy after Start.
+  int stdin_fd = -1;
 };
 
 enum class OutputStream { kStdout, kStderr };

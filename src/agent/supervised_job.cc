@@ -141,7 +141,8 @@ Result<std::unique_ptr<SupervisedJob>> SupervisedJob::Start(const std::string& e
   }
   job->reader_ = std::thread([j = job.get()] { j->ReadLoop(); });
   std::unique_lock<std::mutex> lock(job->mu_);
-  job->cv_.wait_for(lock, kStartTimeout, [&] { return job->pid_ != 0 || job->done_; });
+  job->cv_.wait_for(lock, kStartTimeout,
+                    [&] { return job->done_ || (spec.warm ? job->ready_ : job->pid_ != 0); });
   return job;
 }
 
@@ -174,6 +175,11 @@ SupervisedJob::~SupervisedJob() {
 pid_t SupervisedJob::pid() const {
   std::lock_guard<std::mutex> lock(mu_);
   return pid_;
+}
+
+bool SupervisedJob::ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ready_ && !done_;
 }
 
 bool SupervisedJob::running() const {
@@ -213,13 +219,29 @@ void SupervisedJob::Ping() {
   SendLocked(Json{{"op", "ping"}});
 }
 
+bool SupervisedJob::Go(const std::string& dir, Callbacks cb, const Json& go) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (done_ || delivering_) return false;
+  dir_ = dir;
+  cb_ = std::make_shared<Callbacks>(std::move(cb));
+  go_ = go;
+  SendLocked(go);
+  return true;
+}
+
 void SupervisedJob::Wait() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return done_; });
 }
 
 void SupervisedJob::Deliver(const End& end) {
-  if (cb_.on_exit) cb_.on_exit(end);
+  std::shared_ptr<const Callbacks> cb;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    delivering_ = true;
+    cb = cb_;
+  }
+  if (cb->on_exit) cb->on_exit(end);
   std::lock_guard<std::mutex> lock(mu_);
   done_ = true;
   cv_.notify_all();
@@ -234,14 +256,20 @@ bool SupervisedJob::OnEvent(const std::string& line) {
     auto e = supervisor::LineFromJson(*j);
     if (!e.ok() || e->seq <= last_seq_) return false;  // a replay of what we have
     last_seq_ = e->seq;
-    if (cb_.on_line) cb_.on_line(*e);
+    auto cb = callbacks();
+    if (cb->on_line) cb->on_line(*e);
   } else if (ev == "started") {
     std::lock_guard<std::mutex> lock(mu_);
     auto pid = GetIntOr(*j, "pid", 0);
     pid_ = pid.ok() ? static_cast<pid_t>(*pid) : 0;
     cv_.notify_all();
+  } else if (ev == "ready") {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_ = true;
+    cv_.notify_all();
   } else if (ev == "frozen" || ev == "thawed") {
-    if (cb_.on_freeze) cb_.on_freeze(ev == "frozen");
+    auto cb = callbacks();
+    if (cb->on_freeze) cb->on_freeze(ev == "frozen");
   } else if (ev == "exit") {
     auto e = supervisor::ExitFromJson(*j);
     End end;
@@ -259,7 +287,7 @@ bool SupervisedJob::OnEvent(const std::string& line) {
 bool SupervisedJob::Reconnect() {
   for (int i = 0; i < 3; ++i) {
     if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    auto fd = Connect(dir_ + "/" + kSocketFile);
+    auto fd = Connect(dir() + "/" + kSocketFile);
     if (!fd.ok()) continue;
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_) {
@@ -269,6 +297,7 @@ bool SupervisedJob::Reconnect() {
     ::close(fd_);
     fd_ = *fd;
     SendLocked(Json{{"op", "attach"}, {"from", last_seq_}});
+    if (go_) SendLocked(*go_);
     if (lease_)
       SendLocked(Json{{"op", "lease"}, {"until", lease_->first}, {"kill_at", lease_->second}});
     if (terminate_ms_) SendLocked(Json{{"op", "terminate"}, {"grace_ms", *terminate_ms_}});
@@ -280,9 +309,10 @@ bool SupervisedJob::Reconnect() {
 
 void SupervisedJob::FinishFromDisk() {
   // The supervisor writes every line before the exit, so the file holds all we lack.
-  std::ifstream out(dir_ + "/" + kOutputFile, std::ios::binary);
+  const std::string dir = this->dir();
+  std::ifstream out(dir + "/" + kOutputFile, std::ios::binary);
   for (std::string line; std::getline(out, line);) (void)OnEvent(line);
-  std::ifstream in(dir_ + "/" + kExitFile, std::ios::binary);
+  std::ifstream in(dir + "/" + kExitFile, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
   auto j = ParseJson(text.str());

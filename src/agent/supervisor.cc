@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -12,14 +13,18 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "agent/cgroup.h"
 #include "agent/process.h"
@@ -34,8 +39,29 @@ namespace {
 // A send to the agent that blocks longer than this detaches it: the job's output must not stall
 // behind an agent that stopped reading. It reattaches and replays from the file.
 constexpr int kSendTimeoutMs = 2000;
+constexpr const char* kFrozenEvent = "{\"ev\":\"frozen\"}\n";
+constexpr const char* kThawedEvent = "{\"ev\":\"thawed\"}\n";
+constexpr const char* kReadyEvent = "{\"ev\":\"ready\"}\n";
 // Longest line the agent may send; anything longer is not our agent.
 constexpr size_t kMaxInput = 64 * 1024;
+
+// Sets the scheduling policy of thread or process `tid` (0: the calling thread).
+void SetPolicy(pid_t tid, int policy) {
+  sched_param param{};
+  (void)::sched_setscheduler(tid, policy, &param);
+}
+
+// `pid` and its descendants, from /proc (children of its main thread; box processes are
+// single-threaded).
+std::vector<pid_t> ProcessTree(pid_t pid) {
+  std::vector<pid_t> out = {pid};
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::ifstream in("/proc/" + std::to_string(out[i]) + "/task/" + std::to_string(out[i]) +
+                     "/children");
+    for (pid_t child; in >> child;) out.push_back(child);
+  }
+  return out;
+}
 
 void Say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void Say(const char* fmt, ...) {
@@ -57,6 +83,9 @@ void Say(const char* fmt, ...) {
 class Supervisor {
  public:
   Supervisor(std::string dir, int listen_fd) : dir_(std::move(dir)), listen_fd_(listen_fd) {}
+  ~Supervisor() {
+    if (stub_fd_ >= 0) ::close(stub_fd_);
+  }
   int Run();
 
  private:
@@ -68,17 +97,22 @@ class Supervisor {
   void Accept();
   void ReadClient();
   void HandleOp(const Json& op);
+  // A warm box's job arrives: hands it to the stub.
+  void GoLocked(const Json& op);
   void SendLocked(const std::string& raw);
   void ReplayLocked(int64_t from);
   void EnforceLocked(int64_t now);
   void SetFrozenLocked(bool frozen);
   void KillJobLocked();
+  // Alive: heard from lately, and still connected, or not connected yet (the agent that
+  // started us connects right after).
   bool AgentAliveLocked(int64_t now) const {
-    return client_fd_ >= 0 && !client_dead_ && now - last_word_ < spec_.agent_silence_ms;
+    if (now - last_word_ >= spec_.agent_silence_ms) return false;
+    return (client_fd_ >= 0 && !client_dead_) || !had_client_;
   }
   int64_t NextDeadlineLocked() const;
 
-  const std::string dir_;
+  std::string dir_;  // main thread writes it (at `go`) under mu_; others read it under mu_
   const int listen_fd_;
   int wake_fd_ = -1;
   Spec spec_;
@@ -91,6 +125,7 @@ class Supervisor {
   int client_fd_ = -1;        // the attached agent; closed only by the main thread
   bool client_dead_ = false;  // a send failed: shut down, the main thread closes it
   bool attached_ = false;     // the client asked for the output: it gets events from now on
+  bool had_client_ = false;   // an agent connected once
   int out_fd_ = -1;
   int64_t out_bytes_ = 0;
   bool out_full_ = false;
@@ -99,8 +134,11 @@ class Supervisor {
   bool frozen_ = false;
   bool terminating_ = false;
   bool fenced_ = false;
-  bool killed_ = false;    // SIGKILLed: never frozen again, or the kill could be held up
-  int64_t last_word_ = 0;  // when the agent last said anything (MonotonicMs)
+  bool killed_ = false;      // SIGKILLed: never frozen again, or the kill could be held up
+  bool warm_ = false;        // a warm box waiting for its job
+  bool warm_ready_ = false;  // its stub said it is ready
+  int stub_fd_ = -1;         // the warm stub's stdin, until `go`
+  int64_t last_word_ = 0;    // when the agent last said anything (MonotonicMs)
 };
 
 Status Supervisor::StartJob() {
@@ -111,17 +149,42 @@ Status Supervisor::StartJob() {
     cgroup_ = std::move(*cg);
     ps.join_cgroup_fds = cgroup_->procs_fds();
   }
+  int stub[2] = {-1, -1};
+  if (spec_.warm) {
+    // Built only with CPU time nobody else wants: a box is built while other jobs start, and
+    // must not slow them. The monitor thread Start creates, and the box, inherit the policy;
+    // `go` restores the normal one before the job runs.
+    if (::pipe2(stub, O_CLOEXEC) != 0) {
+      return Status::Internal(std::string("pipe2: ") + std::strerror(errno));
+    }
+    ps.script = kWarmStub;
+    ps.stdin_fd = stub[0];
+    std::lock_guard<std::mutex> lock(mu_);
+    warm_ = true;  // before the stub can print its ready line
+    SetPolicy(0, SCHED_IDLE);
+  }
   auto proc = Process::Start(
       ps, [this](OutputStream s, std::string_view line) { OnLine(s, line); },
       [this](const ExitInfo& info) { OnExit(info); });
-  if (!proc.ok()) return proc.status();
+  if (spec_.warm) SetPolicy(0, SCHED_OTHER);
+  if (stub[0] >= 0) ::close(stub[0]);
+  if (!proc.ok()) {
+    if (stub[1] >= 0) ::close(stub[1]);
+    return proc.status();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   proc_ = std::move(*proc);
+  stub_fd_ = stub[1];
   return Status::Ok();
 }
 
 void Supervisor::OnLine(OutputStream stream, std::string_view text) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (warm_ && !warm_ready_ && stream == OutputStream::kStdout && text == kWarmReady) {
+    warm_ready_ = true;  // the box is built: its stub says so before it waits for the job
+    SendLocked(kReadyEvent);
+    return;
+  }
   proto::LogEntry e;
   e.seq = next_seq_++;
   e.stream = stream == OutputStream::kStdout ? "stdout" : "stderr";
@@ -212,6 +275,7 @@ void Supervisor::Accept() {
   // One agent at a time: the newest connection is the agent now.
   if (client_fd_ >= 0) ::close(client_fd_);
   client_fd_ = fd;
+  had_client_ = true;
   client_dead_ = false;
   attached_ = false;
   last_word_ = MonotonicMs();
@@ -261,9 +325,8 @@ void Supervisor::HandleOp(const Json& op) {
     attached_ = true;
     if (proc_) SendLocked(DumpJson(Json{{"ev", "started"}, {"pid", proc_->pid()}}) + "\n");
     ReplayLocked(num("from", 0));
-    if (frozen_)
-      SendLocked(R"({"ev":"frozen"})"
-                 "\n");
+    if (frozen_) SendLocked(kFrozenEvent);
+    if (warm_ && warm_ready_) SendLocked(kReadyEvent);
     if (exit_) SendLocked(DumpJson(ToJson(*exit_)) + "\n");
   } else if (what == "terminate") {
     if (!proc_ || exit_) return;
@@ -272,12 +335,71 @@ void Supervisor::HandleOp(const Json& op) {
     proc_->Terminate(std::chrono::milliseconds(std::max<int64_t>(0, num("grace_ms", 10000))));
   } else if (what == "kill") {
     KillJobLocked();
+  } else if (what == "go") {
+    GoLocked(op);
   } else if (what == "lease") {
     spec_.lease_until = num("until", spec_.lease_until);
     spec_.kill_at = num("kill_at", spec_.kill_at);
     if (frozen_ && now < spec_.lease_until) SetFrozenLocked(false);
   }
   // "ping" and anything else: the agent is alive, which last_word_ now says.
+}
+
+void Supervisor::GoLocked(const Json& op) {
+  if (!warm_ || !proc_ || exit_) return;  // not warm (any more): a repeated `go` is a no-op
+  auto dir = GetString(op, "dir");
+  auto attempt = GetString(op, "attempt_id");
+  auto cwd = GetString(op, "cwd");
+  auto script = GetString(op, "script");
+  auto env = op.find("env");
+  if (!dir.ok() || !attempt.ok() || !cwd.ok() || !script.ok() || env == op.end() ||
+      !env->is_object()) {
+    Say("ignoring a malformed go");
+    return;
+  }
+  std::map<std::string, std::string> vars;
+  for (const auto& [k, v] : env->items()) {
+    if (v.is_string()) vars[k] = v.get<std::string>();
+  }
+  warm_ = false;
+  dir_ = *dir;  // the agent renamed our directory (our open files and socket moved with it)
+  spec_.attempt_id = *attempt;
+  if (cgroup_) {
+    // Renamed too, with the attempt's limits written: reopened by its new name.
+    auto cg = AttemptCgroup::Open(spec_.cgroups, spec_.attempt_id);
+    if (!cg.ok()) {
+      Say("cannot open the job's cgroup: %s", cg.status().message().c_str());
+      KillJobLocked();
+      return;
+    }
+    cgroup_ = std::move(*cg);
+  }
+  auto num = [&](const char* key, int64_t fallback) {
+    auto v = GetIntOr(op, key, fallback);
+    return v.ok() ? *v : fallback;
+  };
+  // The job runs at the normal priority, and so do our threads that carry its output.
+  for (pid_t p : ProcessTree(proc_->pid())) SetPolicy(p, SCHED_OTHER);
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    SetPolicy(static_cast<pid_t>(std::atoi(task.path().filename().c_str())), SCHED_OTHER);
+  }
+  next_seq_ = std::max(next_seq_, num("first_seq", 1));
+  spec_.lease_until = num("until", kNever);
+  spec_.kill_at = num("kill_at", kNever);
+  const std::string input = WarmStubInput(*cwd, *script, vars);
+  // The stub reads as we write, so a job larger than the pipe's buffer goes through too.
+  for (size_t off = 0; off < input.size();) {
+    ssize_t n = ::write(stub_fd_, input.data() + off, input.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      Say("cannot hand the job to the box: %s", std::strerror(errno));
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  ::close(stub_fd_);
+  stub_fd_ = -1;
 }
 
 void Supervisor::SetFrozenLocked(bool frozen) {
@@ -294,10 +416,7 @@ void Supervisor::SetFrozenLocked(bool frozen) {
   }
   frozen_ = frozen;
   Say(frozen ? "lease ran out: job frozen" : "lease renewed: job thawed");
-  SendLocked(frozen ? R"({"ev":"frozen"})"
-                      "\n"
-                    : R"({"ev":"thawed"})"
-                      "\n");
+  SendLocked(frozen ? kFrozenEvent : kThawedEvent);
 }
 
 void Supervisor::KillJobLocked() {
@@ -312,6 +431,11 @@ void Supervisor::KillJobLocked() {
 
 void Supervisor::EnforceLocked(int64_t now) {
   if (!proc_ || exit_) return;
+  if (warm_) {
+    // A box nobody will use: the agent that wanted it is gone.
+    if (!AgentAliveLocked(now)) KillJobLocked();
+    return;
+  }
   if (!frozen_ && !terminating_ && now >= spec_.lease_until) SetFrozenLocked(true);
   // While the agent is alive it speaks for the server (a server outage must not kill work:
   // it thaws or kills on the server's word). Without it nobody will, and the server may

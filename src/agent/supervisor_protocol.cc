@@ -31,6 +31,7 @@ Json ToJson(const Spec& s) {
   Json env = Json::object();
   for (const auto& [k, v] : s.process.env) env[k] = v;
   return Json{{"attempt_id", s.attempt_id},
+              {"warm", s.warm},
               {"script", s.process.script},
               {"cwd", s.process.cwd},
               {"env", env},
@@ -53,6 +54,7 @@ Result<Spec> SpecFromJson(const Json& j) {
   if (!j.is_object()) return Status::InvalidArgument("spec: expected an object");
   Spec s;
   SLUICE_ASSIGN_OR_RETURN(s.attempt_id, GetString(j, "attempt_id"));
+  SLUICE_ASSIGN_OR_RETURN(s.warm, BoolOr(j, "warm", false));
   SLUICE_ASSIGN_OR_RETURN(s.process.script, GetString(j, "script"));
   SLUICE_ASSIGN_OR_RETURN(s.process.cwd, GetString(j, "cwd"));
   auto env = j.find("env");
@@ -125,6 +127,15 @@ Result<proto::LogEntry> LineFromJson(const Json& j) {
   SLUICE_ASSIGN_OR_RETURN(e.ts_ms, GetIntOr(j, "ts_ms", 0));
   SLUICE_ASSIGN_OR_RETURN(e.text, GetString(j, "text"));
   return e;
+}
+
+std::string WarmStubInput(const std::string& cwd, const std::string& script,
+                          const std::map<std::string, std::string>& env) {
+  // Each field ends at its first NUL, as it would as an argv or environ string.
+  auto field = [](const std::string& f) { return f.substr(0, f.find('\0')) + '\0'; };
+  std::string in = field(cwd) + field(script);
+  for (const auto& [k, v] : env) in += field(k + "=" + v);
+  return in;
 }
 
 int64_t MonotonicMs() {

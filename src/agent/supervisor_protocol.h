@@ -15,17 +15,22 @@
 //   {"op":"attach","from":N}  send me every line with seq > N, then live lines and the exit;
 //   {"op":"terminate","grace_ms":G}, {"op":"kill"};
 //   {"op":"lease","until":T,"kill_at":K}  the server renewed the lease (CLOCK_MONOTONIC ms);
-//   {"op":"ping"}             the agent is alive (it is the agent's word that counts while it is).
+//   {"op":"ping"}             the agent is alive (it is the agent's word that counts while it is);
+//   {"op":"go","dir":D,"attempt_id":A,"cwd":C,"script":S,"env":{..},"first_seq":N,
+//    "until":T,"kill_at":K}   a warm box's job: the agent has renamed the box's directories
+//                             and cgroup to the attempt's (D, A) and put in its files.
 // Supervisor -> agent:
 //   {"ev":"started","pid":P};
 //   {"ev":"line","seq":..,"stream":..,"ts_ms":..,"text":..};
 //   {"ev":"frozen"}, {"ev":"thawed"};
+//   {"ev":"ready"}            a warm box is built and its stub waits for the job;
 //   {"ev":"exit","exit_code":C,"signal":S,"out_of_memory":B,"fenced":B,"error":E} (E: the job
 //   could not start).
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 
 #include "agent/cgroup.h"
@@ -46,7 +51,10 @@ inline constexpr int kListenFd = 3;
 inline constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
 struct Spec {
-  std::string attempt_id;
+  std::string attempt_id;  // also the cgroup's name (a warm box's own name until `go`)
+  // A warm box: `process` is the sandbox with kWarmStub inside, started before its job; the job
+  // (script, env, cwd) comes later in a `go` op and is handed to the stub on its stdin.
+  bool warm = false;
   ProcessSpec process;    // join_cgroup_fds is not carried: the supervisor opens the cgroup
   CgroupSupport cgroups;  // layout kNone: the attempt has no cgroup
   int64_t first_seq = 1;  // the agent numbered lines of its own (a restore warning) below this
@@ -71,6 +79,25 @@ Result<Exit> ExitFromJson(const Json& j);
 
 Json LineEvent(const proto::LogEntry& e);
 Result<proto::LogEntry> LineFromJson(const Json& j);
+
+// What a warm box runs until its job comes: reads the job from stdin as NUL-terminated fields
+// (cwd, script, then KEY=VALUE pairs), exports them and execs the job's shell. A bash, because
+// the box's bash is there anyway and `exec` costs nothing more. The box must start with an
+// empty environment: then all the job's shell inherits is what the job gave, plus PWD (which
+// bash sets anyway) -- the stub forks nothing (a `$(...)` to list variables costs ~6 ms).
+inline constexpr const char* kWarmReady = "sluice-warm-box-ready";
+inline constexpr const char* kWarmStub =
+    "printf '%s\\n' sluice-warm-box-ready\n"
+    "IFS= read -r -d '' cwd && IFS= read -r -d '' script || exit 97\n"
+    "cd \"$cwd\" || exit 97\n"
+    "unset OLDPWD SHLVL\n"
+    "while IFS= read -r -d '' kv; do export \"$kv\" || exit 97; done\n"
+    "exec </dev/null\n"
+    "exec /bin/bash -c \"$script\"\n";
+
+// The stub's input for a job.
+std::string WarmStubInput(const std::string& cwd, const std::string& script,
+                          const std::map<std::string, std::string>& env);
 
 // CLOCK_MONOTONIC in ms: the clock leases are told in, the same in every process on the host.
 int64_t MonotonicMs();

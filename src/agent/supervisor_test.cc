@@ -287,6 +287,64 @@ TEST_F(SupervisorTest, TerminateGivesTheJobItsGracePeriod) {
   EXPECT_EQ(r.end->exit.info.exit_code, 0);
 }
 
+TEST_F(SupervisorTest, AWarmBoxRunsTheJobItIsLaterGivenWithExactlyItsEnvironment) {
+  Reports idle;
+  auto spec = Spec("unused: the stub runs");
+  spec.warm = true;
+  spec.process.env.clear();  // as the agent starts its warm boxes
+  auto job = Start(spec, idle);
+  ASSERT_TRUE(job);
+  ASSERT_GT(job->pid(), 0);
+  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(job->running()) << "a warm box must wait for its job: "
+                              << (idle.end
+                                      ? idle.end->exit.info.ToString() + " " + idle.end->exit.error
+                                      : "")
+                              << (idle.lines.empty() ? "" : idle.lines[0].text);
+  // The agent renames the box's directory to the attempt's, then says go.
+  const std::string moved = (root_ / "att.d").string();
+  fs::rename(dir_, moved);
+  Reports r;
+  Json go{{"op", "go"},
+          {"dir", moved},
+          {"attempt_id", "att-go"},
+          {"cwd", Work("")},
+          {"script",
+           "echo \"[$JOBVAR]\"; env | cut -d= -f1 | sort | tr '\\n' ' '; echo; pwd; read x; "
+           "echo read=$?; exit 5"},
+          {"env", {{"PATH", "/usr/bin:/bin"}, {"JOBVAR", "a b"}}},
+          {"first_seq", 3}};
+  job->Go(moved, r.Callbacks(), go);
+  ASSERT_TRUE(r.WaitFor([&] { return r.end.has_value(); }));
+  // Only what the job gave, and what bash itself sets for any job (PWD, SHLVL, _).
+  EXPECT_EQ(r.Texts(), (std::vector<std::string>{"[a b]", "JOBVAR PATH PWD SHLVL _ ",
+                                                 (root_ / "work").string(), "read=1"}));
+  ASSERT_FALSE(r.lines.empty());
+  EXPECT_EQ(r.lines[0].seq, 3);
+  EXPECT_EQ(r.end->exit.info.exit_code, 5);
+  EXPECT_TRUE(fs::exists(moved + "/" + supervisor::kExitFile));
+  EXPECT_TRUE(idle.lines.empty());
+  EXPECT_FALSE(idle.end.has_value()) << "the box's reports go to whoever said go";
+}
+
+TEST_F(SupervisorTest, AWarmBoxWhoseAgentIsGoneIsKilled) {
+  Reports r;
+  auto spec = Spec("unused");
+  spec.warm = true;
+  spec.agent_silence_ms = 200;
+  auto job = Start(spec, r);
+  ASSERT_TRUE(job);
+  const pid_t pid = job->pid();
+  ASSERT_GT(pid, 0);
+  job.reset();
+  bool gone = false;
+  for (int i = 0; i < 300 && !gone; ++i) {
+    std::this_thread::sleep_for(10ms);
+    gone = ::kill(pid, 0) != 0;
+  }
+  EXPECT_TRUE(gone);
+}
+
 TEST_F(SupervisorTest, GarbageOnTheControlSocketNeitherCrashesItNorStopsTheJob) {
   Reports r;
   auto job = Start(Spec("echo up; while [ ! -f go ]; do sleep 0.02; done; echo done"), r);

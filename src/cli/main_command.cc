@@ -233,6 +233,12 @@ int Main(int argc, char** argv) {
                    "(needs root); choose a range no account on the machine uses")
       ->check(CLI::Range(int64_t{1000}, int64_t{4000000000}))
       ->capture_default_str();
+  agent_cmd
+      ->add_option("--warm-boxes", aopt.warm_boxes,
+                   "Sandboxes to keep built and waiting for CPU jobs, so a job starts without "
+                   "waiting for its box (each holds a job uid and a few MB; 0: none)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   agent_cmd->add_flag("--skip-software-probe", aopt.skip_software_probe,
                       "Do not probe CUDA toolkits, Python and PyTorch (importing torch takes "
                       "seconds); offers then list no toolkits or PyTorch builds");
