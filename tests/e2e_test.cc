@@ -376,6 +376,9 @@ TEST_F(E2ETest, WithoutTheSandboxTheSameThiefReadsEverything) {
   EXPECT_TRUE(Contains(out, "other-tenants-weights")) << out;
   // And the market says so to everyone who might place a job there.
   EXPECT_TRUE(Contains(cluster_.Cli({"offers"}).out, "agent (sandbox: none)"));
+  // Unboxed jobs, too, start under a supervisor made ready ahead.
+  EXPECT_TRUE(Contains(cluster_.agent("a1")->Log(), "runs under warm supervisor"))
+      << cluster_.agent("a1")->Log();
 }
 
 // A sandboxed job may use the network, but not the cloud metadata address (the provider's cloud

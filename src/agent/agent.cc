@@ -188,6 +188,8 @@ class Agent {
   // or the save failed (logged; the server keeps the previous complete checkpoint).
   std::string SaveCheckpoint(Attempt& a);
   void CheckpointLoop(std::weak_ptr<Attempt> weak, int64_t interval_ms);
+  // Starts `a`'s periodic checkpoints, if its job asked for them.
+  void StartCheckpointsLocked(const std::shared_ptr<Attempt>& a);
   // Preempts every running attempt from this side (the node is going away): tells the server
   // why, then SIGTERM, grace, SIGKILL, final checkpoint, exit, as for a server preemption.
   void PreemptAllLocked(const std::string& cause);
@@ -277,9 +279,8 @@ class Agent {
   std::deque<std::unique_ptr<WarmBox>> warm_;  // ready, oldest first
   std::set<int> warm_slots_;                   // slots of warm boxes, ready or being built
   int warm_building_ = 0;
-  int warm_failures_ = 0;
-  bool draining_ = false;  // the agent is stopping its jobs: no new boxes  // boxes in a row that
-                           // died unused; at 3 the agent stops building them
+  int warm_failures_ = 0;  // boxes in a row that died unused; at 3 no more are built
+  bool draining_ = false;  // the agent is stopping its jobs: no new boxes
   // Starts building boxes until opt_.warm_boxes are ready or being built.
   void FillWarmLocked();
   void BuildWarmBox(int slot);
@@ -474,11 +475,7 @@ bool Agent::ReattachLocked(const std::shared_ptr<Attempt>& a) {
   if (!job.ok()) return false;
   a->proc = std::move(*job);
   Log("reattached to the supervisor of %s", a->id);
-  if (a->checkpoint_interval_ms > 0) {
-    std::weak_ptr<Attempt> weak = a;
-    SpawnLocked(
-        [this, weak, interval = a->checkpoint_interval_ms] { CheckpointLoop(weak, interval); });
-  }
+  StartCheckpointsLocked(a);
   return true;
 }
 
@@ -911,17 +908,20 @@ void Agent::StartedLocked(const std::shared_ptr<Attempt>& a, std::unique_ptr<Sup
   if (a->cancel_pending) {
     a->proc->Terminate(std::chrono::milliseconds(a->grace_ms));  // cancelled while starting
   }
-  if (a->checkpoint_interval_ms > 0) {
-    std::weak_ptr<Attempt> weak = a;
-    SpawnLocked(
-        [this, weak, interval = a->checkpoint_interval_ms] { CheckpointLoop(weak, interval); });
-  }
+  StartCheckpointsLocked(a);
   dirty_ = true;
   cv_.notify_all();
 }
 
+void Agent::StartCheckpointsLocked(const std::shared_ptr<Attempt>& a) {
+  if (a->checkpoint_interval_ms <= 0) return;
+  std::weak_ptr<Attempt> weak = a;
+  SpawnLocked(
+      [this, weak, interval = a->checkpoint_interval_ms] { CheckpointLoop(weak, interval); });
+}
+
 void Agent::FillWarmLocked() {
-  if (draining_ || stopping_ || !sandbox_.usable || warm_failures_ >= 3) return;
+  if (draining_ || stopping_ || warm_failures_ >= 3) return;
   while (static_cast<int>(warm_.size()) + warm_building_ < opt_.warm_boxes) {
     int slot = -1;
     if (sandbox_.own_uid) {
@@ -960,7 +960,7 @@ void Agent::BuildWarmBox(int slot) {
   spec.attempt_id = w->name;
   spec.warm = true;
   spec.process.cwd = work;  // the environment stays empty (supervisor_protocol.h, kWarmStub)
-  spec.process.wrapper = SandboxArgv(sandbox_, box);
+  if (sandbox_.usable) spec.process.wrapper = SandboxArgv(sandbox_, box);
   if (s.ok() && cgroups_.usable()) {
     CgroupLimits limits;  // the job's own come with it (AttemptCgroup::Adopt)
     limits.max_pids = opt_.max_pids_per_job;
@@ -1048,8 +1048,11 @@ void Agent::DiscardWarmLocked(std::unique_ptr<WarmBox> w) {
 void Agent::StartInWarmBox(std::unique_ptr<WarmBox> w, const proto::Assign& assign,
                            const std::shared_ptr<Attempt>& a, bool resumed) {
   const std::string dir = WorkDir(assign.attempt_id), ckpt = a->checkpoint_dir;
-  // What the job sees: the paths the box was built with.
-  const std::string box_work = WorkDir(w->name), box_ckpt = WarmCheckpointDir(w->name);
+  // What the job sees: the paths the box was built with (bound there, by inode). Unboxed
+  // (--no-sandbox), the warm supervisor's stub simply moves to the attempt's own paths.
+  const bool boxed = sandbox_.usable;
+  const std::string box_work = boxed ? WorkDir(w->name) : dir;
+  const std::string box_ckpt = boxed ? WarmCheckpointDir(w->name) : ckpt;
   auto fail = [&](const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     a->error = why;
@@ -1058,8 +1061,15 @@ void Agent::StartInWarmBox(std::unique_ptr<WarmBox> w, const proto::Assign& assi
     cv_.notify_all();
     DiscardWarmLocked(std::move(w));
   };
-  Status s = AdoptDirectory(dir, box_work);
-  if (s.ok()) s = AdoptDirectory(ckpt, box_ckpt);
+  Status s = Status::Ok();
+  if (boxed) {
+    s = AdoptDirectory(dir, WorkDir(w->name));
+    if (s.ok()) s = AdoptDirectory(ckpt, WarmCheckpointDir(w->name));
+  } else {
+    std::error_code rm;  // unused: the stub changes to the attempt's own dirs
+    fs::remove_all(WorkDir(w->name), rm);
+    fs::remove_all(WarmCheckpointDir(w->name), rm);
+  }
   if (s.ok() && w->slot >= 0) {
     const uid_t uid = SandboxUid(static_cast<uid_t>(opt_.first_job_uid), w->slot);
     s = ChownTree(dir, uid, uid);  // unpacked and restored as root: the job's from here on
@@ -1084,8 +1094,10 @@ void Agent::StartInWarmBox(std::unique_ptr<WarmBox> w, const proto::Assign& assi
   std::map<std::string, std::string> env = JobEnv(assign);
   env["SLUICE_CHECKPOINT_DIR"] = box_ckpt;
   if (resumed) env["SLUICE_RESUMED"] = "1";
-  env["HOME"] = box_work;
-  env["USER"] = env["LOGNAME"] = "sluice-job";
+  if (boxed) {  // as for a cold start (StartAttempt)
+    env["HOME"] = box_work;
+    env["USER"] = env["LOGNAME"] = "sluice-job";
+  }
   Json env_json = Json::object();
   for (const auto& [k, v] : env) env_json[k] = v;
   std::lock_guard<std::mutex> lock(mu_);
@@ -1111,7 +1123,7 @@ void Agent::StartInWarmBox(std::unique_ptr<WarmBox> w, const proto::Assign& assi
     FillWarmLocked();
     return;
   }
-  Log("%s runs in warm sandbox %s", a->id, w->name);
+  Log(boxed ? "%s runs in warm sandbox %s" : "%s runs under warm supervisor %s", a->id, w->name);
   a->slot = w->slot;  // the attempt holds the box's uid now
   warm_slots_.erase(w->slot);
   warm_failures_ = 0;
