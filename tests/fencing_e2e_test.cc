@@ -217,6 +217,55 @@ TEST_F(FencingE2ETest, AKilledAgentRestartedInTimeReattachesToItsJobWhichIsNever
   EXPECT_EQ(cluster_.Cli({"logs", job}).out, "started\nnoted\nfinished\n");
 }
 
+// A hung agent (stopped, not dead: its sockets stay open) renews nothing and vouches for
+// nothing. The supervisor freezes the job at the end of its lease, and kills it once the agent
+// has been silent for 5 s and the kill deadline has come, before the server declares the node
+// lost and may place the job again. When the agent wakes up it reports the attempt lost.
+TEST_F(FencingE2ETest, AHungAgentsJobIsGoneBeforeTheServerCanPlaceItAgain) {
+  Daemon* a1 = cluster_.StartAgent("a1");
+  std::string job = Submit();
+  std::string att1 = TickingAttempt(job, 0, "a1");
+  ASSERT_FALSE(att1.empty()) << Job(job).dump();
+  ASSERT_GT(CgroupProcs(att1), 0u);
+  a1->Signal(SIGSTOP);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        Json nodes = cluster_.CliJson({"nodes"});
+        return nodes.is_array() && !nodes.empty() && nodes[0].value("state", "") == "lost";
+      },
+      std::chrono::seconds(30)));
+  // The earliest the job can be placed again: nothing of attempt 1 is left by then.
+  EXPECT_EQ(CgroupProcs(att1), 0u);
+  cluster_.StartAgent("a2");
+  std::string att2 = TickingAttempt(job, 1, "a2");
+  ASSERT_FALSE(att2.empty()) << Job(job).dump();
+  // Awake, the agent finds the attempt fenced by its supervisor and reports it lost.
+  a1->Signal(SIGCONT);
+  EXPECT_TRUE(WaitUntil([&] { return Contains(a1->Log(), "reporting it lost"); })) << a1->Log();
+  std::ofstream(WorkDir("a2", att2) + "/release") << "go";
+  EXPECT_TRUE(WaitUntil([&] { return State(job) == "succeeded"; })) << Job(job).dump();
+  Json j = Job(job);
+  ASSERT_EQ(j["attempts"].size(), 2u) << j.dump(2);
+  EXPECT_EQ(j["attempts"][0]["state"], "lost");
+}
+
+// The supervisors' control sockets live in the agent's data dir; a unix socket path has at most
+// 107 bytes. Refused at start, with the longest that would do, not at each job.
+TEST(FencingConfigTest, AnAgentDataDirTooLongForItsSupervisorsSocketsIsRefusedAtStart) {
+  const fs::path base = fs::temp_directory_path() / ("sluice-long-" + std::to_string(getpid()));
+  const std::string dir = (base / std::string(90, 'd')).string();
+  fs::create_directories(base);
+  const std::string token = (base / "join.token").string();
+  std::ofstream(token) << "sj_notarealtoken\n";
+  CommandResult r = RunCommand({SluiceBinary(), "agent", "--server", "http://127.0.0.1:9",
+                                "--join-token-file", token, "--data-dir", dir});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(Contains(r.err, "is too long")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "use one of at most")) << r.err;
+  std::error_code ec;
+  fs::remove_all(base, ec);
+}
+
 TEST(FencingConfigTest, ALeaseNotShorterThanTheGraceIsRefusedAtStart) {
   std::string dir = fs::temp_directory_path() / ("sluice-lease-" + std::to_string(getpid()));
   CommandResult r = RunCommand({SluiceBinary(), "server", "--data-dir", dir, "--listen",

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -1514,6 +1515,34 @@ int Agent::Run() {
                  ec.message().c_str());
     return 1;
   }
+  if (opt_.supervisor_path.empty()) {
+    std::error_code exe_ec;
+    fs::path self = fs::read_symlink("/proc/self/exe", exe_ec);
+    supervisor_exe_ = (self.parent_path() / "sluice-supervisor").string();
+  } else {
+    supervisor_exe_ = fs::absolute(opt_.supervisor_path, ec).string();
+  }
+  // Each supervisor's control socket lives in the data dir, and a unix socket's path has at most
+  // 107 bytes: say so now rather than fail every job.
+  if (const std::string sock = SupervisorDir("att-0123456789ab") + "/" + supervisor::kSocketFile;
+      sock.size() >= sizeof(sockaddr_un::sun_path)) {
+    std::fprintf(stderr,
+                 "sluice agent: --data-dir %s is too long (%zu bytes): its jobs' control sockets "
+                 "(%s) would not fit a unix socket's %zu-byte path; use one of at most %zu "
+                 "bytes\n",
+                 opt_.data_dir.c_str(), opt_.data_dir.size(), sock.c_str(),
+                 sizeof(sockaddr_un::sun_path) - 1,
+                 opt_.data_dir.size() - (sock.size() - (sizeof(sockaddr_un::sun_path) - 1)));
+    return 2;
+  }
+  if (::access(supervisor_exe_.c_str(), X_OK) != 0) {
+    std::fprintf(stderr,
+                 "sluice agent: cannot run the job supervisor %s: %s.\n"
+                 "It is built and installed beside `sluice` (the `sluice-supervisor` target); "
+                 "every job runs under one.\n",
+                 supervisor_exe_.c_str(), std::strerror(errno));
+    return 1;
+  }
   ProbeOptions& popt = probe_options_;
   popt.data_dir = opt_.data_dir;
   popt.nvidia_smi_file = opt_.nvidia_smi_file;
@@ -1577,21 +1606,6 @@ int Agent::Run() {
   } else {
     Log("job limits: none (%s): jobs run without CPU, memory or process-count limits",
         cgroups_.Describe());
-  }
-  if (opt_.supervisor_path.empty()) {
-    std::error_code exe_ec;
-    fs::path self = fs::read_symlink("/proc/self/exe", exe_ec);
-    supervisor_exe_ = (self.parent_path() / "sluice-supervisor").string();
-  } else {
-    supervisor_exe_ = fs::absolute(opt_.supervisor_path, ec).string();
-  }
-  if (::access(supervisor_exe_.c_str(), X_OK) != 0) {
-    std::fprintf(stderr,
-                 "sluice agent: cannot run the job supervisor %s: %s.\n"
-                 "It is built and installed beside `sluice` (the `sluice-supervisor` target); "
-                 "every job runs under one.\n",
-                 supervisor_exe_.c_str(), std::strerror(errno));
-    return 1;
   }
   RecoverAttempts();
   // Warm boxes of a previous instance: their supervisors kill them once no agent is connected.

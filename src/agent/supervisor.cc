@@ -432,8 +432,13 @@ void Supervisor::KillJobLocked() {
 void Supervisor::EnforceLocked(int64_t now) {
   if (!proc_ || exit_) return;
   if (warm_) {
-    // A box nobody will use: the agent that wanted it is gone.
-    if (!AgentAliveLocked(now)) KillJobLocked();
+    // A box nobody will use: the agent that wanted it is gone (its connection closed, or it
+    // never came). Silence alone is not enough here: a box built at idle priority on a busy
+    // machine may take longer than that to get ready, and a job-less box harms nobody.
+    const bool connected = client_fd_ >= 0 && !client_dead_;
+    if (!connected && (had_client_ || now - last_word_ >= spec_.agent_silence_ms)) {
+      KillJobLocked();
+    }
     return;
   }
   if (!frozen_ && !terminating_ && now >= spec_.lease_until) SetFrozenLocked(true);
