@@ -1,7 +1,6 @@
 #include "agent/supervised_job.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -76,7 +75,7 @@ Result<int> Connect(const std::string& path) {
 // Starts `exe dir` with the listening socket on fd 3, stdio on /dev/null and the supervisor's
 // log, in a new session (so neither the agent's death nor a signal to its group reaches it)
 // with the default signal mask and dispositions (the agent blocks its stop signals).
-Status Spawn(const std::string& exe, const std::string& dir, int listen_fd, bool idle) {
+Status Spawn(const std::string& exe, const std::string& dir, int listen_fd) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&fa);
@@ -93,15 +92,8 @@ Status Spawn(const std::string& exe, const std::string& dir, int listen_fd, bool
   for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGUSR1, SIGUSR2}) sigaddset(&defaults, sig);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
-  short flags = POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-  if (idle) {
-    // A warm box's supervisor starts, and builds its box, with CPU time nobody else wants.
-    sched_param param{};
-    posix_spawnattr_setschedpolicy(&attr, SCHED_IDLE);
-    posix_spawnattr_setschedparam(&attr, &param);
-    flags |= POSIX_SPAWN_SETSCHEDULER;
-  }
-  posix_spawnattr_setflags(&attr, flags);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   std::vector<char*> argv = {const_cast<char*>(exe.c_str()), const_cast<char*>(dir.c_str()),
                              nullptr};
   pid_t pid;
@@ -136,7 +128,7 @@ Result<std::unique_ptr<SupervisedJob>> SupervisedJob::Start(const std::string& e
     if (moved < 0) return Status::Internal(Errno("fcntl"));
     listen_fd = moved;
   }
-  Status spawned = Spawn(exe, dir, listen_fd, spec.warm);
+  Status spawned = Spawn(exe, dir, listen_fd);
   // Connected before the supervisor accepts: the connection waits in the backlog.
   auto fd = spawned.ok() ? Connect(sock) : Result<int>(spawned);
   ::close(listen_fd);

@@ -152,9 +152,8 @@ Status Supervisor::StartJob() {
   int stub[2] = {-1, -1};
   if (spec_.warm) {
     // Built only with CPU time nobody else wants: a box is built while other jobs start, and
-    // must not slow them. The agent started this supervisor so (SupervisedJob::Start); the
-    // monitor thread Start creates, and the box, inherit it; `go` restores the normal policy
-    // for the box and all our threads before the job runs.
+    // must not slow them. The monitor thread Start creates, and the box, inherit the policy;
+    // `go` restores the normal one before the job runs.
     if (::pipe2(stub, O_CLOEXEC) != 0) {
       return Status::Internal(std::string("pipe2: ") + std::strerror(errno));
     }
@@ -167,6 +166,7 @@ Status Supervisor::StartJob() {
   auto proc = Process::Start(
       ps, [this](OutputStream s, std::string_view line) { OnLine(s, line); },
       [this](const ExitInfo& info) { OnExit(info); });
+  if (spec_.warm) SetPolicy(0, SCHED_OTHER);
   if (stub[0] >= 0) ::close(stub[0]);
   if (!proc.ok()) {
     if (stub[1] >= 0) ::close(stub[1]);
