@@ -56,7 +56,16 @@ class FencingE2ETest : public ::testing::Test {
                           "--cancel-grace", "1"});
   }
   void TearDown() override {
-    if (HasFailure()) std::cerr << "---- server log ----\n" << cluster_.ServerLog() << "\n";
+    if (!HasFailure()) return;
+    std::cerr << "---- server log ----\n" << cluster_.ServerLog() << "\n";
+    // What the attempts' supervisors said: they act on their own when the agent is silent.
+    std::error_code ec;
+    for (const auto& agent : fs::directory_iterator(cluster_.dir(), ec)) {
+      for (const auto& d : fs::directory_iterator(agent.path() / "attempts", ec)) {
+        std::string said = Slurp((d.path() / "supervisor.log").string());
+        if (!said.empty()) std::cerr << "---- " << d.path().string() << " ----\n" << said;
+      }
+    }
   }
 
   // A job that ticks into its work dir until the test drops a `release` file there, and says
