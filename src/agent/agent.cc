@@ -348,6 +348,16 @@ void Agent::ConnectionLoop() {
 }
 
 int Agent::Run() {
+  // Blocked before any thread exists (process monitors, supervisors' readers, warm boxes'
+  // builders all start threads): every thread inherits the mask, so a stop signal can only be
+  // taken by the sigwait below, never kill the agent through a thread that did not block it.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGUSR1);  // the provider takes the node back: preempt its jobs
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
   auto token = ReadFile(opt_.join_token_file);
   if (!token.ok()) {
     std::fprintf(stderr, "sluice agent: --join-token-file: %s\n", token.status().message().c_str());
@@ -490,14 +500,6 @@ int Agent::Run() {
     std::lock_guard<std::mutex> lock(mu_);
     FillWarmLocked();
   }
-
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGUSR1);  // the provider takes the node back: preempt its jobs
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
 
   std::thread conn([this] { ConnectionLoop(); });
   {

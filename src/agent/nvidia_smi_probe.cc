@@ -69,6 +69,9 @@ Result<ProbedGpus> NvidiaSmiGpuProbe::Probe() {
   pid_t pid = fork();
   if (pid < 0) return Status::Internal(std::string("fork: ") + strerror(errno));
   if (pid == 0) {
+    sigset_t none;  // the agent blocks its stop signals; nvidia-smi gets the defaults
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     dup2(out_pipe[1], 1);
