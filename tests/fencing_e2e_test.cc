@@ -106,6 +106,8 @@ run: |
     return j.is_object() ? j["job"].value("state", "") : "";
   }
 
+  void PartitionThenHeal(bool reconnect);
+
   Cluster cluster_;
 };
 
@@ -160,8 +162,10 @@ TEST_F(FencingE2ETest, AServerRestartLongerThanTheGraceLosesAndDuplicatesNothing
 // A partition: the agent is alive but cut off. Its lease runs out and its job freezes; the
 // server declares the node lost after the grace and places the job on another node, while the
 // first copy is frozen (zero overlap). When the link heals, the first agent learns the attempt
-// is no longer its own and kills it; it never runs again.
-TEST_F(FencingE2ETest, APartitionedNodesJobIsFrozenBeforeItRunsElsewhereAndKilledAfter) {
+// is no longer its own and kills it, frozen; it never runs again. The link heals in place (the
+// next lease reply disowns the attempt) or by a new connection (the server answers the agent's
+// `hello` with `kill`).
+void FencingE2ETest::PartitionThenHeal(bool reconnect) {
   const std::string url = cluster_.url();
   PausableProxy proxy(static_cast<uint16_t>(std::stoi(url.substr(url.rfind(':') + 1))));
   cluster_.agent_server_url = "http://127.0.0.1:" + std::to_string(proxy.port());
@@ -181,10 +185,13 @@ TEST_F(FencingE2ETest, APartitionedNodesJobIsFrozenBeforeItRunsElsewhereAndKille
   // Attempt 2 runs; attempt 1 is frozen, and its tick stands still.
   EXPECT_EQ(Freezer(att1), "frozen");
   std::string tick1 = Slurp(WorkDir("a1", att1) + "/tick");
+  if (reconnect) proxy.Sever();
   proxy.Resume();
   EXPECT_TRUE(WaitUntil([&] { return CgroupProcs(att1) == 0; }, std::chrono::seconds(20)))
       << a1->Log();
   EXPECT_TRUE(Contains(a1->Log(), att1 + " is no longer placed on this node: killed")) << a1->Log();
+  // Killed frozen: never thawed (a cancel's grace period would have let it run beside attempt 2).
+  EXPECT_FALSE(Contains(a1->Log(), "the server confirmed " + att1 + ": thawed")) << a1->Log();
   // Its work dir goes once the server has its exit; until then its tick must stand still.
   std::string after = Slurp(WorkDir("a1", att1) + "/tick");
   EXPECT_TRUE(after.empty() || after == tick1) << "attempt 1 ran again";
@@ -193,6 +200,14 @@ TEST_F(FencingE2ETest, APartitionedNodesJobIsFrozenBeforeItRunsElsewhereAndKille
   Json j = Job(job);
   ASSERT_EQ(j["attempts"].size(), 2u);
   EXPECT_EQ(j["attempts"][0]["state"], "lost");
+}
+
+TEST_F(FencingE2ETest, APartitionedNodesJobIsFrozenBeforeItRunsElsewhereAndKilledAfter) {
+  PartitionThenHeal(/*reconnect=*/false);
+}
+
+TEST_F(FencingE2ETest, APartitionedNodeThatReconnectsKillsItsMovedJobWithoutThawingIt) {
+  PartitionThenHeal(/*reconnect=*/true);
 }
 
 // A lease as long as the grace would let the server place a job elsewhere while the first copy

@@ -51,15 +51,17 @@ void PausableProxy::AcceptLoop() {
       continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    pumps_.emplace_back([this, client, server] { Pump(client, server); });
+    pumps_.emplace_back([this, client, server, generation = severed_before_.load()] {
+      Pump(client, server, generation);
+    });
   }
 }
 
 // Both directions on one thread; while paused nothing is read, so nothing is forwarded.
-void PausableProxy::Pump(int client, int server) {
+void PausableProxy::Pump(int client, int server, int generation) {
   char buf[16384];
   bool open = true;
-  while (open && !stopping_) {
+  while (open && !stopping_ && generation >= severed_before_) {
     if (paused_) {
       ::usleep(20 * 1000);
       continue;

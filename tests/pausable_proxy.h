@@ -23,16 +23,20 @@ class PausableProxy {
   uint16_t port() const { return port_; }
   void Pause() { paused_ = true; }
   void Resume() { paused_ = false; }
+  // Closes every connection open now (the link healed, but the peers must reconnect: as after a
+  // NAT or a load balancer forgot them). Later connections are untouched.
+  void Sever() { ++severed_before_; }
 
  private:
   void AcceptLoop();
-  void Pump(int client, int server);
+  void Pump(int client, int server, int generation);
 
   uint16_t target_port_;
   uint16_t port_ = 0;
   int listen_fd_ = -1;
   std::atomic<bool> paused_{false};
   std::atomic<bool> stopping_{false};
+  std::atomic<int> severed_before_{0};  // connections of an older generation are closed
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<std::thread> pumps_;  // guarded by mu_

@@ -88,6 +88,16 @@ void Agent::OnMessage(std::string_view text) {
       a.proc->Terminate(std::chrono::milliseconds(grace));
     else
       a.cancel_pending = true;
+  } else if (type == "kill") {
+    // Not placed here any more (the server moved it while we were apart): killed at once, never
+    // thawed for a grace period, since another node may be running it by now.
+    if (it != attempts_.end()) {
+      if (it->second->proc) {
+        KillMovedLocked(*it->second);
+      } else {
+        it->second->cancel_pending = true;
+      }
+    }
   } else if (type == "lease") {
     OnLeaseLocked(*msg);
   } else if (type == "log_ack") {

@@ -972,7 +972,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   batch.uptime.push_back({node_id, online_since, now});
   std::map<std::string, const proto::AttemptReport*> reported;
   for (const auto& r : hello.attempts) reported[r.attempt_id] = &r;
-  std::vector<std::string> finished, to_cancel, to_ack;  // attempt ids
+  std::vector<std::string> finished, to_cancel, to_kill, to_ack;  // attempt ids
   for (auto& [aid, att] : active_attempts_) {
     if (att.node_id != node_id) continue;
     auto rep = reported.find(aid);
@@ -994,10 +994,11 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
     auto a = active_attempts_.find(r.attempt_id);
     bool ours = a != active_attempts_.end() && a->second.node_id == node_id;
     if (ours) continue;
-    // Not active here: finished, lost, or unknown. A running one must die so a job never runs
-    // twice; a finished one is acknowledged so the agent forgets it.
+    // Not active here: finished, lost, or unknown. A running one must die at once so a job never
+    // runs twice: not `cancel`, whose grace period would thaw a fenced copy that another node
+    // may be running by now. A finished one is acknowledged so the agent forgets it.
     if (r.running)
-      to_cancel.push_back(r.attempt_id);
+      to_kill.push_back(r.attempt_id);
     else
       to_ack.push_back(r.attempt_id);
   }
@@ -1032,6 +1033,11 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   for (const auto& aid : to_cancel) {
     link->Send(
         Json{{"type", "cancel"}, {"attempt_id", aid}, {"grace_ms", options_.cancel_grace_ms}});
+  }
+  for (const auto& aid : to_kill) {
+    link->Send(Json{{"type", "kill"},
+                    {"attempt_id", aid},
+                    {"reason", "the server no longer places it on this node"}});
   }
   for (const auto& aid : to_ack) link->Send(Json{{"type", "exit_ack"}, {"attempt_id", aid}});
   // Tell the agent where each surviving attempt's logs stand, so it resends only what we lack.
