@@ -45,10 +45,4 @@ std::string HumanDuration(int64_t ms) {
   return buf;
 }
 
-std::string Dollars(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "$%.2f", v);
-  return buf;
-}
-
 }  // namespace sluice::cli

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "common/money.h"
+
 namespace sluice::cli {
 
 class Table {
@@ -22,7 +24,7 @@ class Table {
 
 // "3s", "4m12s", "2h05m", "3d4h": a compact duration for tables.
 std::string HumanDuration(int64_t millis);
-// "2.50" style money with the currency: "$2.50".
-std::string Dollars(double v);
+// Money as common/money.h writes it: "$2.50".
+using sluice::Dollars;
 
 }  // namespace sluice::cli

@@ -4,16 +4,11 @@
 #include <cstdio>
 #include <tuple>
 
+#include "common/money.h"
 #include "market/explain.h"
 
 namespace sluice::sched {
 namespace {
-
-std::string Money(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "$%.2f", v);
-  return buf;
-}
 
 bool OverBudget(const JobRequest& job, double price_per_hour) {
   return job.max_price_per_hour && price_per_hour > *job.max_price_per_hour + 1e-9;
@@ -68,8 +63,8 @@ std::string NeverFitsReason(const std::vector<NodeCapacity>& nodes, const JobReq
     if (over_budget > 0) {
       parts += std::string(parts.empty() ? "" : "; ") + std::to_string(over_budget) +
                " matching offer" + (over_budget == 1 ? "" : "s") +
-               " cost more than max_price_per_hour " + Money(*job.max_price_per_hour) +
-               " (cheapest " + Money(cheapest) + "/h)";
+               " cost more than max_price_per_hour " + Dollars(*job.max_price_per_hour) +
+               " (cheapest " + Dollars(cheapest) + "/h)";
     }
     return what + parts;
   }

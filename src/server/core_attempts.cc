@@ -1,0 +1,242 @@
+// The attempt lifecycle: running, exits, requeues, node loss, preemption and checkpoints.
+// Members of ServerCore.
+#include <algorithm>
+#include <cstdio>
+
+#include "server/core_internal.h"
+#include "server/server_core.h"
+
+namespace sluice::server {
+
+using store::AttemptRecord;
+using store::AttemptState;
+using store::JobRecord;
+using store::WriteBatch;
+namespace st = store;
+using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
+
+void ServerCore::FinishAttemptLocked(AttemptRecord& att, AttemptState state,
+                                     std::optional<int> exit_code, const std::string& cause,
+                                     WriteBatch& batch) {
+  int64_t now = clock_->NowMillis();
+  att.state = state;
+  att.exit_code = exit_code;
+  att.ended_ms = now;
+  att.cause = cause;
+  batch.attempts.push_back(att);
+  auto jit = jobs_.find(att.job_id);
+  if (jit != jobs_.end() && jit->second.record.attempt_id == att.id &&
+      !st::IsTerminal(jit->second.record.state)) {
+    JobRecord& job = jit->second.record;
+    if ((state == AttemptState::kLost || state == AttemptState::kPreempted) &&
+        !job.cancel_requested) {
+      // Capacity went away under the job, not the job's fault: run it again elsewhere, from its
+      // last complete checkpoint, unless its restarts are used up (DESIGN.md §6, §7).
+      const int max_restarts = jit->second.spec.lifecycle.max_restarts;
+      if (job.preemptions < max_restarts) {
+        job.preemptions++;
+        job.state = st::JobState::kQueued;
+        job.reason = "requeued after " + cause;
+        jit->second.queued_since_mono = clock_->MonotonicMillis();
+        batch.jobs.push_back(job);
+        avoid_[job.id][att.node_id] = clock_->MonotonicMillis() + options_.preempt_cooldown_ms;
+        batch.events.push_back(EventLocked(
+            job.id, "requeued",
+            "attempt " + std::to_string(att.number) + " " + std::string(st::Name(state)) + " (" +
+                cause + "); restart " + std::to_string(job.preemptions) + " of " +
+                std::to_string(max_restarts) + ", " +
+                (job.checkpoint.empty() ? "from the beginning (no checkpoint saved)"
+                                        : "from checkpoint " + job.checkpoint.substr(0, 12))));
+        return;
+      }
+      job.state = st::JobState::kFailed;
+      job.exit_code = exit_code;
+      job.finished_ms = now;
+      job.reason = "max_restarts (" + std::to_string(max_restarts) + ") exhausted; the last " +
+                   "attempt was " + std::string(st::Name(state)) + ": " + cause;
+      batch.jobs.push_back(job);
+      batch.events.push_back(EventLocked(job.id, "failed", job.reason));
+      return;
+    }
+    switch (state) {
+      case AttemptState::kSucceeded:
+        job.state = st::JobState::kSucceeded;
+        break;
+      case AttemptState::kCancelled:
+        job.state = st::JobState::kCancelled;
+        break;
+      case AttemptState::kLost:
+        job.state = st::JobState::kLost;
+        break;
+      default:
+        job.state = st::JobState::kFailed;
+        break;
+    }
+    job.exit_code = exit_code;
+    job.finished_ms = now;
+    if (state != AttemptState::kSucceeded) job.reason = cause;
+    batch.jobs.push_back(job);
+    std::string msg = std::string(st::Name(job.state));
+    if (exit_code) msg += " with exit code " + std::to_string(*exit_code);
+    if (!cause.empty()) msg += " (" + cause + ")";
+    batch.events.push_back(EventLocked(job.id, std::string(st::Name(job.state)), msg));
+  }
+}
+
+void ServerCore::MarkRunningLocked(AttemptRecord& att, const std::string& node_name,
+                                   WriteBatch& batch) {
+  if (att.state != AttemptState::kStarting) return;  // a resent `started` changes nothing
+  att.state = AttemptState::kRunning;
+  att.started_ms = clock_->NowMillis();
+  batch.attempts.push_back(att);
+  JobRecord& job = jobs_[att.job_id].record;
+  if (job.state == st::JobState::kStarting) {
+    job.state = st::JobState::kRunning;
+    job.started_ms = att.started_ms;
+    batch.jobs.push_back(job);
+    batch.events.push_back(EventLocked(job.id, "started", "started on " + node_name));
+  }
+}
+
+Status ServerCore::ApplyExitLocked(AttemptRecord& att, const proto::Exited& ex, WriteBatch& batch) {
+  if (!ex.checkpoint.empty()) SaveCheckpointLocked(att, ex.checkpoint, batch);
+  const JobState& js = jobs_[att.job_id];
+  AttemptState state;
+  std::string cause;
+  std::optional<int> code = ex.exit_code;
+  if (!ex.error.empty()) {
+    state = AttemptState::kFailed;
+    cause = "could not start: " + ex.error;
+    code.reset();
+  } else if (js.record.cancel_requested) {
+    state = AttemptState::kCancelled;
+    cause = "cancelled by user";
+  } else if (att.cause.rfind(kPreemptingPrefix, 0) == 0) {
+    // Whatever its exit code: a training script that saves on SIGTERM and exits 0 has not
+    // finished its work (as Kubernetes marks disrupted pods failed, not succeeded). The next
+    // attempt restores the checkpoint; if the work was in fact done, it finishes at once
+    // (the README's checkpoint contract).
+    state = AttemptState::kPreempted;
+    cause = "preempted: " + att.cause.substr(kPreemptingPrefix.size());
+    if (ex.exit_code == 0 && ex.signal == 0) cause += " (exited with code 0 while being preempted)";
+  } else if (ex.exit_code == 0 && ex.signal == 0) {
+    state = AttemptState::kSucceeded;
+    cause = "exited";
+  } else if (ex.out_of_memory) {
+    state = AttemptState::kFailed;
+    char gb[32];
+    std::snprintf(gb, sizeof gb, "%g", js.spec.resources.memory_gb);
+    cause = std::string("out of memory: the job needed more than the ") + gb +
+            " GB it was allocated (resources.memory_gb)";
+  } else {
+    state = AttemptState::kFailed;
+    cause = ex.signal ? "killed by signal " + std::to_string(ex.signal)
+                      : "exited with code " + std::to_string(ex.exit_code);
+  }
+  FinishAttemptLocked(att, state, code, cause, batch);
+  return Status::Ok();
+}
+
+Status ServerCore::LoseNodeLocked(NodeState& node, const std::string& why) {
+  WriteBatch batch;
+  node.record.state = st::NodeState::kLost;
+  batch.nodes.push_back(node.record);
+  CloseUptimeLocked(node, batch);
+  std::vector<std::string> lost;
+  for (auto& [aid, att] : active_attempts_) {
+    if (att.node_id != node.record.id) continue;
+    FinishAttemptLocked(att, AttemptState::kLost, std::nullopt,
+                        "node " + node.record.name + " lost: " + why, batch);
+    lost.push_back(aid);
+  }
+  SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+  for (const auto& aid : lost) {
+    active_attempts_.erase(aid);
+    max_log_seq_.erase(aid);
+    log_bytes_.erase(aid);
+  }
+  if (node.link) {
+    node.link->Close();
+    node.link.reset();
+  }
+  return ScheduleLocked();
+}
+
+Status ServerCore::PreemptLocked(AttemptRecord& att, const std::string& cause, bool tell_agent) {
+  if (att.cause.rfind(kPreemptingPrefix, 0) == 0) return Status::Ok();  // already under way
+  const JobState& js = jobs_[att.job_id];
+  att.cause = std::string(kPreemptingPrefix) + cause;
+  WriteBatch batch;
+  batch.attempts.push_back(att);
+  const int64_t grace_ms = js.spec.lifecycle.grace_period_s * 1000;
+  batch.events.push_back(EventLocked(att.job_id, "preempting",
+                                     "attempt " + std::to_string(att.number) + " on " +
+                                         nodes_[att.node_id].record.name + " is being preempted (" +
+                                         cause + "): SIGTERM, then SIGKILL after " +
+                                         std::to_string(grace_ms / 1000) + "s"));
+  SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+  if (!tell_agent) return Status::Ok();
+  SendLocked(
+      att.node_id,
+      Json{{"type", "preempt"}, {"attempt_id", att.id}, {"grace_ms", grace_ms}, {"cause", cause}});
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> ServerCore::ReclaimNode(const std::string& node,
+                                                         const std::vector<int>& gpus,
+                                                         const std::string& cause) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const NodeState* found = nullptr;
+  for (const auto& [id, ns] : nodes_) {
+    if (id == node || ns.record.name == node) {
+      if (found != nullptr) {
+        return Status::InvalidArgument("`" + node + "` names several nodes; use the node id");
+      }
+      found = &ns;
+    }
+  }
+  if (found == nullptr) return Status::NotFound("no node " + node);
+  std::vector<std::string> preempted;
+  for (auto& [aid, att] : active_attempts_) {
+    if (att.node_id != found->record.id) continue;
+    bool hit = gpus.empty();
+    for (int g : gpus) hit |= std::find(att.gpus.begin(), att.gpus.end(), g) != att.gpus.end();
+    if (!hit) continue;
+    SLUICE_RETURN_IF_ERROR(PreemptLocked(att, cause));
+    preempted.push_back(aid);
+  }
+  return preempted;
+}
+
+void ServerCore::SaveCheckpointLocked(const AttemptRecord& att, const std::string& manifest,
+                                      WriteBatch& batch) {
+  JobState& js = jobs_[att.job_id];
+  if (js.record.attempt_id != att.id || manifest == js.record.checkpoint) return;
+  // The agent sends the manifest only after every chunk and the manifest itself were stored, so
+  // a manifest present in the blob store is a complete checkpoint; anything else is refused and
+  // the previous complete one stays current.
+  if (!store::BlobStore::IsValidDigest(manifest) || (blobs_ != nullptr && !blobs_->Has(manifest))) {
+    batch.events.push_back(EventLocked(att.job_id, "checkpoint_rejected",
+                                       "checkpoint " + manifest.substr(0, 12) +
+                                           " is not in the blob store; keeping the previous one"));
+    return;
+  }
+  js.record.checkpoint = manifest;
+  batch.jobs.push_back(js.record);
+  store::CheckpointRecord rec{att.job_id, manifest, att.id, clock_->NowMillis()};
+  auto& kept = checkpoints_[att.job_id];
+  std::erase_if(kept, [&](const store::CheckpointRecord& c) { return c.manifest == manifest; });
+  kept.push_back(rec);
+  batch.checkpoints.push_back(rec);
+  // Retention: the oldest beyond the limit go (never the one just accepted).
+  const size_t keep = static_cast<size_t>(std::max(1, options_.checkpoint_retention));
+  while (kept.size() > keep) {
+    batch.dropped_checkpoints.push_back(kept.front());
+    kept.erase(kept.begin());
+  }
+  batch.events.push_back(EventLocked(
+      att.job_id, "checkpoint",
+      "attempt " + std::to_string(att.number) + " saved checkpoint " + manifest.substr(0, 12)));
+}
+
+}  // namespace sluice::server

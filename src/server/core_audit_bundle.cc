@@ -1,0 +1,108 @@
+// Signed audit bundles (issue 5): what ran where, from the snapshots frozen at placement.
+#include <map>
+
+#include "audit/bundle.h"
+#include "server/core_internal.h"
+#include "server/node_trust.h"
+#include "server/server_core.h"
+
+namespace sluice::server {
+
+using store::AttemptRecord;
+using store::AttemptState;
+using store::JobRecord;
+using store::WriteBatch;
+namespace st = store;
+using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
+
+Result<std::string> ServerCore::AuditBundle(const std::string& job_id) {
+  SigningIdentity identity;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    identity = signing_;
+  }
+  if (identity.key_pem.empty()) {
+    return Status::FailedPrecondition("this server has no audit signing key");
+  }
+  SLUICE_ASSIGN_OR_RETURN(JobDetail detail, GetJob(job_id));
+  // What ran where, from the snapshots frozen at placement.
+  Json attempts = Json::array();
+  Json hardware = Json::array();
+  std::string conformance_log;
+  std::map<std::string, Json> snapshots;
+  for (const auto& a : detail.attempts) {
+    Json snap;
+    if (!a.node_snapshot.empty()) {
+      if (!snapshots.count(a.node_snapshot)) {
+        SLUICE_ASSIGN_OR_RETURN(auto row, store_->GetSnapshot(a.node_snapshot));
+        if (!row) return Status::Internal("snapshot " + a.node_snapshot + " is missing");
+        SLUICE_ASSIGN_OR_RETURN(snapshots[a.node_snapshot], ParseJson(row->json));
+      }
+      snap = snapshots[a.node_snapshot];
+    }
+    Json att{{"attempt", a.number},
+             {"attempt_id", a.id},
+             {"node_id", a.node_id},
+             {"state", st::Name(a.state)},
+             {"gpus", a.gpus},
+             {"started_ms", a.started_ms},
+             {"ended_ms", a.ended_ms},
+             {"price_per_hour", a.price_per_hour},
+             {"node_snapshot", a.node_snapshot}};
+    if (snap.is_object()) {
+      att["node_name"] = snap.value("node_name", "");
+      att["hardware_fingerprint"] = snap.value("hardware_fingerprint", "");
+      att["software_fingerprint"] = snap.value("software_fingerprint", "");
+      att["verification"] = snap.value("verification", "");
+      hardware.push_back(Json{{"attempt", a.number},
+                              {"attempt_id", a.id},
+                              {"node_id", a.node_id},
+                              {"node_name", snap.value("node_name", "")},
+                              {"inventory", snap["inventory"]}});
+      conformance_log += "== attempt " + std::to_string(a.number) + " (" + a.id + ") on " +
+                         snap.value("node_name", "") + " (" + a.node_id + ")\n";
+      conformance_log += "verification: " + snap.value("verification", "") + "\n";
+      if (snap.contains("verification_reasons")) {
+        for (const auto& r : snap["verification_reasons"]) {
+          if (r.is_string()) conformance_log += "  " + r.get<std::string>() + "\n";
+        }
+      }
+      auto report = conformance::ReportFromJson(snap["conformance"]);
+      if (report.ok() && !report->checks.empty()) {
+        conformance_log += "report: trigger " + report->trigger + ", started " +
+                           std::to_string(report->started_ms) + " ms, took " +
+                           std::to_string(report->duration_ms) + " ms\n";
+        conformance_log += conformance::FormatReport(*report);
+      } else {
+        conformance_log += "no conformance report on record\n";
+      }
+      conformance_log += "\n";
+    } else {
+      conformance_log += "== attempt " + std::to_string(a.number) + " (" + a.id +
+                         "): placed before node snapshots existed; no record\n\n";
+    }
+    attempts.push_back(std::move(att));
+  }
+  Json env{{"job_id", detail.job.id},
+           {"job_name", detail.job.name},
+           {"runtime", detail.job.spec.value("runtime", Json::object())},
+           {"attempts", attempts}};
+  if (auto spec = spec::JobSpecFromJson(detail.job.spec); spec.ok()) {
+    auto fp = spec::EnvironmentFingerprint(spec->runtime);
+    env["runtime_fingerprint"] = fp.sha256;
+  }
+  std::string events;
+  for (const auto& e : detail.events) events += DumpJson(EventToJson(e)) + "\n";
+  Json job = JobToJson(detail.job);
+  job["spec"] = detail.job.spec;
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"environment-fingerprint.json", DumpJson(env, 2) + "\n"},
+      {"hardware-inventory.json", DumpJson(Json{{"attempts", hardware}}, 2) + "\n"},
+      {"conformance-log.txt", conformance_log},
+      {"events.jsonl", events},
+      {"job.json", DumpJson(job, 2) + "\n"},
+  };
+  return WriteBundle(files, identity);
+}
+
+}  // namespace sluice::server

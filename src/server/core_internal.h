@@ -1,0 +1,31 @@
+// Helpers shared by the files that implement ServerCore (server_core.h; docs/design-notes.md
+// "Server core"): ids, prices in messages, and the cause an attempt carries while it is being
+// preempted. Not part of the core's interface.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/crypto.h"
+#include "common/money.h"
+#include "store/store.h"
+
+namespace sluice::server::core {
+
+inline std::string NewId(const char* prefix) { return std::string(prefix) + RandomHex(6); }
+
+// "$2.5/h": a locked price in an event.
+inline std::string Money(double per_hour) { return DollarsPerHour(per_hour); }
+
+// "0,1,3"
+std::string GpuList(const std::vector<int>& gpus);
+
+inline double GiB(uint64_t mib) { return static_cast<double>(mib) / 1024.0; }
+
+// An attempt's cause while its preemption is under way. Stored with the attempt, so an exit that
+// arrives after a server restart is still recognised as the end of a preemption.
+constexpr std::string_view kPreemptingPrefix = "preempting: ";
+
+}  // namespace sluice::server::core

@@ -1,0 +1,287 @@
+// Placement: what every node has free, the scheduler's plan turned into attempts, and when an
+// interruptible job may fall back to on-demand capacity. Members of ServerCore.
+#include <algorithm>
+#include <map>
+
+#include "common/inventory.h"
+#include "market/gpu_labels.h"
+#include "market/perf.h"
+#include "server/core_internal.h"
+#include "server/node_trust.h"
+#include "server/server_core.h"
+
+namespace sluice::server {
+
+using store::AttemptRecord;
+using store::AttemptState;
+using store::JobRecord;
+using store::WriteBatch;
+namespace st = store;
+using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
+
+namespace {
+
+// What a node sells when idle (sched::NodeCapacity::offers): one offer per GPU label, or one CPU
+// offer. Every label and capability comes from the probed inventory, never from a claim.
+std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inventory& inv,
+                                      const sched::NodeCapacity& cap, const audit::Verdict* verdict,
+                                      double reliability) {
+  market::Offer base;
+  base.provider = node.name;
+  base.node = cap.node_id;
+  base.region = node.region;
+  base.cpus = cap.total_cpus;
+  base.memory_gb = cap.total_memory_gb;
+  base.disk_gb = GiB(inv.disk_free_mib);
+  base.price_per_gpu_hour = node.price_per_gpu_hour;
+  base.price_per_cpu_hour = node.price_per_cpu_hour;
+  base.interruptible_price_per_gpu_hour = node.interruptible_price_per_gpu_hour;
+  base.interruptible_price_per_cpu_hour = node.interruptible_price_per_cpu_hour;
+  base.driver_version = inv.driver_version;
+  base.cuda_version = inv.cuda_version;
+  // Software the server's verdict found the driver can run; before a verdict, what was probed
+  // (such a node is not placeable anyway).
+  base.toolkits = verdict ? verdict->usable_toolkits : inv.cuda_toolkits;
+  base.torch_builds = verdict ? verdict->usable_torch_builds : inv.torch_builds;
+  base.python_version = inv.python_version;
+  base.sandbox = inv.sandbox;
+  base.verified = node.verification == kVerified     ? market::VerifiedState::kVerified
+                  : node.verification == kDeverified ? market::VerifiedState::kDeverified
+                                                     : market::VerifiedState::kUnverified;
+  base.reliability = reliability;
+  base.source = market::OfferSource::kAgent;
+  if (cap.gpus.empty()) {
+    base.id = cap.node_id + "/cpu";
+    base.perf_score = 0;
+    return {base};
+  }
+  std::map<std::string, market::Offer> by_label;
+  for (const auto& g : cap.gpus) {
+    auto [it, fresh] = by_label.try_emplace(g.label, base);
+    market::Offer& o = it->second;
+    if (fresh) {
+      o.id = cap.node_id + "/" + g.label;
+      o.gpu_label = g.label;
+      o.gpu_model = g.label.substr(0, g.label.rfind('-'));
+      o.vram_gb = g.vram_gb;
+      for (const auto& gi : inv.gpus) {
+        if (gi.index != g.index) continue;
+        o.form_factor = market::FormFactor(gi.name);
+        o.compute_capability = gi.compute_capability;
+      }
+      o.perf_score = market::PerfScore(g.label, o.form_factor);
+    }
+    o.gpus++;
+    o.gpus_available++;
+  }
+  std::vector<market::Offer> out;
+  for (auto& [label, o] : by_label) out.push_back(std::move(o));
+  return out;
+}
+
+}  // namespace
+
+std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
+  std::vector<sched::NodeCapacity> out;
+  for (const auto& [id, ns] : nodes_) {
+    if (ns.record.state == st::NodeState::kLost || ns.record.revoked) continue;
+    // Only verified nodes take work (issue 5). One whose verification is under way still counts
+    // for "could this job ever run"; one that failed does not, until a new report passes.
+    bool verified = ns.record.verification == kVerified;
+    if (!verified && !ns.awaiting_report) continue;
+    auto inv = InventoryFromJson(ns.record.inventory);
+    if (!inv.ok()) continue;
+    sched::NodeCapacity cap;
+    cap.node_id = id;
+    cap.name = ns.record.name;
+    cap.online = ns.record.state == st::NodeState::kOnline && ns.link != nullptr && verified;
+    for (const auto& g : inv->gpus) {
+      cap.gpus.push_back(
+          {g.index, market::CanonicalGpuLabel(g.name, g.memory_mib), GiB(g.memory_mib), true});
+    }
+    cap.total_cpus = cap.free_cpus = inv->cpu_cores;
+    cap.total_memory_gb = cap.free_memory_gb = GiB(inv->memory_mib);
+    cap.offers = IdleOffers(ns.record, *inv, cap, ns.has_verdict ? &ns.verdict : nullptr,
+                            ns.reliability.score);
+    out.push_back(std::move(cap));
+  }
+  for (const auto& [aid, att] : active_attempts_) {
+    for (auto& cap : out) {
+      if (cap.node_id != att.node_id) continue;
+      cap.running.push_back({aid, att.gpus, att.cpus, att.memory_gb, att.interruptible,
+                             att.cause.rfind(kPreemptingPrefix, 0) == 0});
+      for (auto& g : cap.gpus) {
+        if (std::find(att.gpus.begin(), att.gpus.end(), g.index) != att.gpus.end()) g.free = false;
+      }
+      cap.free_cpus -= att.cpus;
+      cap.free_memory_gb -= att.memory_gb;
+    }
+  }
+  return out;
+}
+
+Status ServerCore::ScheduleLocked() {
+  WriteBatch batch;
+  // Interruptible-then-on-demand jobs that have waited or been preempted enough may now use
+  // on-demand capacity; the switch is an event, never silent (DESIGN.md §6).
+  for (auto& [id, js] : jobs_) {
+    if (js.record.state != st::JobState::kQueued || js.fell_back) continue;
+    std::string why = FallbackReasonLocked(js);
+    if (why.empty()) continue;
+    js.fell_back = true;
+    batch.events.push_back(
+        EventLocked(id, "fallback", "falling back to on-demand capacity: " + why));
+  }
+  std::vector<sched::JobRequest> queue;
+  for (const auto& [id, js] : jobs_) {
+    if (js.record.state != st::JobState::kQueued) continue;
+    sched::JobRequest r;
+    r.job_id = id;
+    r.priority = js.record.priority;
+    r.order = js.order;
+    r.gpus = js.spec.resources.gpus;
+    r.cpus = js.spec.resources.cpus;
+    r.memory_gb = js.spec.resources.memory_gb;
+    r.query = js.market.query;
+    r.max_price_per_hour = js.market.max_price_per_hour;
+    r.work = js.market.work;
+    r.objective = js.market.objective;
+    if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand) {
+      r.work.fallback_on_demand = js.fell_back;
+    }
+    auto avoid = avoid_.find(id);
+    if (avoid != avoid_.end()) {
+      for (const auto& [node, until] : avoid->second) {
+        if (until > clock_->MonotonicMillis()) r.avoid_nodes.push_back(node);
+      }
+    }
+    queue.push_back(std::move(r));
+  }
+  if (queue.empty()) return CommitLocked(batch);
+  sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model);
+
+  std::vector<proto::Assign> assigns;
+  std::vector<std::string> assign_nodes;
+  int64_t now = clock_->NowMillis();
+  for (const auto& p : plan.placements) {
+    JobState& js = jobs_[p.job_id];
+    AttemptRecord att;
+    att.id = NewId("att-");
+    att.job_id = p.job_id;
+    att.node_id = p.node_id;
+    att.gpus = p.gpus;
+    att.cpus = js.spec.resources.cpus;
+    att.memory_gb = js.spec.resources.memory_gb;
+    att.price_per_hour = p.price_per_hour;
+    att.state = AttemptState::kStarting;
+    att.created_ms = now;
+    att.number = ++js.attempts;
+    att.interruptible = p.estimate.interruptible;
+    att.checkpoint_restored = js.record.checkpoint;
+    // What it runs on, frozen now: the audit bundle must show this, not the node as it is later.
+    st::NodeSnapshot snap = Snapshot(nodes_[p.node_id].record);
+    att.node_snapshot = snap.digest;
+    batch.snapshots.push_back(std::move(snap));
+    js.record.state = st::JobState::kStarting;
+    js.record.attempt_id = att.id;
+    js.record.reason.clear();
+    js.never_fits = false;
+    const std::string& node_name = nodes_[p.node_id].record.name;
+    std::string msg = "placed on " + node_name + " (" + p.node_id + ")";
+    if (!p.gpus.empty()) msg += ", GPUs " + GpuList(p.gpus);
+    msg += ", price locked at " + Money(p.price_per_hour);
+    // Why here: the ranking that chose this offer, in the words `sluice estimate` uses.
+    msg += "; best by " + std::string(market::Name(js.market.objective)) + ": " +
+           market::Why(p.estimate, js.market.work);
+    if (js.market.hours_assumed) msg += " (assuming 1 h of work; set expected_hours)";
+    if (att.number > 1) {
+      msg = "attempt " + std::to_string(att.number) + " " + msg +
+            (att.checkpoint_restored.empty()
+                 ? "; no checkpoint saved, so it starts from the beginning"
+                 : "; resumes from checkpoint " + att.checkpoint_restored.substr(0, 12));
+    }
+    batch.events.push_back(EventLocked(p.job_id, "placed", msg));
+    batch.jobs.push_back(js.record);
+    batch.attempts.push_back(att);
+
+    proto::Assign a;
+    a.attempt_id = att.id;
+    a.job_id = p.job_id;
+    a.run = js.spec.run;
+    a.env = js.spec.env;
+    a.gpus = p.gpus;
+    a.cpus = att.cpus;
+    a.memory_gb = att.memory_gb;
+    a.workdir_blob = js.record.workdir_blob;
+    a.attempt = att.number;
+    a.checkpoint = att.checkpoint_restored;
+    a.checkpoint_interval_ms = js.spec.lifecycle.checkpoint_interval_s.value_or(0) * 1000;
+    a.grace_ms = js.spec.lifecycle.grace_period_s * 1000;
+    assigns.push_back(std::move(a));
+    assign_nodes.push_back(p.node_id);
+    max_log_seq_[att.id] = 0;
+    active_attempts_[att.id] = std::move(att);
+  }
+  for (sched::Waiting w : plan.waiting) {
+    JobState& js = jobs_[w.job_id];
+    if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand && !js.fell_back) {
+      // Not for ever: it may use on-demand capacity later.
+      const auto& lc = js.spec.lifecycle;
+      w.never_fits = false;
+      w.reason = "waiting for interruptible capacity (" + w.reason + "); on-demand after " +
+                 std::to_string(lc.fallback_after_preemptions) + " preemptions or " +
+                 std::to_string(lc.fallback_after_s) + "s";
+    }
+    if (js.record.reason != w.reason) {
+      js.record.reason = w.reason;
+      batch.jobs.push_back(js.record);
+      if (w.never_fits != js.never_fits || w.never_fits) {
+        batch.events.push_back(
+            EventLocked(w.job_id, w.never_fits ? "unschedulable" : "waiting", w.reason));
+      }
+    }
+    js.never_fits = w.never_fits;
+  }
+  Status s = CommitLocked(batch);
+  if (!s.ok()) {
+    // The allocation is not durable, so it must not exist in memory either.
+    for (const auto& att : batch.attempts) {
+      active_attempts_.erase(att.id);
+      max_log_seq_.erase(att.id);
+      log_bytes_.erase(att.id);
+      jobs_[att.job_id].record.state = st::JobState::kQueued;
+      jobs_[att.job_id].attempts--;
+    }
+    return s;
+  }
+  for (size_t i = 0; i < assigns.size(); ++i)
+    SendLocked(assign_nodes[i], proto::ToJson(assigns[i]));
+  // On-demand work displacing interruptible attempts (DESIGN.md §6); the job is placed once
+  // they have stopped and freed the room.
+  for (const auto& pre : plan.preemptions) {
+    for (const auto& aid : pre.attempt_ids) {
+      auto it = active_attempts_.find(aid);
+      if (it == active_attempts_.end()) continue;
+      SLUICE_RETURN_IF_ERROR(
+          PreemptLocked(it->second, "making room for on-demand job " + pre.job_id));
+    }
+  }
+  return Status::Ok();
+}
+
+std::string ServerCore::FallbackReasonLocked(const JobState& js) const {
+  const auto& lc = js.spec.lifecycle;
+  if (lc.capacity != spec::Capacity::kInterruptibleThenOnDemand) return "";
+  if (js.record.preemptions >= lc.fallback_after_preemptions) {
+    return "preempted " + std::to_string(js.record.preemptions) +
+           " times (fallback_after_preemptions " + std::to_string(lc.fallback_after_preemptions) +
+           ")";
+  }
+  if (clock_->MonotonicMillis() - js.queued_since_mono >= lc.fallback_after_s * 1000) {
+    return "no interruptible capacity for " + std::to_string(lc.fallback_after_s) +
+           "s (fallback_after)";
+  }
+  return "";
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,98 @@
+// Reliability (issue 5): uptime spans, the 30-day reliability score, and on-demand
+// verification. Members of ServerCore.
+#include <algorithm>
+#include <map>
+
+#include "server/core_internal.h"
+#include "server/node_trust.h"
+#include "server/server_core.h"
+
+namespace sluice::server {
+
+using store::AttemptRecord;
+using store::AttemptState;
+using store::JobRecord;
+using store::WriteBatch;
+namespace st = store;
+using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
+
+void ServerCore::CloseUptimeLocked(NodeState& node, WriteBatch& batch) {
+  if (node.online_since_ms == 0) return;
+  // Online until its last sign of life, not until now: a node declared lost has been silent for
+  // the whole heartbeat grace.
+  int64_t silent = std::max<int64_t>(0, clock_->MonotonicMillis() - node.last_seen_mono);
+  int64_t end = std::max(node.online_since_ms, clock_->NowMillis() - silent);
+  batch.uptime.push_back({node.record.id, node.online_since_ms, end});
+  node.online_since_ms = 0;
+}
+
+void ServerCore::RefreshReliabilityLocked() {
+  const int64_t now = clock_->NowMillis();
+  const int64_t since = now - market::kReliabilityWindowMs;
+  std::map<std::string, market::ReliabilityInputs> in;
+  for (const auto& [id, ns] : nodes_) {
+    in[id].window_ms = now - std::max(since, ns.record.registered_ms);
+  }
+  // Spans may overlap (an open span rewritten while a closed copy exists after a restart), so
+  // they are merged per node before they are summed.
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> spans;
+  if (auto uptime = store_->LoadUptime(since); uptime.ok()) {
+    for (const auto& u : *uptime) spans[u.node_id].emplace_back(u.start_ms, u.end_ms);
+  }
+  for (const auto& [id, ns] : nodes_) {
+    if (ns.online_since_ms > 0) spans[id].emplace_back(ns.online_since_ms, now);
+  }
+  for (auto& [id, list] : spans) {
+    if (!in.count(id)) continue;
+    std::sort(list.begin(), list.end());
+    int64_t covered_to = since;
+    for (auto [a, b] : list) {
+      a = std::max(a, covered_to);
+      b = std::min(b, now);
+      if (b > a) {
+        in[id].online_ms += b - a;
+        covered_to = b;
+      }
+    }
+  }
+  if (auto attempts = store_->AttemptsSince(since); attempts.ok()) {
+    for (const auto& a : *attempts) {
+      auto it = in.find(a.node_id);
+      if (it == in.end()) continue;
+      it->second.starts++;
+      bool never_started = a.started_ms == 0;
+      if (never_started && (a.state == AttemptState::kFailed || a.state == AttemptState::kLost)) {
+        it->second.start_failures++;
+      } else if (!never_started &&
+                 (a.state == AttemptState::kPreempted || a.state == AttemptState::kLost)) {
+        it->second.preemptions++;
+      }
+    }
+  }
+  for (auto& [id, ns] : nodes_) ns.reliability = market::ComputeReliability(in[id]);
+}
+
+// RequestReportLocked is in core_identity.cc: every request carries a nonce.
+
+Result<st::NodeRecord> ServerCore::VerifyNode(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NodeState* found = nullptr;
+  for (auto& [id, ns] : nodes_) {
+    if (id == node || ns.record.name == node) {
+      if (found != nullptr) {
+        return Status::InvalidArgument("`" + node + "` names several nodes; use the node id");
+      }
+      found = &ns;
+    }
+  }
+  if (found == nullptr) return Status::NotFound("no node " + node);
+  if (!found->link) {
+    return Status::FailedPrecondition("node " + found->record.name + " is " +
+                                      std::string(st::Name(found->record.state)) +
+                                      ": its agent must be connected to run the suite");
+  }
+  RequestReportLocked(*found, "on-demand");
+  return found->record;
+}
+
+}  // namespace sluice::server
