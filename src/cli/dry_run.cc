@@ -9,8 +9,8 @@
 #include "cli/api_client.h"
 #include "cli/market_view.h"
 #include "cli/table.h"
+#include "market/job_market.h"
 #include "market/query.h"
-#include "server/job_market.h"
 
 namespace sluice::cli {
 namespace {
@@ -108,7 +108,7 @@ std::vector<LocalCheck> CheckLocal(const spec::RuntimeContract& contract, const 
     check.local = LocalValue(fact, local);
     spec::RuntimeContract one;
     one.Get(fact) = c;
-    auto q = server::CompileRuntime(one);
+    auto q = market::CompileRuntime(one);
     if (q.ok() && q->terms.size() == 1) {
       check.term = market::ToString(*q);
       check.ok = market::MatchesTerm(q->terms[0], here);

@@ -119,7 +119,7 @@ Result<Query> ParseQuery(std::string_view text);
 
 // One term built from a field, an operator and raw value texts (one unless op is in/notin),
 // exactly as the parser would compile `field op value`: for callers that build queries from
-// structured input (server/job_market.h). InvalidArgument naming the field on a bad value.
+// structured input (market/job_market.h). InvalidArgument naming the field on a bad value.
 Result<Term> MakeTerm(Field field, Op op, const std::vector<std::string>& values);
 
 // True when `offer` satisfies every term. An empty query matches everything.

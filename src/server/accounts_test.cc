@@ -9,6 +9,7 @@
 
 #include "common/crypto.h"
 #include "common/token_file.h"
+#include "server/test_failing_store.h"
 #include "store/store_test_util.h"
 
 namespace sluice::server {
@@ -162,80 +163,8 @@ TEST_F(AccountsTest, BadInputIsRefusedWithTheField) {
   EXPECT_FALSE(accounts_->SetDisabled("admin", true).ok());
 }
 
-// A store that fails every write after `fail_after` successes, to prove that a failed commit
-// leaves memory as it was.
-class FailingStore : public store::Store {
- public:
-  explicit FailingStore(store::Store* inner) : inner_(inner) {}
-  bool fail = false;
-  Status Write(const store::WriteBatch& b) override {
-    if (fail) return Status::Unavailable("injected store failure");
-    return inner_->Write(b);
-  }
-  Status CheckWritable() override { return inner_->CheckWritable(); }
-  Result<std::vector<store::TokenRecord>> LoadTokens() override { return inner_->LoadTokens(); }
-  Result<std::vector<store::AccountRecord>> LoadAccounts() override {
-    return inner_->LoadAccounts();
-  }
-  Result<std::vector<store::TeamMember>> LoadTeamMembers() override {
-    return inner_->LoadTeamMembers();
-  }
-  Result<std::optional<store::IdempotencyRecord>> GetIdempotencyKey(const std::string& a,
-                                                                    const std::string& k,
-                                                                    int64_t s) override {
-    return inner_->GetIdempotencyKey(a, k, s);
-  }
-  Result<int64_t> ExpireIdempotencyKeys(int64_t b) override {
-    return inner_->ExpireIdempotencyKeys(b);
-  }
-  Result<std::vector<store::BlobOwner>> LoadBlobOwners() override {
-    return inner_->LoadBlobOwners();
-  }
-  Result<std::vector<store::NodeRecord>> LoadNodes() override { return inner_->LoadNodes(); }
-  Result<std::vector<store::JobRecord>> LoadJobs() override { return inner_->LoadJobs(); }
-  Result<std::optional<store::JobRecord>> GetJob(const std::string& id) override {
-    return inner_->GetJob(id);
-  }
-  Result<std::vector<store::AttemptRecord>> AttemptsForJob(const std::string& id) override {
-    return inner_->AttemptsForJob(id);
-  }
-  Result<std::vector<store::AttemptRecord>> LoadActiveAttempts() override {
-    return inner_->LoadActiveAttempts();
-  }
-  Result<std::vector<store::LogLine>> ReadLogs(const std::string& j, int64_t a, int l) override {
-    return inner_->ReadLogs(j, a, l);
-  }
-  Result<int64_t> MaxLogSeq(const std::string& a) override { return inner_->MaxLogSeq(a); }
-  Result<int64_t> LogBytes(const std::string& a) override { return inner_->LogBytes(a); }
-  Result<store::LogTrimPoint> FindLogTrim(const std::string& a, int64_t b) override {
-    return inner_->FindLogTrim(a, b);
-  }
-  Result<std::vector<store::JobEvent>> ReadEvents(const std::string& j, int64_t a, int l) override {
-    return inner_->ReadEvents(j, a, l);
-  }
-  Result<std::vector<store::CatalogFile>> LoadCatalogs() override { return inner_->LoadCatalogs(); }
-  Result<std::vector<store::CheckpointRecord>> LoadCheckpoints() override {
-    return inner_->LoadCheckpoints();
-  }
-  Result<std::optional<store::NodeSnapshot>> GetSnapshot(const std::string& d) override {
-    return inner_->GetSnapshot(d);
-  }
-  Result<std::vector<store::UptimeSpan>> LoadUptime(int64_t s) override {
-    return inner_->LoadUptime(s);
-  }
-  Result<std::vector<store::AttemptRecord>> AttemptsSince(int64_t s) override {
-    return inner_->AttemptsSince(s);
-  }
-  Result<std::vector<store::AuditEntry>> ReadAudit(int64_t s, int64_t a, int l) override {
-    return inner_->ReadAudit(s, a, l);
-  }
-
- private:
-  store::Store* inner_;
-};
-
 TEST_F(AccountsTest, AFailedCommitChangesNothingInMemory) {
-  FailingStore failing(store_.get());
+  testing::FailingStore failing(store_.get());
   auto a = Accounts::Bootstrap(&failing, dir_.path(), &clock_);
   ASSERT_TRUE(a.ok());
   Accounts& acc = **a;

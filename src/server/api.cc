@@ -720,7 +720,7 @@ HttpResponse Api::Estimate(const HttpRequest& req) {
   }
   auto page = core_->Estimate(*spec, hours, objective, limit);
   if (!page.ok()) return ErrorResponse(page.status());
-  const MarketRequest& r = page->request;
+  const market::MarketRequest& r = page->request;
   Json ranked = Json::array();
   for (const auto& x : page->ranked) {
     ranked.push_back({{"offer", market::ToJson(x.offer)},

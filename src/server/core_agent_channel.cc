@@ -64,25 +64,24 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   const int64_t online_since = ns.online_since_ms == 0 ? now : ns.online_since_ms;
 
   // Reconcile: the agent's account of its attempts against ours.
-  WriteBatch batch;
+  Edit edit;
+  WriteBatch& batch = edit.batch;
   batch.nodes.push_back(record);
   if (credential) batch.tokens.push_back(credential->record);
   batch.uptime.push_back({node_id, online_since, now});
   std::map<std::string, const proto::AttemptReport*> reported;
   for (const auto& r : hello.attempts) reported[r.attempt_id] = &r;
-  std::vector<std::string> finished, to_cancel, to_kill, to_ack;  // attempt ids
-  for (auto& [aid, att] : active_attempts_) {
+  std::vector<std::string> to_cancel, to_kill, to_ack;  // attempt ids
+  for (const auto& [aid, att] : active_attempts_) {
     if (att.node_id != node_id) continue;
     auto rep = reported.find(aid);
     if (rep == reported.end() || rep->second->lost) {
-      FinishAttemptLocked(att, AttemptState::kLost, std::nullopt,
-                          "the agent on " + record.name + " restarted and no longer runs it",
-                          batch);
-      finished.push_back(aid);
+      FinishAttemptLocked(aid, AttemptState::kLost, std::nullopt,
+                          "the agent on " + record.name + " restarted and no longer runs it", edit);
     } else {
       // Running, or finished while we were apart: either way the agent now resends the lines
       // we lack (from the log_ack below) and then its `exited`, so keep the attempt active.
-      MarkRunningLocked(att, record.name, batch);
+      MarkRunningLocked(aid, record.name, edit);
       if (rep->second->running && jobs_[att.job_id].record.cancel_requested) {
         to_cancel.push_back(aid);
       }
@@ -100,7 +99,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
     else
       to_ack.push_back(r.attempt_id);
   }
-  SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+  SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
   if (credential) accounts_->Apply({credential->record});
   NodeState& live = enrolling ? nodes_.emplace(node_id, std::move(fresh)).first->second : ns;
   live.record = std::move(record);
@@ -110,11 +109,6 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   if (live.link && live.link != link) live.link->Close();
   live.link = link;
   live.last_seen_mono = clock_->MonotonicMillis();
-  for (const auto& aid : finished) {
-    active_attempts_.erase(aid);
-    max_log_seq_.erase(aid);
-    log_bytes_.erase(aid);
-  }
   Json welcome{{"type", "welcome"},
                {"node_id", node_id},
                {"heartbeat_interval_ms", options_.heartbeat_interval_ms},
@@ -192,11 +186,13 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
     // Only a report that answers this server's request counts: one captured from another node
     // (or an earlier run) is refused and audited (docs/design-notes.md "Node identity").
     SLUICE_RETURN_IF_ERROR(CheckReportNonceLocked(ns, msg));
-    ns.verdict =
-        ApplyReport(ns.record, inv, report, options_.verification_rules, clock_->NowMillis());
-    ns.has_verdict = true;
-    WriteBatch batch;
-    batch.nodes.push_back(ns.record);
+    Edit edit;
+    NodeState& judged = StagedNodeLocked(edit, node_id);
+    judged.verdict =
+        ApplyReport(judged.record, inv, report, options_.verification_rules, clock_->NowMillis());
+    judged.has_verdict = true;
+    WriteBatch& batch = edit.batch;
+    batch.nodes.push_back(judged.record);
     st::AuditEntry entry;
     entry.ts_ms = clock_->NowMillis();
     entry.actor = "agent:" + node_id;
@@ -204,11 +200,11 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
     entry.target = node_id;
     entry.params = Json{{"trigger", report.trigger},
                         {"checks", report.checks.size()},
-                        {"verification", ns.record.verification},
-                        {"reasons", ns.record.verification_reasons}};
+                        {"verification", judged.record.verification},
+                        {"reasons", judged.record.verification_reasons}};
     entry.status = 200;
     batch.audit.push_back(std::move(entry));
-    SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+    SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
     AfterVerdictLocked(ns);
     return ScheduleLocked();
   }
@@ -229,13 +225,14 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
     }
     return Status::NotFound("attempt " + attempt_id + " is not running on this node");
   }
-  AttemptRecord& att = ait->second;
-  WriteBatch batch;
+  const AttemptRecord& att = ait->second;
   if (type == "started") {
-    MarkRunningLocked(att, ns.record.name, batch);
-    return CommitLocked(batch);
+    Edit edit;
+    MarkRunningLocked(attempt_id, ns.record.name, edit);
+    return CommitLocked(edit);
   }
   if (type == "log") {
+    WriteBatch batch;
     SLUICE_ASSIGN_OR_RETURN(auto lines, proto::LogEntriesFromJson(msg));
     int64_t& max_seq = max_log_seq_[attempt_id];
     for (auto& l : lines) {
@@ -263,21 +260,21 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
     // already stopping the job, so nothing is sent back.
     SLUICE_ASSIGN_OR_RETURN(std::string cause, GetStringOr(msg, "cause", "notice from the agent"));
     if (cause.size() > 300) cause = cause.substr(0, 300);
-    return PreemptLocked(att, cause, /*tell_agent=*/false);
+    return PreemptLocked(attempt_id, cause, /*tell_agent=*/false);
   }
   if (type == "checkpoint") {
     SLUICE_ASSIGN_OR_RETURN(std::string manifest, GetString(msg, "manifest"));
-    SaveCheckpointLocked(att, manifest, batch);
-    return CommitLocked(batch);
+    Edit edit;
+    SaveCheckpointLocked(att, manifest, edit);
+    return CommitLocked(edit);
   }
   if (type == "exited") {
     SLUICE_ASSIGN_OR_RETURN(proto::Exited ex, proto::ExitedFromJson(msg));
-    SLUICE_RETURN_IF_ERROR(ApplyExitLocked(att, ex, batch));
-    SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
-    active_attempts_.erase(attempt_id);
-    max_log_seq_.erase(attempt_id);
-    log_bytes_.erase(attempt_id);
-    ns.link->Send(Json{{"type", "exit_ack"}, {"attempt_id", attempt_id}});
+    Edit edit;
+    ApplyExitLocked(attempt_id, ex, edit);
+    // Acknowledged only once durable: until then the agent keeps the exit and resends it.
+    edit.sends.emplace_back(node_id, Json{{"type", "exit_ack"}, {"attempt_id", attempt_id}});
+    SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
     return ScheduleLocked();
   }
   return Status::InvalidArgument("type: unknown message type `" + type + "`");
@@ -287,15 +284,17 @@ void ServerCore::AgentDisconnected(const std::string& node_id, const AgentLink* 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = nodes_.find(node_id);
   if (it == nodes_.end() || it->second.link.get() != link) return;  // replaced already
-  it->second.link.reset();
-  if (it->second.record.state == st::NodeState::kOnline) {
-    it->second.record.state = st::NodeState::kOffline;
-    it->second.record.last_seen_ms = clock_->NowMillis();
-    WriteBatch batch;
-    batch.nodes.push_back(it->second.record);
-    CloseUptimeLocked(it->second, batch);
-    (void)CommitLocked(batch);  // best effort: a restart treats every node as offline anyway
-  }
+  it->second.link.reset();  // a fact, whatever the store says
+  if (it->second.record.state != st::NodeState::kOnline) return;
+  Edit edit;
+  NodeState& node = StagedNodeLocked(edit, node_id);
+  node.record.state = st::NodeState::kOffline;
+  node.record.last_seen_ms = clock_->NowMillis();
+  edit.batch.nodes.push_back(node.record);
+  CloseUptimeLocked(node, edit.batch);
+  // If this cannot be recorded, the node stays online in memory without a link: it takes no
+  // work (placement needs a link) and the tick declares it lost after the grace.
+  if (Status s = CommitLocked(edit); !s.ok()) DegradedLocked("recording a disconnect", s);
 }
 
 }  // namespace sluice::server

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "sched/requeue_policy.h"
 #include "server/core_internal.h"
 #include "server/server_core.h"
 
@@ -15,31 +16,55 @@ using store::WriteBatch;
 namespace st = store;
 using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 
-void ServerCore::FinishAttemptLocked(AttemptRecord& att, AttemptState state,
+namespace {
+
+sched::AttemptEnd ToAttemptEnd(AttemptState state) {
+  switch (state) {
+    case AttemptState::kSucceeded:
+      return sched::AttemptEnd::kSucceeded;
+    case AttemptState::kCancelled:
+      return sched::AttemptEnd::kCancelled;
+    case AttemptState::kLost:
+      return sched::AttemptEnd::kLost;
+    case AttemptState::kPreempted:
+      return sched::AttemptEnd::kPreempted;
+    default:
+      return sched::AttemptEnd::kFailed;
+  }
+}
+
+}  // namespace
+
+void ServerCore::FinishAttemptLocked(const std::string& attempt_id, AttemptState state,
                                      std::optional<int> exit_code, const std::string& cause,
-                                     WriteBatch& batch) {
+                                     Edit& edit) {
+  WriteBatch& batch = edit.batch;
   int64_t now = clock_->NowMillis();
+  AttemptRecord att = StagedAttemptLocked(edit, attempt_id);
   att.state = state;
   att.exit_code = exit_code;
   att.ended_ms = now;
   att.cause = cause;
   batch.attempts.push_back(att);
-  auto jit = jobs_.find(att.job_id);
-  if (jit != jobs_.end() && jit->second.record.attempt_id == att.id &&
-      !st::IsTerminal(jit->second.record.state)) {
-    JobRecord& job = jit->second.record;
-    if ((state == AttemptState::kLost || state == AttemptState::kPreempted) &&
-        !job.cancel_requested) {
-      // Capacity went away under the job, not the job's fault: run it again elsewhere, from its
-      // last complete checkpoint, unless its restarts are used up (DESIGN.md §6, §7).
-      const int max_restarts = jit->second.spec.lifecycle.max_restarts;
-      if (job.preemptions < max_restarts) {
+  edit.attempts[attempt_id].reset();  // it leaves the active set
+  const JobState* view = ViewJobLocked(edit, att.job_id);
+  if (view != nullptr && view->record.attempt_id == att.id && !st::IsTerminal(view->record.state)) {
+    JobState& js = StagedJobLocked(edit, att.job_id);
+    JobRecord& job = js.record;
+    // Capacity that went away under the job is not its fault: it runs again elsewhere, from its
+    // last complete checkpoint, unless its restarts are used up (sched/requeue_policy.h).
+    const int max_restarts = js.spec.lifecycle.max_restarts;
+    const sched::RequeueDecision next =
+        sched::AfterAttempt(ToAttemptEnd(state), job.cancel_requested, job.preemptions,
+                            max_restarts, clock_->MonotonicMillis(), options_.preempt_cooldown_ms);
+    if (next.requeue || next.exhausted) {
+      if (next.requeue) {
         job.preemptions++;
         job.state = st::JobState::kQueued;
         job.reason = "requeued after " + cause;
-        jit->second.queued_since_mono = clock_->MonotonicMillis();
+        js.queued_since_mono = clock_->MonotonicMillis();
         batch.jobs.push_back(job);
-        avoid_[job.id][att.node_id] = clock_->MonotonicMillis() + options_.preempt_cooldown_ms;
+        edit.avoid[job.id][att.node_id] = next.avoid_until;
         batch.events.push_back(EventLocked(
             job.id, "requeued",
             "attempt " + std::to_string(att.number) + " " + std::string(st::Name(state)) + " (" +
@@ -83,14 +108,19 @@ void ServerCore::FinishAttemptLocked(AttemptRecord& att, AttemptState state,
   }
 }
 
-void ServerCore::MarkRunningLocked(AttemptRecord& att, const std::string& node_name,
-                                   WriteBatch& batch) {
-  if (att.state != AttemptState::kStarting) return;  // a resent `started` changes nothing
+void ServerCore::MarkRunningLocked(const std::string& attempt_id, const std::string& node_name,
+                                   Edit& edit) {
+  const AttemptRecord* view = ViewAttemptLocked(edit, attempt_id);
+  // A resent `started` changes nothing.
+  if (view == nullptr || view->state != AttemptState::kStarting) return;
+  WriteBatch& batch = edit.batch;
+  AttemptRecord& att = StagedAttemptLocked(edit, attempt_id);
   att.state = AttemptState::kRunning;
   att.started_ms = clock_->NowMillis();
   batch.attempts.push_back(att);
-  JobRecord& job = jobs_[att.job_id].record;
-  if (job.state == st::JobState::kStarting) {
+  const JobState* js = ViewJobLocked(edit, att.job_id);
+  if (js != nullptr && js->record.state == st::JobState::kStarting) {
+    JobRecord& job = StagedJobLocked(edit, att.job_id).record;
     job.state = st::JobState::kRunning;
     job.started_ms = att.started_ms;
     batch.jobs.push_back(job);
@@ -98,9 +128,13 @@ void ServerCore::MarkRunningLocked(AttemptRecord& att, const std::string& node_n
   }
 }
 
-Status ServerCore::ApplyExitLocked(AttemptRecord& att, const proto::Exited& ex, WriteBatch& batch) {
-  if (!ex.checkpoint.empty()) SaveCheckpointLocked(att, ex.checkpoint, batch);
-  const JobState& js = jobs_[att.job_id];
+void ServerCore::ApplyExitLocked(const std::string& attempt_id, const proto::Exited& ex,
+                                 Edit& edit) {
+  const AttemptRecord att = StagedAttemptLocked(edit, attempt_id);
+  if (!ex.checkpoint.empty()) SaveCheckpointLocked(att, ex.checkpoint, edit);
+  const JobState* found = ViewJobLocked(edit, att.job_id);
+  const JobState none;  // a job no longer in memory: its attempt still ends
+  const JobState& js = found != nullptr ? *found : none;
   AttemptState state;
   std::string cause;
   std::optional<int> code = ex.exit_code;
@@ -133,53 +167,53 @@ Status ServerCore::ApplyExitLocked(AttemptRecord& att, const proto::Exited& ex, 
     cause = ex.signal ? "killed by signal " + std::to_string(ex.signal)
                       : "exited with code " + std::to_string(ex.exit_code);
   }
-  FinishAttemptLocked(att, state, code, cause, batch);
-  return Status::Ok();
+  FinishAttemptLocked(attempt_id, state, code, cause, edit);
 }
 
-Status ServerCore::LoseNodeLocked(NodeState& node, const std::string& why) {
-  WriteBatch batch;
+Status ServerCore::LoseNodeLocked(const std::string& node_id, const std::string& why) {
+  Edit edit;
+  NodeState& node = StagedNodeLocked(edit, node_id);
   node.record.state = st::NodeState::kLost;
-  batch.nodes.push_back(node.record);
-  CloseUptimeLocked(node, batch);
-  std::vector<std::string> lost;
-  for (auto& [aid, att] : active_attempts_) {
-    if (att.node_id != node.record.id) continue;
-    FinishAttemptLocked(att, AttemptState::kLost, std::nullopt,
-                        "node " + node.record.name + " lost: " + why, batch);
-    lost.push_back(aid);
-  }
-  SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
-  for (const auto& aid : lost) {
-    active_attempts_.erase(aid);
-    max_log_seq_.erase(aid);
-    log_bytes_.erase(aid);
+  edit.batch.nodes.push_back(node.record);
+  CloseUptimeLocked(node, edit.batch);
+  for (const auto& [aid, att] : active_attempts_) {
+    if (att.node_id != node_id) continue;
+    FinishAttemptLocked(aid, AttemptState::kLost, std::nullopt,
+                        "node " + node.record.name + " lost: " + why, edit);
   }
   if (node.link) {
-    node.link->Close();
+    edit.close.push_back(node.link);
     node.link.reset();
   }
+  SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
   return ScheduleLocked();
 }
 
-Status ServerCore::PreemptLocked(AttemptRecord& att, const std::string& cause, bool tell_agent) {
-  if (att.cause.rfind(kPreemptingPrefix, 0) == 0) return Status::Ok();  // already under way
-  const JobState& js = jobs_[att.job_id];
+Status ServerCore::PreemptLocked(const std::string& attempt_id, const std::string& cause,
+                                 bool tell_agent) {
+  auto live = active_attempts_.find(attempt_id);
+  if (live == active_attempts_.end()) return Status::Ok();
+  if (live->second.cause.rfind(kPreemptingPrefix, 0) == 0) return Status::Ok();  // under way
+  Edit edit;
+  AttemptRecord& att = StagedAttemptLocked(edit, attempt_id);
+  const JobState& js = jobs_.at(att.job_id);
   att.cause = std::string(kPreemptingPrefix) + cause;
-  WriteBatch batch;
-  batch.attempts.push_back(att);
+  edit.batch.attempts.push_back(att);
   const int64_t grace_ms = js.spec.lifecycle.grace_period_s * 1000;
-  batch.events.push_back(EventLocked(att.job_id, "preempting",
-                                     "attempt " + std::to_string(att.number) + " on " +
-                                         nodes_[att.node_id].record.name + " is being preempted (" +
-                                         cause + "): SIGTERM, then SIGKILL after " +
-                                         std::to_string(grace_ms / 1000) + "s"));
-  SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
-  if (!tell_agent) return Status::Ok();
-  SendLocked(
-      att.node_id,
-      Json{{"type", "preempt"}, {"attempt_id", att.id}, {"grace_ms", grace_ms}, {"cause", cause}});
-  return Status::Ok();
+  auto node = nodes_.find(att.node_id);
+  edit.batch.events.push_back(
+      EventLocked(att.job_id, "preempting",
+                  "attempt " + std::to_string(att.number) + " on " +
+                      (node != nodes_.end() ? node->second.record.name : att.node_id) +
+                      " is being preempted (" + cause + "): SIGTERM, then SIGKILL after " +
+                      std::to_string(grace_ms / 1000) + "s"));
+  if (tell_agent) {
+    edit.sends.emplace_back(
+        att.node_id,
+        Json{
+            {"type", "preempt"}, {"attempt_id", att.id}, {"grace_ms", grace_ms}, {"cause", cause}});
+  }
+  return CommitLocked(edit);
 }
 
 Result<std::vector<std::string>> ServerCore::ReclaimNode(const std::string& node,
@@ -197,21 +231,23 @@ Result<std::vector<std::string>> ServerCore::ReclaimNode(const std::string& node
   }
   if (found == nullptr) return Status::NotFound("no node " + node);
   std::vector<std::string> preempted;
-  for (auto& [aid, att] : active_attempts_) {
+  for (const auto& [aid, att] : active_attempts_) {
     if (att.node_id != found->record.id) continue;
     bool hit = gpus.empty();
     for (int g : gpus) hit |= std::find(att.gpus.begin(), att.gpus.end(), g) != att.gpus.end();
-    if (!hit) continue;
-    SLUICE_RETURN_IF_ERROR(PreemptLocked(att, cause));
-    preempted.push_back(aid);
+    if (hit) preempted.push_back(aid);
   }
+  for (const auto& aid : preempted) SLUICE_RETURN_IF_ERROR(PreemptLocked(aid, cause));
   return preempted;
 }
 
 void ServerCore::SaveCheckpointLocked(const AttemptRecord& att, const std::string& manifest,
-                                      WriteBatch& batch) {
-  JobState& js = jobs_[att.job_id];
-  if (js.record.attempt_id != att.id || manifest == js.record.checkpoint) return;
+                                      Edit& edit) {
+  const JobState* view = ViewJobLocked(edit, att.job_id);
+  if (view == nullptr || view->record.attempt_id != att.id || manifest == view->record.checkpoint) {
+    return;
+  }
+  WriteBatch& batch = edit.batch;
   // The agent sends the manifest only after every chunk and the manifest itself were stored, so
   // a manifest present in the blob store is a complete checkpoint; anything else is refused and
   // the previous complete one stays current.
@@ -221,10 +257,11 @@ void ServerCore::SaveCheckpointLocked(const AttemptRecord& att, const std::strin
                                            " is not in the blob store; keeping the previous one"));
     return;
   }
+  JobState& js = StagedJobLocked(edit, att.job_id);
   js.record.checkpoint = manifest;
   batch.jobs.push_back(js.record);
   store::CheckpointRecord rec{att.job_id, manifest, att.id, clock_->NowMillis()};
-  auto& kept = checkpoints_[att.job_id];
+  auto& kept = StagedCheckpointsLocked(edit, att.job_id);
   std::erase_if(kept, [&](const store::CheckpointRecord& c) { return c.manifest == manifest; });
   kept.push_back(rec);
   batch.checkpoints.push_back(rec);

@@ -137,43 +137,32 @@ Result<st::NodeRecord> ServerCore::RevokeNode(const std::string& node) {
   if (accounts_ != nullptr) revocations = accounts_->RevocationsForNode(id);
   if (ns.record.revoked && revocations.empty()) return ns.record;
 
-  // Compute everything, commit once, then change memory (a failed commit changes nothing but
-  // the attempts' and jobs' copies FinishAttemptLocked updates, as for a lost node).
-  st::NodeRecord record = ns.record;
-  record.revoked = true;
-  record.state = st::NodeState::kLost;
-  st::WriteBatch batch;
-  batch.nodes.push_back(record);
-  batch.tokens = revocations;
-  if (ns.online_since_ms > 0) {
-    int64_t silent = std::max<int64_t>(0, clock_->MonotonicMillis() - ns.last_seen_mono);
-    batch.uptime.push_back(
-        {id, ns.online_since_ms, std::max(ns.online_since_ms, clock_->NowMillis() - silent)});
-  }
-  std::vector<std::string> lost;
-  for (auto& [aid, att] : active_attempts_) {
+  // Compute everything, commit once, then change memory (docs/design-notes.md "Commit, then
+  // apply"): a failed commit changes nothing.
+  Edit edit;
+  NodeState& staged = StagedNodeLocked(edit, id);
+  staged.record.revoked = true;
+  staged.record.state = st::NodeState::kLost;
+  edit.batch.nodes.push_back(staged.record);
+  edit.batch.tokens = revocations;
+  CloseUptimeLocked(staged, edit.batch);
+  staged.awaiting_report = false;
+  staged.report_nonces.clear();
+  for (const auto& [aid, att] : active_attempts_) {
     if (att.node_id != id) continue;
-    FinishAttemptLocked(att, st::AttemptState::kLost, std::nullopt,
-                        "node " + record.name + " lost: revoked by its provider or an admin",
-                        batch);
-    lost.push_back(aid);
+    FinishAttemptLocked(aid, st::AttemptState::kLost, std::nullopt,
+                        "node " + staged.record.name + " lost: revoked by its provider or an admin",
+                        edit);
   }
-  SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
+  if (staged.link) {
+    edit.close.push_back(staged.link);
+    staged.link.reset();
+  }
+  const st::NodeRecord record = staged.record;
+  SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
   if (accounts_ != nullptr) accounts_->Apply(revocations);
-  ns.record = record;
-  ns.online_since_ms = 0;
-  ns.awaiting_report = false;
-  ns.report_nonces.clear();
-  for (const auto& aid : lost) {
-    active_attempts_.erase(aid);
-    max_log_seq_.erase(aid);
-  }
-  if (ns.link) {
-    ns.link->Close();
-    ns.link.reset();
-  }
   // Its jobs go elsewhere; a schedule failure does not undo the revocation.
-  (void)ScheduleLocked();
+  if (Status s = ScheduleLocked(); !s.ok()) DegradedLocked("scheduling after a revocation", s);
   return record;
 }
 

@@ -23,7 +23,7 @@ Result<JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec, const std::st
   return SubmitJob(spec, workdir_blob, o);
 }
 
-std::string ServerCore::UnschedulableMessageLocked(const MarketRequest& market,
+std::string ServerCore::UnschedulableMessageLocked(const market::MarketRequest& market,
                                                    const sched::Waiting& waiting) const {
   std::string msg = waiting.reason;
   // Catalog offers are not launchable, but they tell the user where such capacity exists.
@@ -62,8 +62,8 @@ Result<EstimatePage> ServerCore::Estimate(const spec::JobSpec& spec, std::option
                                           std::optional<market::Objective> objective,
                                           size_t limit) {
   EstimatePage page;
-  SLUICE_ASSIGN_OR_RETURN(page.request, CompileJob(spec, hours, objective));
-  const MarketRequest& req = page.request;
+  SLUICE_ASSIGN_OR_RETURN(page.request, market::CompileJob(spec, hours, objective));
+  const market::MarketRequest& req = page.request;
   std::vector<market::Offer> candidates;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -138,35 +138,36 @@ Result<JobRecord> ServerCore::CancelJob(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Status::NotFound("no job " + id);
-  JobRecord& job = it->second.record;
-  if (st::IsTerminal(job.state)) {
-    return Status::FailedPrecondition("job " + id + " already " + std::string(st::Name(job.state)));
+  const JobRecord& live = it->second.record;
+  if (st::IsTerminal(live.state)) {
+    return Status::FailedPrecondition("job " + id + " already " +
+                                      std::string(st::Name(live.state)));
   }
-  WriteBatch batch;
+  if (live.cancel_requested) return live;  // idempotent
+  Edit edit;
+  JobRecord& job = StagedJobLocked(edit, id).record;
   if (job.state == st::JobState::kQueued) {
     job.state = st::JobState::kCancelled;
     job.finished_ms = clock_->NowMillis();
     job.reason = "cancelled by user";
-    batch.jobs.push_back(job);
-    batch.events.push_back(EventLocked(id, "cancelled", "cancelled while queued"));
-    SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
-    return job;
+    edit.batch.jobs.push_back(job);
+    edit.batch.events.push_back(EventLocked(id, "cancelled", "cancelled while queued"));
+  } else {
+    job.cancel_requested = true;
+    edit.batch.jobs.push_back(job);
+    edit.batch.events.push_back(
+        EventLocked(id, "cancel_requested",
+                    "cancel requested: SIGTERM to the process group, SIGKILL after " +
+                        std::to_string(options_.cancel_grace_ms / 1000) + "s"));
+    if (auto att = active_attempts_.find(job.attempt_id); att != active_attempts_.end()) {
+      edit.sends.emplace_back(att->second.node_id, Json{{"type", "cancel"},
+                                                        {"attempt_id", att->first},
+                                                        {"grace_ms", options_.cancel_grace_ms}});
+    }
   }
-  if (job.cancel_requested) return job;  // idempotent
-  job.cancel_requested = true;
-  batch.jobs.push_back(job);
-  batch.events.push_back(
-      EventLocked(id, "cancel_requested",
-                  "cancel requested: SIGTERM to the process group, SIGKILL after " +
-                      std::to_string(options_.cancel_grace_ms / 1000) + "s"));
-  SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
-  auto att = active_attempts_.find(job.attempt_id);
-  if (att != active_attempts_.end()) {
-    SendLocked(att->second.node_id, Json{{"type", "cancel"},
-                                         {"attempt_id", att->first},
-                                         {"grace_ms", options_.cancel_grace_ms}});
-  }
-  return job;
+  const JobRecord out = job;
+  SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
+  return out;
 }
 
 }  // namespace sluice::server

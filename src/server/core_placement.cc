@@ -6,6 +6,7 @@
 #include "common/inventory.h"
 #include "market/gpu_labels.h"
 #include "market/perf.h"
+#include "sched/requeue_policy.h"
 #include "server/core_internal.h"
 #include "server/node_trust.h"
 #include "server/server_core.h"
@@ -121,20 +122,29 @@ std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
 }
 
 Status ServerCore::ScheduleLocked() {
-  WriteBatch batch;
+  Status s = PlaceLocked();
+  // A failed pass is tried again by the next tick, whatever caused it.
+  schedule_again_ = !s.ok();
+  return s;
+}
+
+Status ServerCore::PlaceLocked() {
+  Edit edit;
+  WriteBatch& batch = edit.batch;
   // Interruptible-then-on-demand jobs that have waited or been preempted enough may now use
   // on-demand capacity; the switch is an event, never silent (DESIGN.md §6).
-  for (auto& [id, js] : jobs_) {
+  for (const auto& [id, js] : jobs_) {
     if (js.record.state != st::JobState::kQueued || js.fell_back) continue;
     std::string why = FallbackReasonLocked(js);
     if (why.empty()) continue;
-    js.fell_back = true;
+    StagedJobLocked(edit, id).fell_back = true;
     batch.events.push_back(
         EventLocked(id, "fallback", "falling back to on-demand capacity: " + why));
   }
   std::vector<sched::JobRequest> queue;
-  for (const auto& [id, js] : jobs_) {
-    if (js.record.state != st::JobState::kQueued) continue;
+  for (const auto& [id, live] : jobs_) {
+    if (live.record.state != st::JobState::kQueued) continue;
+    const JobState& js = *ViewJobLocked(edit, id);
     sched::JobRequest r;
     r.job_id = id;
     r.priority = js.record.priority;
@@ -157,14 +167,12 @@ Status ServerCore::ScheduleLocked() {
     }
     queue.push_back(std::move(r));
   }
-  if (queue.empty()) return CommitLocked(batch);
+  if (queue.empty()) return CommitLocked(edit);
   sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model);
 
-  std::vector<proto::Assign> assigns;
-  std::vector<std::string> assign_nodes;
   int64_t now = clock_->NowMillis();
   for (const auto& p : plan.placements) {
-    JobState& js = jobs_[p.job_id];
+    JobState& js = StagedJobLocked(edit, p.job_id);
     AttemptRecord att;
     att.id = NewId("att-");
     att.job_id = p.job_id;
@@ -179,14 +187,15 @@ Status ServerCore::ScheduleLocked() {
     att.interruptible = p.estimate.interruptible;
     att.checkpoint_restored = js.record.checkpoint;
     // What it runs on, frozen now: the audit bundle must show this, not the node as it is later.
-    st::NodeSnapshot snap = Snapshot(nodes_[p.node_id].record);
+    const NodeState& node = nodes_.at(p.node_id);  // the plan places on known nodes only
+    st::NodeSnapshot snap = Snapshot(node.record);
     att.node_snapshot = snap.digest;
     batch.snapshots.push_back(std::move(snap));
     js.record.state = st::JobState::kStarting;
     js.record.attempt_id = att.id;
     js.record.reason.clear();
     js.never_fits = false;
-    const std::string& node_name = nodes_[p.node_id].record.name;
+    const std::string& node_name = node.record.name;
     std::string msg = "placed on " + node_name + " (" + p.node_id + ")";
     if (!p.gpus.empty()) msg += ", GPUs " + GpuList(p.gpus);
     msg += ", price locked at " + Money(p.price_per_hour);
@@ -217,13 +226,12 @@ Status ServerCore::ScheduleLocked() {
     a.checkpoint = att.checkpoint_restored;
     a.checkpoint_interval_ms = js.spec.lifecycle.checkpoint_interval_s.value_or(0) * 1000;
     a.grace_ms = js.spec.lifecycle.grace_period_s * 1000;
-    assigns.push_back(std::move(a));
-    assign_nodes.push_back(p.node_id);
-    max_log_seq_[att.id] = 0;
-    active_attempts_[att.id] = std::move(att);
+    edit.sends.emplace_back(p.node_id, proto::ToJson(a));
+    edit.max_log_seq[att.id] = 0;
+    edit.attempts[att.id] = std::move(att);
   }
   for (sched::Waiting w : plan.waiting) {
-    JobState& js = jobs_[w.job_id];
+    const JobState& js = *ViewJobLocked(edit, w.job_id);
     if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand && !js.fell_back) {
       // Not for ever: it may use on-demand capacity later.
       const auto& lc = js.spec.lifecycle;
@@ -232,38 +240,26 @@ Status ServerCore::ScheduleLocked() {
                  std::to_string(lc.fallback_after_preemptions) + " preemptions or " +
                  std::to_string(lc.fallback_after_s) + "s";
     }
-    if (js.record.reason != w.reason) {
-      js.record.reason = w.reason;
-      batch.jobs.push_back(js.record);
-      if (w.never_fits != js.never_fits || w.never_fits) {
+    if (js.record.reason == w.reason && js.never_fits == w.never_fits) continue;
+    JobState& staged = StagedJobLocked(edit, w.job_id);
+    if (staged.record.reason != w.reason) {
+      if (w.never_fits != staged.never_fits || w.never_fits) {
         batch.events.push_back(
             EventLocked(w.job_id, w.never_fits ? "unschedulable" : "waiting", w.reason));
       }
+      staged.record.reason = w.reason;
+      batch.jobs.push_back(staged.record);
     }
-    js.never_fits = w.never_fits;
+    staged.never_fits = w.never_fits;
   }
-  Status s = CommitLocked(batch);
-  if (!s.ok()) {
-    // The allocation is not durable, so it must not exist in memory either.
-    for (const auto& att : batch.attempts) {
-      active_attempts_.erase(att.id);
-      max_log_seq_.erase(att.id);
-      log_bytes_.erase(att.id);
-      jobs_[att.job_id].record.state = st::JobState::kQueued;
-      jobs_[att.job_id].attempts--;
-    }
-    return s;
-  }
-  for (size_t i = 0; i < assigns.size(); ++i)
-    SendLocked(assign_nodes[i], proto::ToJson(assigns[i]));
+  // The allocation exists in memory, and its assignments are sent, only once it is durable.
+  SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
   // On-demand work displacing interruptible attempts (DESIGN.md §6); the job is placed once
   // they have stopped and freed the room.
   for (const auto& pre : plan.preemptions) {
     for (const auto& aid : pre.attempt_ids) {
-      auto it = active_attempts_.find(aid);
-      if (it == active_attempts_.end()) continue;
-      SLUICE_RETURN_IF_ERROR(
-          PreemptLocked(it->second, "making room for on-demand job " + pre.job_id));
+      if (active_attempts_.count(aid) == 0) continue;
+      SLUICE_RETURN_IF_ERROR(PreemptLocked(aid, "making room for on-demand job " + pre.job_id));
     }
   }
   return Status::Ok();
@@ -271,17 +267,10 @@ Status ServerCore::ScheduleLocked() {
 
 std::string ServerCore::FallbackReasonLocked(const JobState& js) const {
   const auto& lc = js.spec.lifecycle;
-  if (lc.capacity != spec::Capacity::kInterruptibleThenOnDemand) return "";
-  if (js.record.preemptions >= lc.fallback_after_preemptions) {
-    return "preempted " + std::to_string(js.record.preemptions) +
-           " times (fallback_after_preemptions " + std::to_string(lc.fallback_after_preemptions) +
-           ")";
-  }
-  if (clock_->MonotonicMillis() - js.queued_since_mono >= lc.fallback_after_s * 1000) {
-    return "no interruptible capacity for " + std::to_string(lc.fallback_after_s) +
-           "s (fallback_after)";
-  }
-  return "";
+  sched::FallbackRule rule{lc.capacity == spec::Capacity::kInterruptibleThenOnDemand,
+                           lc.fallback_after_preemptions, lc.fallback_after_s * 1000};
+  return sched::FallbackReason(rule, js.record.preemptions,
+                               clock_->MonotonicMillis() - js.queued_since_mono);
 }
 
 }  // namespace sluice::server

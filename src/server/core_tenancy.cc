@@ -12,7 +12,7 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
                                             const std::string& workdir_blob,
                                             const SubmitOptions& opts, bool* replayed) {
   if (replayed != nullptr) *replayed = false;
-  SLUICE_ASSIGN_OR_RETURN(MarketRequest market, CompileJob(spec));
+  SLUICE_ASSIGN_OR_RETURN(market::MarketRequest market, market::CompileJob(spec));
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t now = clock_->NowMillis();
   if (!opts.idempotency_key.empty()) {
@@ -89,8 +89,9 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
   js.order = next_order_++;
   std::string id = job.id;
   jobs_[id] = std::move(js);
-  Status s = ScheduleLocked();
-  if (!s.ok()) return s;
+  // The job is durably queued: that is the answer, even if it cannot be placed this instant
+  // (the tick tries again; DegradedLocked says why).
+  if (Status s = ScheduleLocked(); !s.ok()) DegradedLocked("scheduling after a submit", s);
   return jobs_[id].record;
 }
 

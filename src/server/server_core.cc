@@ -49,7 +49,7 @@ Status ServerCore::Load() {
     if (spec.ok()) js.spec = *spec;
     // It compiled when submitted. Should a label have left the registry since, the job keeps a
     // query that matches nothing, so it waits with a reason instead of running anywhere.
-    auto market = CompileJob(js.spec);
+    auto market = market::CompileJob(js.spec);
     if (market.ok()) {
       js.market = *std::move(market);
     } else {
@@ -172,7 +172,8 @@ void ServerCore::Tick() {
     if (ns.record.state == st::NodeState::kLost) continue;
     int64_t silent = now - ns.last_seen_mono;
     if (silent > options_.heartbeat_grace_ms) {
-      (void)LoseNodeLocked(ns, "no heartbeat for " + std::to_string(silent / 1000) + "s");
+      Status lost = LoseNodeLocked(id, "no heartbeat for " + std::to_string(silent / 1000) + "s");
+      if (!lost.ok()) DegradedLocked("declaring node " + id + " lost", lost);
     }
   }
   AdmitVerificationsLocked();
@@ -190,7 +191,7 @@ void ServerCore::Tick() {
         RequestReportLocked(ns, "scheduled");
       }
     }
-    (void)CommitLocked(batch);
+    if (Status s = CommitLocked(batch); !s.ok()) DegradedLocked("extending uptime spans", s);
     RefreshReliabilityLocked();
   }
   // A cooldown that ended may let a waiting job go back to that node.
@@ -212,7 +213,8 @@ void ServerCore::Tick() {
       expired = true;  // a job may fall back to on-demand capacity now
     }
   }
-  if (expired) (void)ScheduleLocked();
+  if (!expired && !schedule_again_) return;
+  if (Status s = ScheduleLocked(); !s.ok()) DegradedLocked("scheduling from the tick", s);
 }
 
 Status ServerCore::RecordAudit(st::AuditEntry entry) {

@@ -25,12 +25,12 @@
 #include "common/status.h"
 #include "market/catalog.h"
 #include "market/explain.h"
+#include "market/job_market.h"
 #include "market/offer.h"
 #include "market/offer_index.h"
 #include "market/query.h"
 #include "market/reliability.h"
 #include "sched/scheduler.h"
-#include "server/job_market.h"
 #include "spec/job_spec.h"
 #include "store/blob_store.h"
 #include "store/store.h"
@@ -122,7 +122,7 @@ struct OfferPage {
 
 // What `POST /v1/estimate` returns.
 struct EstimatePage {
-  MarketRequest request;
+  market::MarketRequest request;
   std::vector<market::RankedOffer> ranked;  // best first
   size_t matched = 0;                       // offers matching the query within budget
   size_t over_budget = 0;                   // matching the query but above max_price_per_hour
@@ -254,6 +254,14 @@ class ServerCore {
 
   const CoreOptions& options() const { return options_; }
 
+  // Everything the core holds in memory that a state change can alter, as canonical JSON (maps
+  // in key order). Tests compare dumps to prove a failed commit changed nothing (issue 12 item
+  // 1). Reliability scores are left out: they are recomputed from the store, not changed by
+  // commits.
+  Json StateDump();
+  // Failures nobody was waiting for (DegradedLocked), by what failed.
+  std::map<std::string, int64_t> DegradedCounts();
+
  private:
   struct NodeState {
     store::NodeRecord record;
@@ -282,8 +290,8 @@ class ServerCore {
   struct JobState {
     store::JobRecord record;
     spec::JobSpec spec;
-    MarketRequest market;  // compiled from spec
-    int attempts = 0;      // attempts made so far; the next one is attempts + 1
+    market::MarketRequest market;  // compiled from spec
+    int attempts = 0;              // attempts made so far; the next one is attempts + 1
     // interruptible-then-on-demand: whether it may use on-demand capacity now, and since when
     // (monotonic ms) it has been waiting in the queue.
     bool fell_back = false;
@@ -291,6 +299,43 @@ class ServerCore {
     int64_t order = 0;
     bool never_fits = false;
   };
+  // A state change computed from the live state and not yet applied (issue 12 item 1;
+  // docs/design-notes.md "Commit, then apply"; LevelDB's VersionEdit is the model): the store
+  // writes and, staged beside them, every entry of memory the change implies, whole.
+  // CommitLocked(Edit&) writes the batch and only then applies the staged entries and sends what
+  // the change tells agents, so a failed write leaves memory as it was. Code computing an edit
+  // reads an entry it staged through the Staged*/View* accessors, never the live maps.
+  struct Edit {
+    store::WriteBatch batch;
+    std::map<std::string, JobState> jobs;
+    std::map<std::string, NodeState> nodes;
+    // Active attempts; nullopt: the attempt ended and leaves the active set with its counters.
+    std::map<std::string, std::optional<store::AttemptRecord>> attempts;
+    std::map<std::string, std::vector<store::CheckpointRecord>> checkpoints;  // kept, per job
+    std::map<std::string, std::map<std::string, int64_t>> avoid;              // cooldowns to add
+    std::map<std::string, int64_t> max_log_seq;                               // per attempt
+    std::vector<std::pair<std::string, Json>> sends;  // to a node's agent, once applied
+    std::vector<std::shared_ptr<AgentLink>> close;    // links to close, once applied
+  };
+  // The entry as the edit leaves it, copied from the live state on first use. A job or node not
+  // in memory is staged default-constructed (it is inserted when the edit applies).
+  JobState& StagedJobLocked(Edit& edit, const std::string& job_id);
+  NodeState& StagedNodeLocked(Edit& edit, const std::string& node_id);
+  // An active attempt (it must be active, live or staged).
+  store::AttemptRecord& StagedAttemptLocked(Edit& edit, const std::string& attempt_id);
+  std::vector<store::CheckpointRecord>& StagedCheckpointsLocked(Edit& edit,
+                                                                const std::string& job_id);
+  // Read-only: the staged entry if there is one, else the live one (null when neither).
+  const JobState* ViewJobLocked(const Edit& edit, const std::string& job_id) const;
+  const store::AttemptRecord* ViewAttemptLocked(const Edit& edit,
+                                                const std::string& attempt_id) const;
+  // Writes the edit's batch; only if that succeeds, applies the edit to memory, delivers the
+  // batch to streams, collects dropped checkpoints' blobs and sends the edit's messages.
+  Status CommitLocked(Edit& edit);
+  void ApplyLocked(Edit& edit);
+  // A failure nobody waits for (the tick, a disconnect): logged and counted, never silent.
+  void DegradedLocked(const std::string& what, const Status& status);
+
   struct Subscriber {
     std::string job_id;
     bool events = false;
@@ -298,23 +343,24 @@ class ServerCore {
     StreamSink sink;
   };
 
+  // Places what can be placed now (PlaceLocked); a failure is retried by the next tick.
   Status ScheduleLocked();
+  Status PlaceLocked();
   std::vector<sched::NodeCapacity> CapacityLocked() const;
   // One offer per GPU label (or one CPU offer) for each online node, as free right now.
   std::vector<market::Offer> AgentOffersLocked() const;
   // starting -> running for the attempt and its job, with the `started` event.
-  void MarkRunningLocked(store::AttemptRecord& att, const std::string& node_name,
-                         store::WriteBatch& batch);
-  Status ApplyExitLocked(store::AttemptRecord& att, const proto::Exited& exited,
-                         store::WriteBatch& batch);
-  void FinishAttemptLocked(store::AttemptRecord& att, store::AttemptState state,
-                           std::optional<int> exit_code, const std::string& cause,
-                           store::WriteBatch& batch);
+  void MarkRunningLocked(const std::string& attempt_id, const std::string& node_name, Edit& edit);
+  void ApplyExitLocked(const std::string& attempt_id, const proto::Exited& exited, Edit& edit);
+  // Ends an active attempt (it leaves the active set) and moves its job on: requeued, or
+  // finished.
+  void FinishAttemptLocked(const std::string& attempt_id, store::AttemptState state,
+                           std::optional<int> exit_code, const std::string& cause, Edit& edit);
   store::JobEvent EventLocked(const std::string& job_id, std::string type, std::string message);
   Status CommitLocked(store::WriteBatch& batch);
   void PublishLocked(const store::WriteBatch& batch);
   void SendLocked(const std::string& node_id, const Json& msg);
-  Status LoseNodeLocked(NodeState& node, const std::string& why);
+  Status LoseNodeLocked(const std::string& node_id, const std::string& why);
   // Closes the node's open uptime span at now (it went offline).
   void CloseUptimeLocked(NodeState& node, store::WriteBatch& batch);
   // Recomputes every node's reliability score from the store's 30-day window.
@@ -346,16 +392,17 @@ class ServerCore {
   // (after N preemptions or T without interruptible capacity), or "" when not (yet).
   std::string FallbackReasonLocked(const JobState& js) const;
   // `tell_agent` false: the agent reported the preemption itself and is already stopping it.
-  Status PreemptLocked(store::AttemptRecord& att, const std::string& cause, bool tell_agent = true);
+  Status PreemptLocked(const std::string& attempt_id, const std::string& cause,
+                       bool tell_agent = true);
   // Accepts `manifest` as the job's latest complete checkpoint if its blob exists.
   void SaveCheckpointLocked(const store::AttemptRecord& att, const std::string& manifest,
-                            store::WriteBatch& batch);
+                            Edit& edit);
   // Deletes from the blob store the given checkpoint manifests and their chunks, unless a kept
   // checkpoint or a job's workdir still uses them. Called after the store dropped them.
   void CollectBlobsLocked(const std::vector<std::string>& manifests);
   // Why a job cannot be submitted: the scheduler's reason, what the catalogs would offer, and
   // how to queue it anyway.
-  std::string UnschedulableMessageLocked(const MarketRequest& market,
+  std::string UnschedulableMessageLocked(const market::MarketRequest& market,
                                          const sched::Waiting& waiting) const;
 
   // Constant after construction.
@@ -386,8 +433,10 @@ class ServerCore {
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
   int64_t reliability_refreshed_mono_ = 0;
-  int64_t last_tick_mono_ = 0;    // for CoreOptions::stall_credit_after_ms
-  int64_t verify_queue_seq_ = 0;  // NodeState::verify_queue_order
+  int64_t last_tick_mono_ = 0;               // for CoreOptions::stall_credit_after_ms
+  int64_t verify_queue_seq_ = 0;             // NodeState::verify_queue_order
+  std::map<std::string, int64_t> degraded_;  // DegradedLocked: failures by what failed
+  bool schedule_again_ = false;              // the last scheduling pass failed
   SigningIdentity signing_;
 };
 

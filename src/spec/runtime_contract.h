@@ -4,7 +4,7 @@
 //   runtime: {cuda: "12.1", driver: ">=535", torch: "2.1.0+cu121", python: "3.10"}
 //
 // Each value is a version, optionally preceded by an operator (>=, >, <=, <, = or ==). The facts
-// are matched against an offer's verified software (server/job_market.h compiles them into
+// are matched against an offer's verified software (market/job_market.h compiles them into
 // offer-query terms, so `sluice offers`, `sluice estimate`, placement and `sluice run
 // --dry-run` agree):
 //   cuda    the highest CUDA the node's driver supports (Offer::cuda_version). A bare version

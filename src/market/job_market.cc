@@ -1,8 +1,8 @@
-#include "server/job_market.h"
+#include "market/job_market.h"
 
 #include "market/gpu_labels.h"
 
-namespace sluice::server {
+namespace sluice::market {
 namespace {
 
 market::Op QueryOp(spec::VersionOp op) {
@@ -121,4 +121,4 @@ Result<MarketRequest> CompileJob(const spec::JobSpec& spec, std::optional<double
   return req;
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::market

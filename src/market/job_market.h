@@ -10,7 +10,7 @@
 #include "market/ranking.h"
 #include "spec/job_spec.h"
 
-namespace sluice::server {
+namespace sluice::market {
 
 // The work assumed when neither the spec (`expected_hours`) nor the caller says.
 inline constexpr double kDefaultExpectedHours = 1.0;
@@ -41,4 +41,4 @@ Result<market::Query> CompileRuntime(const spec::RuntimeContract& runtime);
 Result<MarketRequest> CompileJob(const spec::JobSpec& spec, std::optional<double> hours = {},
                                  std::optional<market::Objective> objective = {});
 
-}  // namespace sluice::server
+}  // namespace sluice::market

@@ -1,4 +1,4 @@
-#include "server/job_market.h"
+#include "market/job_market.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include "market/explain.h"
 #include "spec/job_spec.h"
 
-namespace sluice::server {
+namespace sluice::market {
 namespace {
 
 using testing::ElementsAre;
@@ -169,4 +169,4 @@ TEST(CompileJob, ExplanationNamesTheRuntimeFactThatFails) {
 }
 
 }  // namespace
-}  // namespace sluice::server
+}  // namespace sluice::market

@@ -1,0 +1,289 @@
+// Commit, then apply (issue 12 item 1; docs/design-notes.md "Commit, then apply"): for every
+// kind of state change, a store that refuses the commit must leave memory and disk as they were.
+// Each test drives the core to just before the change, dumps memory (ServerCore::StateDump) and
+// what a fresh core loads from the store, makes the change fail, and compares; then lets the
+// store work again and checks that the same change goes through, so the failure was the only
+// thing that stopped it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/crypto.h"
+#include "server/server_core.h"
+#include "server/test_agent_link.h"
+#include "server/test_failing_store.h"
+#include "server/test_reports.h"
+
+namespace sluice::server {
+namespace {
+
+using testing::FailingStore;
+using testing::RecordingLink;
+
+class CoreCommitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("sluice-commit-" + RandomHex(6));
+    std::filesystem::create_directories(dir_);
+    auto s = store::OpenSqliteStore((dir_ / "sluice.db").string());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(*s);
+    failing_ = std::make_unique<FailingStore>(store_.get());
+    opt_.heartbeat_grace_ms = 10'000;
+    core_ = std::make_unique<ServerCore>(failing_.get(), &clock_, opt_);
+    ASSERT_TRUE(core_->Load().ok());
+    link_ = std::make_shared<RecordingLink>();
+  }
+  void TearDown() override {
+    core_.reset();
+    failing_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A verified CPU node, registered as a real agent would (hello, then the conformance report).
+  std::string Node(const std::string& name = "box") {
+    proto::Hello h;
+    h.name = name;
+    h.inventory.hostname = name;
+    h.inventory.cpu_cores = 4;
+    h.inventory.memory_mib = 8192;
+    h.inventory.gpu_source = "none";
+    h.price_per_cpu_hour = 0.05;
+    h.interruptible_price_per_cpu_hour = 0.02;
+    auto node = core_->AgentHello(link_, h);
+    EXPECT_TRUE(node.ok()) << node.status().ToString();
+    Status s = core_->AgentMessage(*node, link_.get(),
+                                   Json{{"type", "conformance"},
+                                        {"report", ToJson(testing::PassingReport(h.inventory))},
+                                        {"nonce", link_->Nonce()}});
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return *node;
+  }
+  spec::JobSpec Spec(bool interruptible = false) {
+    spec::JobSpec s;
+    s.name = "t";
+    s.run = "train";
+    s.resources.cpus = 4;
+    s.resources.memory_gb = 1;
+    s.lifecycle.max_restarts = 3;
+    if (interruptible) s.lifecycle.capacity = spec::Capacity::kInterruptible;
+    return s;
+  }
+  // Submits a job and returns its running attempt on `node`.
+  std::string Running(const std::string& node, bool interruptible = false) {
+    auto job = core_->SubmitJob(Spec(interruptible), "");
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    job_ = job->id;
+    auto assigns = link_->OfType("assign");
+    EXPECT_FALSE(assigns.empty());
+    std::string att = assigns.empty() ? "" : assigns.back()["attempt_id"].get<std::string>();
+    EXPECT_TRUE(core_->AgentMessage(node, link_.get(), Msg("started", att)).ok());
+    return att;
+  }
+  static Json Msg(const std::string& type, const std::string& attempt) {
+    return Json{{"type", type}, {"attempt_id", attempt}};
+  }
+
+  // What memory holds, and what a server started now would load from the store.
+  struct Snapshot {
+    Json memory;
+    Json disk;
+    size_t events = 0;
+  };
+  Snapshot Take() {
+    Snapshot s;
+    s.memory = core_->StateDump();
+    ServerCore fresh(store_.get(), &clock_, opt_);
+    EXPECT_TRUE(fresh.Load().ok());
+    s.disk = fresh.StateDump();
+    if (!job_.empty()) {
+      auto events = store_->ReadEvents(job_, 0, 100000);
+      s.events = events.ok() ? events->size() : 0;
+    }
+    return s;
+  }
+  void ExpectUnchanged(const Snapshot& before) {
+    Snapshot after = Take();
+    EXPECT_EQ(before.memory, after.memory) << "memory changed:\n"
+                                           << before.memory.dump(1) << "\n---\n"
+                                           << after.memory.dump(1);
+    EXPECT_EQ(before.disk, after.disk) << "the store changed";
+    EXPECT_EQ(before.events, after.events) << "events were written";
+  }
+  std::string JobState() {
+    auto d = core_->GetJob(job_);
+    return d.ok() ? std::string(store::Name(d->job.state)) : d.status().ToString();
+  }
+
+  CoreOptions opt_;
+  FakeClock clock_;
+  std::filesystem::path dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<FailingStore> failing_;
+  std::unique_ptr<ServerCore> core_;
+  std::shared_ptr<RecordingLink> link_;
+  std::string job_;
+};
+
+TEST_F(CoreCommitTest, AFailedPlacementLeavesNoAttemptAndSendsNoAssignment) {
+  std::string node = Node();
+  // Every batch that creates an attempt fails: the job is stored, its placement is not.
+  failing_->fail_if = [](const store::WriteBatch& b) { return !b.attempts.empty(); };
+  auto job = core_->SubmitJob(Spec(), "");
+  ASSERT_TRUE(job.ok()) << "the job itself is durably queued: " << job.status().ToString();
+  job_ = job->id;
+  EXPECT_GE(failing_->failed, 1);
+  EXPECT_TRUE(link_->OfType("assign").empty());
+  EXPECT_EQ(JobState(), "queued");
+  core_->Tick();  // the first tick also refreshes what a tick refreshes once a minute
+  Snapshot before = Take();
+  EXPECT_TRUE(before.memory["active_attempts"].empty());
+  const int failed = failing_->failed;
+  core_->Tick();  // the tick retries the failed pass, which fails again
+  EXPECT_GT(failing_->failed, failed);
+  ExpectUnchanged(before);
+  EXPECT_TRUE(link_->OfType("assign").empty());
+  EXPECT_GE(core_->DegradedCounts()["scheduling from the tick"], 1);
+  // The store works again: the next tick places it, as attempt 1.
+  failing_->fail_if = nullptr;
+  core_->Tick();
+  ASSERT_EQ(link_->OfType("assign").size(), 1u);
+  EXPECT_EQ(link_->OfType("assign")[0]["attempt"], 1);
+  EXPECT_EQ(JobState(), "starting");
+}
+
+TEST_F(CoreCommitTest, AFailedExitLeavesTheAttemptRunningAndUnacknowledged) {
+  std::string node = Node();
+  std::string att = Running(node);
+  Snapshot before = Take();
+  failing_->fail = true;
+  Json exited = proto::ToJson(proto::Exited{att, 0, 0, ""});
+  EXPECT_FALSE(core_->AgentMessage(node, link_.get(), exited).ok());
+  ExpectUnchanged(before);
+  EXPECT_TRUE(link_->OfType("exit_ack").empty()) << "an exit not stored must not be acknowledged";
+  failing_->fail = false;
+  ASSERT_TRUE(core_->AgentMessage(node, link_.get(), exited).ok());
+  EXPECT_EQ(JobState(), "succeeded");
+  EXPECT_EQ(link_->OfType("exit_ack").size(), 1u);
+}
+
+TEST_F(CoreCommitTest, AFailedRequeueAfterALostAttemptKeepsItsCooldownAndCountsUnchanged) {
+  std::string node = Node();
+  std::string att = Running(node);
+  Snapshot before = Take();
+  failing_->fail = true;
+  // The agent restarted and no longer runs the attempt: lost, requeued, the node avoided.
+  proto::Hello again;
+  again.node_id = node;
+  again.name = "box";
+  again.inventory.hostname = "box";
+  again.inventory.cpu_cores = 4;
+  again.inventory.memory_mib = 8192;
+  again.inventory.gpu_source = "none";
+  again.price_per_cpu_hour = 0.05;
+  again.interruptible_price_per_cpu_hour = 0.02;
+  auto second = std::make_shared<RecordingLink>();
+  EXPECT_FALSE(core_->AgentHello(second, again).ok());
+  ExpectUnchanged(before);
+  EXPECT_TRUE(second->OfType("welcome").empty());
+  failing_->fail = false;
+  ASSERT_TRUE(core_->AgentHello(second, again).ok());
+  auto d = core_->GetJob(job_);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->attempts[0].state, store::AttemptState::kLost);
+  EXPECT_EQ(d->job.preemptions, 1);
+  EXPECT_FALSE(core_->StateDump()["avoid"].empty());
+}
+
+TEST_F(CoreCommitTest, AFailedPreemptionSendsNothingAndMarksNothing) {
+  std::string node = Node();
+  std::string att = Running(node, /*interruptible=*/true);
+  Snapshot before = Take();
+  failing_->fail = true;
+  EXPECT_FALSE(core_->ReclaimNode(node, {}, "provider takes it back").ok());
+  ExpectUnchanged(before);
+  EXPECT_TRUE(link_->OfType("preempt").empty());
+  failing_->fail = false;
+  auto preempted = core_->ReclaimNode(node, {}, "provider takes it back");
+  ASSERT_TRUE(preempted.ok());
+  EXPECT_EQ(*preempted, std::vector<std::string>{att});
+  EXPECT_EQ(link_->OfType("preempt").size(), 1u);
+}
+
+TEST_F(CoreCommitTest, AFailedNodeLossKeepsTheNodeItsAttemptsAndItsLink) {
+  std::string node = Node();
+  Running(node);
+  core_->Tick();
+  clock_.Advance(opt_.heartbeat_grace_ms + 1000);
+  Snapshot before = Take();
+  failing_->fail = true;
+  core_->Tick();
+  ExpectUnchanged(before);
+  EXPECT_FALSE(link_->closed);
+  EXPECT_GE(core_->DegradedCounts()["declaring node " + node + " lost"], 1);
+  failing_->fail = false;
+  core_->Tick();
+  EXPECT_TRUE(link_->closed);
+  EXPECT_EQ(core_->StateDump()["nodes"][node]["record"]["state"], "lost");
+  EXPECT_EQ(JobState(), "queued");
+}
+
+TEST_F(CoreCommitTest, AFailedCheckpointKeepsThePreviousOne) {
+  std::string node = Node();
+  std::string att = Running(node);
+  const std::string first = Sha256Hex("checkpoint 1");
+  const std::string second = Sha256Hex("checkpoint 2");
+  ASSERT_TRUE(
+      core_
+          ->AgentMessage(node, link_.get(),
+                         Json{{"type", "checkpoint"}, {"attempt_id", att}, {"manifest", first}})
+          .ok());
+  Snapshot before = Take();
+  failing_->fail = true;
+  EXPECT_FALSE(
+      core_
+          ->AgentMessage(node, link_.get(),
+                         Json{{"type", "checkpoint"}, {"attempt_id", att}, {"manifest", second}})
+          .ok());
+  ExpectUnchanged(before);
+  EXPECT_EQ(before.memory["jobs"][job_]["record"]["checkpoint"], first);
+  failing_->fail = false;
+  ASSERT_TRUE(
+      core_
+          ->AgentMessage(node, link_.get(),
+                         Json{{"type", "checkpoint"}, {"attempt_id", att}, {"manifest", second}})
+          .ok());
+  EXPECT_EQ(core_->StateDump()["jobs"][job_]["record"]["checkpoint"], second);
+  EXPECT_EQ(core_->StateDump()["checkpoints"][job_].size(), 2u);
+}
+
+TEST_F(CoreCommitTest, AFailedCancelLeavesTheJobRunningAndTellsTheAgentNothing) {
+  std::string node = Node();
+  Running(node);
+  Snapshot before = Take();
+  failing_->fail = true;
+  EXPECT_FALSE(core_->CancelJob(job_).ok());
+  ExpectUnchanged(before);
+  EXPECT_TRUE(link_->OfType("cancel").empty());
+  failing_->fail = false;
+  ASSERT_TRUE(core_->CancelJob(job_).ok());
+  EXPECT_EQ(link_->OfType("cancel").size(), 1u);
+}
+
+TEST_F(CoreCommitTest, AFailedRevocationLeavesTheNodeAndItsWork) {
+  std::string node = Node();
+  Running(node);
+  Snapshot before = Take();
+  failing_->fail = true;
+  EXPECT_FALSE(core_->RevokeNode(node).ok());
+  ExpectUnchanged(before);
+  EXPECT_FALSE(link_->closed);
+  failing_->fail = false;
+  ASSERT_TRUE(core_->RevokeNode(node).ok());
+  EXPECT_TRUE(link_->closed);
+  EXPECT_EQ(JobState(), "queued");
+}
+
+}  // namespace
+}  // namespace sluice::server

@@ -1,0 +1,169 @@
+// Commit, then apply (issue 12 item 1; docs/design-notes.md "Commit, then apply"): a state
+// change is staged in an Edit beside its store writes, the writes are committed, and only then
+// is memory changed. Members of ServerCore; the caller holds mu_.
+#include <cstdio>
+
+#include "server/core_internal.h"
+#include "server/server_core.h"
+
+namespace sluice::server {
+
+using store::AttemptRecord;
+using store::WriteBatch;
+
+ServerCore::JobState& ServerCore::StagedJobLocked(Edit& edit, const std::string& job_id) {
+  auto staged = edit.jobs.find(job_id);
+  if (staged != edit.jobs.end()) return staged->second;
+  auto live = jobs_.find(job_id);
+  return edit.jobs.emplace(job_id, live != jobs_.end() ? live->second : JobState{}).first->second;
+}
+
+ServerCore::NodeState& ServerCore::StagedNodeLocked(Edit& edit, const std::string& node_id) {
+  auto staged = edit.nodes.find(node_id);
+  if (staged != edit.nodes.end()) return staged->second;
+  auto live = nodes_.find(node_id);
+  return edit.nodes.emplace(node_id, live != nodes_.end() ? live->second : NodeState{})
+      .first->second;
+}
+
+AttemptRecord& ServerCore::StagedAttemptLocked(Edit& edit, const std::string& attempt_id) {
+  auto& slot = edit.attempts[attempt_id];
+  if (!slot) {
+    auto live = active_attempts_.find(attempt_id);
+    slot = live != active_attempts_.end() ? live->second : AttemptRecord{};
+  }
+  return *slot;
+}
+
+std::vector<store::CheckpointRecord>& ServerCore::StagedCheckpointsLocked(
+    Edit& edit, const std::string& job_id) {
+  auto staged = edit.checkpoints.find(job_id);
+  if (staged != edit.checkpoints.end()) return staged->second;
+  auto live = checkpoints_.find(job_id);
+  return edit.checkpoints
+      .emplace(job_id,
+               live != checkpoints_.end() ? live->second : std::vector<store::CheckpointRecord>{})
+      .first->second;
+}
+
+const ServerCore::JobState* ServerCore::ViewJobLocked(const Edit& edit,
+                                                      const std::string& job_id) const {
+  if (auto staged = edit.jobs.find(job_id); staged != edit.jobs.end()) return &staged->second;
+  auto live = jobs_.find(job_id);
+  return live != jobs_.end() ? &live->second : nullptr;
+}
+
+const AttemptRecord* ServerCore::ViewAttemptLocked(const Edit& edit,
+                                                   const std::string& attempt_id) const {
+  if (auto staged = edit.attempts.find(attempt_id); staged != edit.attempts.end()) {
+    return staged->second ? &*staged->second : nullptr;  // ended in this edit
+  }
+  auto live = active_attempts_.find(attempt_id);
+  return live != active_attempts_.end() ? &live->second : nullptr;
+}
+
+Status ServerCore::CommitLocked(Edit& edit) {
+  if (!edit.batch.empty()) SLUICE_RETURN_IF_ERROR(store_->Write(edit.batch));
+  ApplyLocked(edit);
+  PublishLocked(edit.batch);
+  if (!edit.batch.dropped_checkpoints.empty()) {
+    std::vector<std::string> dropped;
+    for (const auto& c : edit.batch.dropped_checkpoints) dropped.push_back(c.manifest);
+    CollectBlobsLocked(dropped);
+  }
+  for (const auto& link : edit.close) link->Close();
+  for (const auto& [node_id, msg] : edit.sends) SendLocked(node_id, msg);
+  return Status::Ok();
+}
+
+void ServerCore::ApplyLocked(Edit& edit) {
+  // Assignment, never erase-and-insert, for entries that stay: callers may be iterating the
+  // live maps (the tick over nodes, a reclaim over attempts).
+  for (auto& [id, js] : edit.jobs) jobs_[id] = std::move(js);
+  for (auto& [id, ns] : edit.nodes) nodes_[id] = std::move(ns);
+  for (auto& [id, checkpoints] : edit.checkpoints) {
+    if (checkpoints.empty()) {
+      checkpoints_.erase(id);
+    } else {
+      checkpoints_[id] = std::move(checkpoints);
+    }
+  }
+  for (auto& [job, nodes] : edit.avoid) {
+    for (auto& [node, until] : nodes) avoid_[job][node] = until;
+  }
+  for (auto& [id, seq] : edit.max_log_seq) max_log_seq_[id] = seq;
+  for (auto& [id, att] : edit.attempts) {
+    if (att) {
+      active_attempts_[id] = std::move(*att);
+    } else {
+      active_attempts_.erase(id);
+      max_log_seq_.erase(id);
+      log_bytes_.erase(id);
+    }
+  }
+}
+
+void ServerCore::DegradedLocked(const std::string& what, const Status& status) {
+  ++degraded_[what];
+  std::fprintf(stderr, "sluice server: %s failed (%s); %lld time(s) so far\n", what.c_str(),
+               status.ToString().c_str(), static_cast<long long>(degraded_[what]));
+}
+
+Json ServerCore::StateDump() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json nodes = Json::object();
+  for (const auto& [id, ns] : nodes_) {
+    NodeView view;
+    view.node = ns.record;
+    Json node = NodeToJson(view);
+    node.erase("reliability");
+    node["owner"] = ns.record.owner;
+    node["interruptible_price_per_gpu_hour"] = ns.record.interruptible_price_per_gpu_hour;
+    node["interruptible_price_per_cpu_hour"] = ns.record.interruptible_price_per_cpu_hour;
+    nodes[id] = Json{{"record", std::move(node)},
+                     {"connected", ns.link != nullptr},
+                     {"last_seen_mono", ns.last_seen_mono},
+                     {"awaiting_report", ns.awaiting_report},
+                     {"has_verdict", ns.has_verdict},
+                     {"online_since_ms", ns.online_since_ms},
+                     {"report_nonces", ns.report_nonces},
+                     {"verify_queued", ns.verify_queued},
+                     {"verify_failures", ns.verify_failures},
+                     {"verify_retry_mono", ns.verify_retry_mono}};
+  }
+  Json jobs = Json::object();
+  for (const auto& [id, js] : jobs_) {
+    jobs[id] = Json{{"record", JobToJson(js.record)},
+                    {"owner", js.record.owner},
+                    {"team", js.record.team},
+                    {"attempts", js.attempts},
+                    {"fell_back", js.fell_back},
+                    {"queued_since_mono", js.queued_since_mono},
+                    {"order", js.order},
+                    {"never_fits", js.never_fits}};
+  }
+  Json attempts = Json::object();
+  for (const auto& [id, att] : active_attempts_) attempts[id] = AttemptToJson(att);
+  Json checkpoints = Json::object();
+  for (const auto& [job, kept] : checkpoints_) {
+    Json list = Json::array();
+    for (const auto& c : kept)
+      list.push_back(Json{{"manifest", c.manifest}, {"attempt", c.attempt_id}});
+    checkpoints[job] = std::move(list);
+  }
+  return Json{{"nodes", std::move(nodes)},
+              {"jobs", std::move(jobs)},
+              {"active_attempts", std::move(attempts)},
+              {"max_log_seq", max_log_seq_},
+              {"log_bytes", log_bytes_},
+              {"checkpoints", std::move(checkpoints)},
+              {"avoid", avoid_},
+              {"next_order", next_order_}};
+}
+
+std::map<std::string, int64_t> ServerCore::DegradedCounts() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return degraded_;
+}
+
+}  // namespace sluice::server
