@@ -103,6 +103,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   if (credential) accounts_->Apply({credential->record});
   NodeState& live = enrolling ? nodes_.emplace(node_id, std::move(fresh)).first->second : ns;
   live.record = std::move(record);
+  live.inventory = std::make_shared<const Inventory>(hello.inventory);
   if (trust.changed) live.has_verdict = false;  // its usable software is unknown until re-verified
   live.online_since_ms = online_since;
   // A second agent for one node: the newest wins.
@@ -182,7 +183,9 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
     if (!msg.contains("report")) return Status::InvalidArgument("conformance: report is missing");
     SLUICE_ASSIGN_OR_RETURN(conformance::Report report,
                             conformance::ReportFromJson(msg["report"], "conformance.report"));
-    SLUICE_ASSIGN_OR_RETURN(Inventory inv, InventoryFromJson(ns.record.inventory));
+    if (!ns.inventory)
+      return Status::FailedPrecondition("conformance: the node's inventory is unreadable");
+    const Inventory& inv = *ns.inventory;
     // Only a report that answers this server's request counts: one captured from another node
     // (or an earlier run) is refused and audited (docs/design-notes.md "Node identity").
     SLUICE_RETURN_IF_ERROR(CheckReportNonceLocked(ns, msg));

@@ -15,6 +15,10 @@ using store::WriteBatch;
 namespace st = store;
 using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 
+namespace {
+constexpr int kEventPage = 5000;
+}  // namespace
+
 Result<std::string> ServerCore::AuditBundle(const std::string& job_id) {
   SigningIdentity identity;
   {
@@ -92,7 +96,13 @@ Result<std::string> ServerCore::AuditBundle(const std::string& job_id) {
     env["runtime_fingerprint"] = fp.sha256;
   }
   std::string events;
-  for (const auto& e : detail.events) events += DumpJson(EventToJson(e)) + "\n";
+  // Every event, page by page: GetJob shows a job's first 10,000, a bundle must hold them all.
+  for (int64_t after = 0;;) {
+    SLUICE_ASSIGN_OR_RETURN(auto page, store_->ReadEvents(job_id, after, kEventPage));
+    for (const auto& e : page) events += DumpJson(EventToJson(e)) + "\n";
+    if (page.size() < static_cast<size_t>(kEventPage)) break;
+    after = page.back().id;
+  }
   Json job = JobToJson(detail.job);
   job["spec"] = detail.job.spec;
   std::vector<std::pair<std::string, std::string>> files = {

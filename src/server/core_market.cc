@@ -1,6 +1,8 @@
 // The market service: nodes as users see them, live and catalog offers, catalog imports.
 // Members of ServerCore.
 #include <algorithm>
+#include <map>
+#include <string_view>
 
 #include "common/inventory.h"
 #include "server/core_internal.h"
@@ -19,20 +21,24 @@ using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 std::vector<NodeView> ServerCore::ListNodes() {
   std::lock_guard<std::mutex> lock(mu_);
   auto caps = CapacityLocked();
+  std::map<std::string_view, const sched::NodeCapacity*> cap_of;
+  for (const auto& c : caps) cap_of[c.node_id] = &c;
+  std::map<std::string_view, int> running_on;  // a node out of the market may still run work
+  for (const auto& [aid, att] : active_attempts_) ++running_on[att.node_id];
   std::vector<NodeView> out;
+  out.reserve(nodes_.size());
   for (const auto& [id, ns] : nodes_) {
     NodeView v;
     v.node = ns.record;
     v.reliability = ns.reliability;
     v.verifying = ns.awaiting_report;
     v.verify_queued = ns.verify_queued;
-    for (const auto& c : caps) {
-      if (c.node_id != id) continue;
-      for (const auto& g : c.gpus) v.gpus_free += g.free ? 1 : 0;
-      v.cpus_free = c.free_cpus;
-      v.memory_free_gb = c.free_memory_gb;
+    if (auto c = cap_of.find(id); c != cap_of.end()) {
+      for (const auto& g : c->second->gpus) v.gpus_free += g.free ? 1 : 0;
+      v.cpus_free = c->second->free_cpus;
+      v.memory_free_gb = c->second->free_memory_gb;
     }
-    for (const auto& [aid, att] : active_attempts_) v.running_attempts += att.node_id == id;
+    if (auto r = running_on.find(id); r != running_on.end()) v.running_attempts = r->second;
     out.push_back(std::move(v));
   }
   return out;

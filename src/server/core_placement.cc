@@ -90,8 +90,8 @@ std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
     // for "could this job ever run"; one that failed does not, until a new report passes.
     bool verified = ns.record.verification == kVerified;
     if (!verified && !ns.awaiting_report) continue;
-    auto inv = InventoryFromJson(ns.record.inventory);
-    if (!inv.ok()) continue;
+    if (!ns.inventory) continue;  // unreadable: never placeable
+    const Inventory* inv = ns.inventory.get();
     sched::NodeCapacity cap;
     cap.node_id = id;
     cap.name = ns.record.name;
@@ -106,17 +106,20 @@ std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
                             ns.reliability.score);
     out.push_back(std::move(cap));
   }
+  // Each attempt charged to its node through an index: O(nodes + attempts), not their product.
+  std::map<std::string_view, sched::NodeCapacity*> by_node;
+  for (auto& cap : out) by_node[cap.node_id] = &cap;
   for (const auto& [aid, att] : active_attempts_) {
-    for (auto& cap : out) {
-      if (cap.node_id != att.node_id) continue;
-      cap.running.push_back({aid, att.gpus, att.cpus, att.memory_gb, att.interruptible,
-                             att.cause.rfind(kPreemptingPrefix, 0) == 0});
-      for (auto& g : cap.gpus) {
-        if (std::find(att.gpus.begin(), att.gpus.end(), g.index) != att.gpus.end()) g.free = false;
-      }
-      cap.free_cpus -= att.cpus;
-      cap.free_memory_gb -= att.memory_gb;
+    auto it = by_node.find(att.node_id);
+    if (it == by_node.end()) continue;
+    sched::NodeCapacity& cap = *it->second;
+    cap.running.push_back({aid, att.gpus, att.cpus, att.memory_gb, att.interruptible,
+                           att.cause.rfind(kPreemptingPrefix, 0) == 0});
+    for (auto& g : cap.gpus) {
+      if (std::find(att.gpus.begin(), att.gpus.end(), g.index) != att.gpus.end()) g.free = false;
     }
+    cap.free_cpus -= att.cpus;
+    cap.free_memory_gb -= att.memory_gb;
   }
   return out;
 }

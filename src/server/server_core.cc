@@ -36,6 +36,7 @@ Status ServerCore::Load() {
       ns.verdict = audit::Evaluate(*inv, *report, options_.verification_rules);
       ns.has_verdict = true;
     }
+    if (inv.ok()) ns.inventory = std::make_shared<const Inventory>(*std::move(inv));
     ns.record = std::move(n);
     // Counted from now plus a lease: every agent has its lease to notice we are back and the
     // whole grace to reconnect, so a server outage alone never loses a node (or its work).

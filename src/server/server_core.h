@@ -21,6 +21,7 @@
 #include "audit/verification.h"
 #include "common/agent_protocol.h"
 #include "common/clock.h"
+#include "common/inventory.h"
 #include "common/json.h"
 #include "common/status.h"
 #include "market/catalog.h"
@@ -265,6 +266,8 @@ class ServerCore {
  private:
   struct NodeState {
     store::NodeRecord record;
+    // record.inventory parsed once, when it changes (registration, load), never per query.
+    std::shared_ptr<const Inventory> inventory;
     std::shared_ptr<AgentLink> link;  // null while disconnected
     int64_t last_seen_mono = 0;       // Clock::MonotonicMillis of the last sign of life
     // Trust: a conformance run was asked for and its report has not come; the server's verdict

@@ -1189,6 +1189,29 @@ TEST_F(TrustTest, AuditBundleIsSignedAndShowsWhatTheJobRanOn) {
   EXPECT_EQ(core_->AuditBundle("job-none").status().code(), StatusCode::kNotFound);
 }
 
+// GetJob shows a job's first 10,000 events; its audit bundle holds every one (issue 12).
+TEST_F(TrustTest, AnAuditBundleHoldsEveryEventOfALongJob) {
+  auto identity = CreateSigningIdentity("test signer");
+  ASSERT_TRUE(identity.ok()) << identity.status().ToString();
+  core_->SetSigningIdentity(*identity);
+  auto job = core_->SubmitJob(Spec(), "", /*queue_unschedulable=*/true);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  store::WriteBatch many;
+  for (int i = 0; i < 12'345; ++i) {
+    many.events.push_back({0, job->id, 1000 + i, "checkpoint", "event " + std::to_string(i)});
+  }
+  ASSERT_TRUE(store_->Write(many).ok());
+  auto zip = core_->AuditBundle(job->id);
+  ASSERT_TRUE(zip.ok()) << zip.status().ToString();
+  auto files = ReadBundleFiles(*zip);
+  ASSERT_TRUE(files.ok());
+  const std::string& events = files->at("events.jsonl");
+  // submitted, the waiting reason, and the 12,345 written here, each once and in order.
+  EXPECT_EQ(std::count(events.begin(), events.end(), '\n'), 12'345 + 2);
+  EXPECT_NE(events.find("\"event 12344\""), std::string::npos);
+  EXPECT_LT(events.find("\"event 9999\""), events.find("\"event 10000\""));
+}
+
 }  // namespace
 }  // namespace sluice::server
 
