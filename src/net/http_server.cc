@@ -753,7 +753,17 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
   void Send(std::string text) {
     asio::post(executor_, [self = shared_from_this(), t = std::move(text)]() mutable {
       if (self->finished_) return;
+      self->queued_ += t.size();
       self->out_.push_back(std::move(t));
+      if (self->queued_ > self->shared_->options.max_queued_bytes) {
+        // A peer that does not read is dropped, not buffered without bound
+        // (HttpServerOptions::max_queued_bytes): cut, since a close handshake would queue too.
+        beast::error_code ec;
+        self->Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
+        self->Tcp().close();
+        self->Finish();
+        return;
+      }
       if (self->accepted_ && !self->writing_) self->DoWrite();
     });
   }
@@ -834,6 +844,7 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
                        // On error the read side notices and finishes; once finished, the queue
                        // is no longer ours to touch (Finish may have dropped it).
                        if (ec || self->finished_ || self->out_.empty()) return;
+                       self->queued_ -= self->out_.front().size();
                        self->out_.pop_front();
                        if (!self->out_.empty()) self->DoWrite();
                      });
@@ -893,6 +904,7 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
   WsHandler handler_;
   beast::flat_buffer read_buf_;
   std::deque<std::string> out_;
+  size_t queued_ = 0;  // bytes in out_
   std::string refusal_;
   bool accepted_ = false;
   bool writing_ = false;

@@ -90,6 +90,11 @@ struct HttpServerOptions {
   std::chrono::milliseconds ws_keepalive_interval{15000};  // ping period
   std::chrono::milliseconds ws_idle_timeout{45000};        // nothing received for this long: close
   size_t ws_max_message = 4 << 20;
+  // Bytes of WebSocket messages queued for one peer that has not read them. A peer this far
+  // behind is disconnected, never buffered without bound: an agent reconnects and is
+  // reconciled by its hello. (A streamed HTTP response is not bounded here: a job stream's
+  // replay is its whole stored log, which the log quota bounds.)
+  size_t max_queued_bytes = 16 << 20;
 
   // TLS: with a certificate chain (PEM, leaf first) and its private key (PEM), every connection
   // is HTTPS/WSS (TLS 1.2 or later; 1.3 with OpenSSL 3 clients). A plain HTTP request to a TLS

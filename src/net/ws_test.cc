@@ -32,6 +32,12 @@ struct EchoServer {
           WsHandler h;
           h.on_message = [](const std::shared_ptr<WsConnection>& c, std::string_view m) {
             if (m == "bye") return c->Close();
+            if (m.rfind("flood ", 0) == 0) {  // N messages of 256 KiB
+              for (int i = std::stoi(std::string(m.substr(6))); i > 0; --i) {
+                c->Send(std::string(256 << 10, 'x'));
+              }
+              return;
+            }
             c->Send("echo:" + std::string(m));
           };
           h.on_close = [this](const std::shared_ptr<WsConnection>&) {
@@ -239,6 +245,30 @@ TEST(WsTest, KeepalivePingsAndDeadPeerIsNoticed) {
   std::string got = raw.Read(3s);
   EXPECT_TRUE(raw.peer_closed());
   EXPECT_NE(got.find('\x89'), std::string::npos);  // a ping frame arrived
+}
+
+// A peer that stops reading is disconnected once max_queued_bytes wait for it, never buffered
+// without bound; one that reads gets everything.
+TEST(WsTest, APeerThatDoesNotReadIsDroppedNotBufferedWithoutBound) {
+  HttpServerOptions opt;
+  opt.max_queued_bytes = 1 << 20;
+  EchoServer echo(opt);
+  RawSocket raw(echo.server->port());
+  ASSERT_EQ(RawUpgrade(raw).rfind("HTTP/1.1 101", 0), 0u);
+  raw.Write(Frame(0x1, "flood 256"));  // 64 MiB, far past the socket buffers and the bound
+  EXPECT_TRUE(echo.server_closed.Wait(10s))
+      << "the server kept queueing for a peer that reads nothing";
+  EXPECT_EQ(echo.closed.load(), 1);
+
+  // A reader that keeps up is not affected by the bound.
+  Inbox inbox;
+  WsClient client(echo.ClientOptions(), inbox.OnMessage(), inbox.OnClose());
+  ASSERT_TRUE(client.Connect().ok());
+  for (int round = 1; round <= 4; ++round) {  // 3 MiB in all, never 1 MiB waiting at once
+    client.Send("flood 3");
+    ASSERT_TRUE(inbox.WaitMessages(1 + 3 * round, 10s)) << "round " << round;
+  }
+  EXPECT_FALSE(inbox.WaitClosed(100ms));
 }
 
 TEST(WsTest, StopClosesOpenSocketsPromptly) {
