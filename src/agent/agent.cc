@@ -9,17 +9,25 @@ void Agent::OnMessage(std::string_view text) {
     Log("ignoring a malformed message from the server");
     return;
   }
-  std::string type = msg->value("type", "");
+  auto type_field = GetString(*msg, "type");
+  const std::string type = type_field.ok() ? *type_field : "";
+  // Every message is read through its type (common/agent_protocol.h); one that does not parse
+  // is logged and ignored, never half-applied.
+  auto malformed = [&](const Status& s) {
+    Log("ignoring a malformed %s from the server: %s", type.empty() ? "message" : type,
+        s.message());
+  };
   if (type == "reverify") {
-    std::string reason = msg->value("reason", "");
-    std::string trigger = reason == "registration" ? "registration"
-                          : reason == "scheduled"  ? "schedule"
-                          : reason == "on-demand"  ? "on-demand"
-                                                   : "re-verification";
+    auto m = proto::ReverifyFromJson(*msg);
+    if (!m.ok()) return malformed(m.status());
+    std::string trigger = m->reason == "registration" ? "registration"
+                          : m->reason == "scheduled"  ? "schedule"
+                          : m->reason == "on-demand"  ? "on-demand"
+                                                      : "re-verification";
     std::lock_guard<std::mutex> lock(mu_);
-    Log("the server asks for the conformance suite (%s)", reason);
+    Log("the server asks for the conformance suite (%s)", m->reason);
     verify_requested_ = trigger;
-    verify_nonce_ = StringField(*msg, "nonce");
+    verify_nonce_ = m->nonce;
     if (!verify_running_) {
       verify_running_ = true;
       SpawnLocked([this] { VerifyLoop(); });
@@ -28,11 +36,13 @@ void Agent::OnMessage(std::string_view text) {
     return;
   }
   if (type == "welcome") {
+    auto m = proto::WelcomeFromJson(*msg);
+    if (!m.ok()) return malformed(m.status());
     std::lock_guard<std::mutex> lock(mu_);
-    if (std::string cred = StringField(*msg, "credential"); !cred.empty()) {
+    if (!m->credential.empty()) {
       // Enrolled: this credential is the node's only proof from now on (the server keeps just
       // its hash), so it is on disk before anything relies on it.
-      Status saved = WriteFileAtomic(CredentialPath(), cred + "\n", 0600);
+      Status saved = WriteFileAtomic(CredentialPath(), m->credential + "\n", 0600);
       if (!saved.ok()) {
         Log("cannot save the node credential (%s); stopping, as the node could not prove itself "
             "on its next connection",
@@ -43,21 +53,19 @@ void Agent::OnMessage(std::string_view text) {
         ::kill(::getpid(), SIGTERM);  // wake the main thread's signal wait
         return;
       }
-      token_ = cred;
+      token_ = m->credential;
       enrolled_ = true;
       Log("enrolled; node credential saved to %s", CredentialPath());
     }
     welcomed_ = true;
-    node_id_ = msg->value("node_id", "");
-    heartbeat_ms_ = std::max<int64_t>(100, msg->value("heartbeat_interval_ms", int64_t{3000}));
-    if (auto it = msg->find("lease_ms"); it != msg->end() && it->is_number_integer()) {
-      leases_.SetLeaseLength(it->get<int64_t>());
-      lease_ms_ = it->get<int64_t>();
-      server_grace_ms_ = msg->value("heartbeat_grace_ms", int64_t{0});
+    node_id_ = m->node_id;
+    heartbeat_ms_ = std::max<int64_t>(100, m->heartbeat_interval_ms);
+    if (m->lease_ms > 0) {
+      leases_.SetLeaseLength(m->lease_ms);
+      lease_ms_ = m->lease_ms;
+      server_grace_ms_ = m->heartbeat_grace_ms;
       // At least three heartbeats per lease: one slow reply must not freeze healthy jobs.
-      if (int64_t lease = it->get<int64_t>(); lease >= 300) {
-        heartbeat_ms_ = std::min(heartbeat_ms_, lease / 3);
-      }
+      if (m->lease_ms >= 300) heartbeat_ms_ = std::min(heartbeat_ms_, m->lease_ms / 3);
     }
     (void)WriteFileAtomic(opt_.data_dir + "/node.id", node_id_ + "\n");
     Log("registered as node %s", node_id_);
@@ -65,55 +73,65 @@ void Agent::OnMessage(std::string_view text) {
   }
   if (type == "assign") {
     auto a = proto::AssignFromJson(*msg);
-    if (!a.ok()) {
-      Log("ignoring a malformed assign: %s", a.status().message());
-      return;
-    }
+    if (!a.ok()) return malformed(a.status());
     HandleAssign(*a);
     return;
   }
-  std::string attempt_id = msg->value("attempt_id", "");
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = attempts_.find(attempt_id);
   if (type == "cancel" || type == "preempt") {
     // Both stop the process group the same way (SIGTERM, grace, SIGKILL); the server knows
     // which it asked for and records the attempt as cancelled or preempted.
+    auto m = proto::StopFromJson(*msg);
+    if (!m.ok()) return malformed(m.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = attempts_.find(m->attempt_id);
     if (it == attempts_.end()) return;
-    if (type == "preempt") {
-      Log("preempting %s: %s", attempt_id, msg->value("cause", ""));
-    }
+    if (type == "preempt") Log("preempting %s: %s", m->attempt_id, m->cause);
     auto& a = *it->second;
-    int64_t grace = msg->value("grace_ms", int64_t{10000});
-    if (a.proc)
-      a.proc->Terminate(std::chrono::milliseconds(grace));
-    else
+    if (a.proc) {
+      a.proc->Terminate(std::chrono::milliseconds(m->grace_ms));
+    } else {
       a.cancel_pending = true;
+    }
   } else if (type == "kill") {
+    auto m = proto::KillFromJson(*msg);
+    if (!m.ok()) return malformed(m.status());
     // Not placed here any more (the server moved it while we were apart): killed at once, never
     // thawed for a grace period, since another node may be running it by now.
-    if (it != attempts_.end()) {
-      if (it->second->proc) {
-        KillMovedLocked(*it->second);
-      } else {
-        it->second->cancel_pending = true;
-      }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = attempts_.find(m->attempt_id);
+    if (it == attempts_.end()) return;
+    if (it->second->proc) {
+      KillMovedLocked(*it->second);
+    } else {
+      it->second->cancel_pending = true;
     }
   } else if (type == "lease") {
-    OnLeaseLocked(*msg);
+    auto m = proto::LeaseFromJson(*msg);
+    if (!m.ok()) return malformed(m.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    OnLeaseLocked(*m);
   } else if (type == "log_ack") {
+    auto m = proto::LogAckFromJson(*msg);
+    if (!m.ok()) return malformed(m.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = attempts_.find(m->attempt_id);
     if (it == attempts_.end()) return;
-    int64_t seq = msg->value("seq", int64_t{0});
     auto& lines = it->second->lines;
-    while (!lines.empty() && lines.front().seq <= seq) lines.pop_front();
-    it->second->sent_seq = std::max(it->second->sent_seq, seq);
+    while (!lines.empty() && lines.front().seq <= m->seq) lines.pop_front();
+    it->second->sent_seq = std::max(it->second->sent_seq, m->seq);
   } else if (type == "exit_ack") {
-    ForgetLocked(attempt_id);
+    auto m = proto::ExitAckFromJson(*msg);
+    if (!m.ok()) return malformed(m.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    ForgetLocked(m->attempt_id);
   } else if (type == "error") {
-    Log("server says: %s", msg->value("message", ""));
+    auto m = proto::ErrorFromJson(*msg);
+    if (!m.ok()) return malformed(m.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    Log("server says: %s", m->message);
     // Refused at hello (a claim the probe contradicts, a revoked node, a node id enrolled with a
     // credential this agent lacks): retrying cannot help.
-    std::string code = msg->value("code", "");
-    if (!welcomed_ && (code == "FAILED_PRECONDITION" || code == "PERMISSION_DENIED")) {
+    if (!welcomed_ && (m->code == "FAILED_PRECONDITION" || m->code == "PERMISSION_DENIED")) {
       fatal_ = true;
       stopping_ = true;
       cv_.notify_all();
@@ -179,8 +197,7 @@ void Agent::VerifyLoop() {
         std::to_string(pass) + " passed, " + std::to_string(fail) + " failed, " +
             std::to_string(skip) + " skipped in " + std::to_string(report.duration_ms) + " ms");
     lock.lock();
-    pending_report_ =
-        DumpJson(Json{{"type", "conformance"}, {"report", ToJson(report)}, {"nonce", nonce}});
+    pending_report_ = DumpJson(proto::ToJson(proto::ConformanceMessage{ToJson(report), nonce}));
     dirty_ = true;
     cv_.notify_all();
   }
@@ -194,7 +211,7 @@ void Agent::FlushLocked(WsClient& ws) {
   }
   for (auto& [id, a] : attempts_) {
     if (a->proc && !a->started_sent) {
-      ws.Send(DumpJson(Json{{"type", "started"}, {"attempt_id", id}}));
+      ws.Send(DumpJson(proto::ToJson(proto::Started{id})));
       a->started_sent = true;
     }
     std::vector<proto::LogEntry> batch;
@@ -212,12 +229,11 @@ void Agent::FlushLocked(WsClient& ws) {
       a->sent_seq = batch.back().seq;
     }
     if (!a->notice.empty() && !a->exit_sent) {
-      ws.Send(DumpJson(Json{{"type", "preempt_notice"}, {"attempt_id", id}, {"cause", a->notice}}));
+      ws.Send(DumpJson(proto::ToJson(proto::PreemptNotice{id, a->notice})));
       a->notice.clear();
     }
     if (!a->pending_checkpoint.empty() && !a->exit_sent) {
-      ws.Send(DumpJson(
-          Json{{"type", "checkpoint"}, {"attempt_id", id}, {"manifest", a->pending_checkpoint}}));
+      ws.Send(DumpJson(proto::ToJson(proto::CheckpointSaved{id, a->pending_checkpoint})));
       a->pending_checkpoint.clear();
     }
     bool finished = a->exit.has_value() || !a->error.empty();
@@ -297,7 +313,7 @@ Status Agent::ConnectOnce() {
     auto now = std::chrono::steady_clock::now();
     if (now >= next_heartbeat) {
       leases_.Sent(++heartbeat_seq_, SteadyMs());
-      ws->Send(R"({"type":"heartbeat","seq":)" + std::to_string(heartbeat_seq_) + "}");
+      ws->Send(DumpJson(proto::ToJson(proto::Heartbeat{heartbeat_seq_})));
       next_heartbeat = now + std::chrono::milliseconds(heartbeat_ms_);
     }
     cv_.wait_until(lock, next_heartbeat,

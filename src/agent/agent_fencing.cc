@@ -17,22 +17,13 @@ void Agent::KillMovedLocked(Attempt& a) {
   a.proc->Kill();  // the supervisor kills the whole cgroup, frozen or not
 }
 
-void Agent::OnLeaseLocked(const Json& msg) {
-  auto num = [&](const char* key) -> int64_t {
-    auto it = msg.find(key);
-    return it != msg.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
-  };
-  std::set<std::string> listed;
-  if (auto it = msg.find("attempts"); it != msg.end() && it->is_array()) {
-    for (const auto& id : *it) {
-      if (id.is_string()) listed.insert(id.get<std::string>());
-    }
-  }
+void Agent::OnLeaseLocked(const proto::Lease& lease) {
+  const std::set<std::string> listed(lease.attempts.begin(), lease.attempts.end());
   std::vector<std::string> running;
   for (const auto& [id, a] : attempts_) {
     if (a->proc && a->proc->running()) running.push_back(id);
   }
-  auto out = leases_.Received(num("seq"), num("lease_ms"), listed, running);
+  auto out = leases_.Received(lease.seq, lease.lease_ms, listed, running);
   for (const auto& id : out.renewed) {
     const int64_t until = leases_.Until(id);
     attempts_[id]->proc->Lease(until, KillAtLocked(until));  // thaws it if it was frozen

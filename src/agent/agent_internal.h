@@ -230,7 +230,7 @@ class Agent {
   void FenceLoop();
   // The server moved `a` elsewhere: SIGKILL now, frozen or not, with no grace period.
   void KillMovedLocked(Attempt& a);
-  void OnLeaseLocked(const Json& msg);
+  void OnLeaseLocked(const proto::Lease& lease);
   // What the agent does with a supervisor's reports on `weak`.
   SupervisedJob::Callbacks JobCallbacks(std::weak_ptr<Attempt> weak);
   std::string supervisor_exe_;  // found at start

@@ -244,4 +244,193 @@ Result<std::vector<LogEntry>> LogEntriesFromJson(const Json& j) {
   return out;
 }
 
+// --- the small messages
+
+namespace {
+
+Json Typed(const char* type, Json fields) {
+  fields["type"] = type;
+  return fields;
+}
+
+// An integer field that must not be negative (lengths, sequence numbers).
+Result<int64_t> NonNegative(const Json& j, const char* key, int64_t fallback) {
+  SLUICE_ASSIGN_OR_RETURN(int64_t v, GetIntOr(j, key, fallback));
+  if (v < 0) return Status::InvalidArgument(std::string(key) + ": must not be negative");
+  return v;
+}
+
+}  // namespace
+
+Json ToJson(const Heartbeat& m) { return Typed("heartbeat", {{"seq", m.seq}}); }
+Json ToJson(const ConformanceMessage& m) {
+  return Typed("conformance", {{"report", m.report}, {"nonce", m.nonce}});
+}
+Json ToJson(const Started& m) { return Typed("started", {{"attempt_id", m.attempt_id}}); }
+Json ToJson(const CheckpointSaved& m) {
+  return Typed("checkpoint", {{"attempt_id", m.attempt_id}, {"manifest", m.manifest}});
+}
+Json ToJson(const PreemptNotice& m) {
+  return Typed("preempt_notice", {{"attempt_id", m.attempt_id}, {"cause", m.cause}});
+}
+Json ToJson(const Welcome& m) {
+  Json j = Typed("welcome", {{"node_id", m.node_id},
+                             {"heartbeat_interval_ms", m.heartbeat_interval_ms},
+                             {"lease_ms", m.lease_ms},
+                             {"heartbeat_grace_ms", m.heartbeat_grace_ms}});
+  if (!m.credential.empty()) j["credential"] = m.credential;
+  return j;
+}
+Json ToJson(const Reverify& m) {
+  return Typed("reverify", {{"reason", m.reason}, {"nonce", m.nonce}});
+}
+Json CancelMessage(const Stop& m) {
+  return Typed("cancel", {{"attempt_id", m.attempt_id}, {"grace_ms", m.grace_ms}});
+}
+Json PreemptMessage(const Stop& m) {
+  return Typed("preempt",
+               {{"attempt_id", m.attempt_id}, {"grace_ms", m.grace_ms}, {"cause", m.cause}});
+}
+Json ToJson(const Kill& m) {
+  return Typed("kill", {{"attempt_id", m.attempt_id}, {"reason", m.reason}});
+}
+Json ToJson(const Lease& m) {
+  return Typed("lease", {{"seq", m.seq}, {"lease_ms", m.lease_ms}, {"attempts", m.attempts}});
+}
+Json ToJson(const LogAck& m) {
+  return Typed("log_ack", {{"attempt_id", m.attempt_id}, {"seq", m.seq}});
+}
+Json ToJson(const ExitAck& m) { return Typed("exit_ack", {{"attempt_id", m.attempt_id}}); }
+Json ToJson(const ErrorMessage& m) {
+  return Typed("error", {{"code", m.code}, {"message", m.message}});
+}
+
+Result<Heartbeat> HeartbeatFromJson(const Json& j) {
+  Heartbeat m;
+  // A heartbeat without a number is still a sign of life; its lease reply then renews nothing.
+  auto seq = j.find("seq");
+  if (seq != j.end() && seq->is_number_integer()) m.seq = seq->get<int64_t>();
+  return m;
+}
+Result<ConformanceMessage> ConformanceFromJson(const Json& j) {
+  ConformanceMessage m;
+  auto report = j.find("report");
+  if (report == j.end()) return Status::InvalidArgument("conformance: report is missing");
+  m.report = *report;
+  SLUICE_ASSIGN_OR_RETURN(m.nonce, GetStringOr(j, "nonce", ""));
+  return m;
+}
+Result<Started> StartedFromJson(const Json& j) {
+  Started m;
+  SLUICE_ASSIGN_OR_RETURN(m.attempt_id, GetString(j, "attempt_id"));
+  return m;
+}
+Result<CheckpointSaved> CheckpointSavedFromJson(const Json& j) {
+  CheckpointSaved m;
+  SLUICE_ASSIGN_OR_RETURN(m.attempt_id, GetString(j, "attempt_id"));
+  SLUICE_ASSIGN_OR_RETURN(m.manifest, GetString(j, "manifest"));
+  return m;
+}
+Result<PreemptNotice> PreemptNoticeFromJson(const Json& j) {
+  PreemptNotice m;
+  SLUICE_ASSIGN_OR_RETURN(m.attempt_id, GetString(j, "attempt_id"));
+  SLUICE_ASSIGN_OR_RETURN(m.cause, GetStringOr(j, "cause", "notice from the agent"));
+  if (m.cause.size() > 300) m.cause.resize(300);
+  return m;
+}
+Result<Welcome> WelcomeFromJson(const Json& j) {
+  Welcome m;
+  SLUICE_ASSIGN_OR_RETURN(m.node_id, GetString(j, "node_id"));
+  SLUICE_ASSIGN_OR_RETURN(m.heartbeat_interval_ms, NonNegative(j, "heartbeat_interval_ms", 3000));
+  SLUICE_ASSIGN_OR_RETURN(m.lease_ms, NonNegative(j, "lease_ms", 0));
+  SLUICE_ASSIGN_OR_RETURN(m.heartbeat_grace_ms, NonNegative(j, "heartbeat_grace_ms", 0));
+  SLUICE_ASSIGN_OR_RETURN(m.credential, GetStringOr(j, "credential", ""));
+  return m;
+}
+Result<Reverify> ReverifyFromJson(const Json& j) {
+  Reverify m;
+  SLUICE_ASSIGN_OR_RETURN(m.reason, GetStringOr(j, "reason", ""));
+  SLUICE_ASSIGN_OR_RETURN(m.nonce, GetStringOr(j, "nonce", ""));
+  return m;
+}
+Result<Stop> StopFromJson(const Json& j) {
+  Stop m;
+  SLUICE_ASSIGN_OR_RETURN(m.attempt_id, GetString(j, "attempt_id"));
+  SLUICE_ASSIGN_OR_RETURN(m.grace_ms, NonNegative(j, "grace_ms", 10000));
+  SLUICE_ASSIGN_OR_RETURN(m.cause, GetStringOr(j, "cause", ""));
+  return m;
+}
+Result<Kill> KillFromJson(const Json& j) {
+  Kill m;
+  SLUICE_ASSIGN_OR_RETURN(m.attempt_id, GetString(j, "attempt_id"));
+  SLUICE_ASSIGN_OR_RETURN(m.reason, GetStringOr(j, "reason", ""));
+  return m;
+}
+Result<Lease> LeaseFromJson(const Json& j) {
+  Lease m;
+  SLUICE_ASSIGN_OR_RETURN(m.seq, NonNegative(j, "seq", 0));
+  SLUICE_ASSIGN_OR_RETURN(m.lease_ms, NonNegative(j, "lease_ms", 0));
+  auto list = j.find("attempts");
+  if (list != j.end()) {
+    if (!list->is_array()) return Status::InvalidArgument("attempts: must be an array");
+    for (size_t i = 0; i < list->size(); ++i) {
+      if (!(*list)[i].is_string()) {
+        return Status::InvalidArgument("attempts[" + std::to_string(i) + "]: must be a string");
+      }
+      m.attempts.push_back((*list)[i].get<std::string>());
+    }
+  }
+  return m;
+}
+Result<LogAck> LogAckFromJson(const Json& j) {
+  LogAck m;
+  SLUICE_ASSIGN_OR_RETURN(m.attempt_id, GetString(j, "attempt_id"));
+  SLUICE_ASSIGN_OR_RETURN(m.seq, GetIntOr(j, "seq", 0));
+  return m;
+}
+Result<ExitAck> ExitAckFromJson(const Json& j) {
+  ExitAck m;
+  SLUICE_ASSIGN_OR_RETURN(m.attempt_id, GetString(j, "attempt_id"));
+  return m;
+}
+Result<ErrorMessage> ErrorFromJson(const Json& j) {
+  ErrorMessage m;
+  SLUICE_ASSIGN_OR_RETURN(m.code, GetStringOr(j, "code", ""));
+  SLUICE_ASSIGN_OR_RETURN(m.message, GetStringOr(j, "message", ""));
+  return m;
+}
+
+Result<AgentMessage> AgentMessageFromJson(const Json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("expected a JSON object");
+  SLUICE_ASSIGN_OR_RETURN(std::string type, GetString(j, "type"));
+  if (type == "heartbeat") return AgentMessage{*HeartbeatFromJson(j)};
+  if (type == "conformance") {
+    SLUICE_ASSIGN_OR_RETURN(auto m, ConformanceFromJson(j));
+    return AgentMessage{std::move(m)};
+  }
+  if (type == "started") {
+    SLUICE_ASSIGN_OR_RETURN(auto m, StartedFromJson(j));
+    return AgentMessage{std::move(m)};
+  }
+  if (type == "log") {
+    LogBatch m;
+    SLUICE_ASSIGN_OR_RETURN(m.attempt_id, GetString(j, "attempt_id"));
+    SLUICE_ASSIGN_OR_RETURN(m.lines, LogEntriesFromJson(j));
+    return AgentMessage{std::move(m)};
+  }
+  if (type == "checkpoint") {
+    SLUICE_ASSIGN_OR_RETURN(auto m, CheckpointSavedFromJson(j));
+    return AgentMessage{std::move(m)};
+  }
+  if (type == "preempt_notice") {
+    SLUICE_ASSIGN_OR_RETURN(auto m, PreemptNoticeFromJson(j));
+    return AgentMessage{std::move(m)};
+  }
+  if (type == "exited") {
+    SLUICE_ASSIGN_OR_RETURN(auto m, ExitedFromJson(j));
+    return AgentMessage{std::move(m)};
+  }
+  return Status::InvalidArgument("type: unknown message type `" + type.substr(0, 64) + "`");
+}
+
 }  // namespace sluice::proto

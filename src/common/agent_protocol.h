@@ -2,14 +2,19 @@
 // opens at /v1/agent/connect. Every state-changing message is idempotent: `exited` and `log`
 // carry ids the server deduplicates, so an agent may resend after a reconnect.
 //
-// agent -> server: hello, heartbeat, started, log, exited, preempted, conformance
-// server -> agent: welcome, assign, cancel, preempt, log_ack, exit_ack, reverify, error
+// agent -> server: hello, heartbeat, conformance, started, log, checkpoint, preempt_notice,
+//                  exited
+// server -> agent: welcome, reverify, assign, cancel, preempt, kill, lease, log_ack, exit_ack,
+//                  error
+// Every message is a struct here with ToJson and a FromJson that names the bad field; both ends
+// build and read messages only through these (issue 12 item 2).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/inventory.h"
@@ -91,6 +96,104 @@ struct Exited {
   // resources.memory_gb): the server reports "out of memory", not a bare SIGKILL.
   bool out_of_memory = false;
 };
+
+// --- the small messages: agent -> server
+struct Heartbeat {
+  int64_t seq = 0;  // echoed in the `lease` reply
+};
+struct ConformanceMessage {
+  Json report;        // conformance::Report as JSON (common/conformance.h parses it)
+  std::string nonce;  // the `reverify` request this answers
+};
+struct Started {
+  std::string attempt_id;
+};
+struct CheckpointSaved {  // "checkpoint": a periodic save, stored and complete
+  std::string attempt_id;
+  std::string manifest;
+};
+struct PreemptNotice {  // "preempt_notice": the node itself is going
+  std::string attempt_id;
+  std::string cause;
+};
+
+// --- server -> agent
+struct Welcome {
+  std::string node_id;
+  int64_t heartbeat_interval_ms = 3000;
+  int64_t lease_ms = 0;            // 0: an older server without leases
+  int64_t heartbeat_grace_ms = 0;  // 0: not told
+  std::string credential{};        // set once, at enrolment
+};
+struct Reverify {
+  std::string reason;  // registration | scheduled | on-demand | what changed
+  std::string nonce;
+};
+struct Stop {  // "cancel" and "preempt": SIGTERM, the grace period, SIGKILL
+  std::string attempt_id;
+  int64_t grace_ms = 10000;
+  std::string cause{};  // preempt only
+};
+struct Kill {  // no grace: the attempt is no longer placed on this node
+  std::string attempt_id;
+  std::string reason;
+};
+struct Lease {
+  int64_t seq = 0;  // the heartbeat it answers
+  int64_t lease_ms = 0;
+  std::vector<std::string> attempts;  // placed on this node: each may run another lease
+};
+struct LogAck {
+  std::string attempt_id;
+  int64_t seq = 0;  // every line up to this one is stored
+};
+struct ExitAck {
+  std::string attempt_id;
+};
+struct ErrorMessage {
+  std::string code;  // a StatusCode name, e.g. FAILED_PRECONDITION
+  std::string message;
+};
+
+struct LogBatch {  // "log"
+  std::string attempt_id;
+  std::vector<LogEntry> lines;
+};
+
+// Any message an agent sends after its hello, read by its `type`: what the server's core takes.
+using AgentMessage = std::variant<Heartbeat, ConformanceMessage, Started, LogBatch, CheckpointSaved,
+                                  PreemptNotice, Exited>;
+// InvalidArgument naming the type or the field that is wrong.
+Result<AgentMessage> AgentMessageFromJson(const Json& j);
+
+Json ToJson(const Heartbeat& m);
+Json ToJson(const ConformanceMessage& m);
+Json ToJson(const Started& m);
+Json ToJson(const CheckpointSaved& m);
+Json ToJson(const PreemptNotice& m);
+Json ToJson(const Welcome& m);
+Json ToJson(const Reverify& m);
+Json CancelMessage(const Stop& m);
+Json PreemptMessage(const Stop& m);
+Json ToJson(const Kill& m);
+Json ToJson(const Lease& m);
+Json ToJson(const LogAck& m);
+Json ToJson(const ExitAck& m);
+Json ToJson(const ErrorMessage& m);
+
+Result<Heartbeat> HeartbeatFromJson(const Json& j);
+Result<ConformanceMessage> ConformanceFromJson(const Json& j);
+Result<Started> StartedFromJson(const Json& j);
+Result<CheckpointSaved> CheckpointSavedFromJson(const Json& j);
+Result<PreemptNotice> PreemptNoticeFromJson(const Json& j);
+Result<Welcome> WelcomeFromJson(const Json& j);
+Result<Reverify> ReverifyFromJson(const Json& j);
+Result<Stop> StopFromJson(const Json& j);
+Result<Kill> KillFromJson(const Json& j);
+Result<Lease> LeaseFromJson(const Json& j);
+Result<LogAck> LogAckFromJson(const Json& j);
+Result<ExitAck> ExitAckFromJson(const Json& j);
+Result<ErrorMessage> ErrorFromJson(const Json& j);
 
 Json ToJson(const Hello& m);
 Json ToJson(const Assign& m);

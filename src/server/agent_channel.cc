@@ -57,9 +57,8 @@ Result<WsHandler> Api::Upgrade(const HttpRequest& req, const std::shared_ptr<WsC
   ServerCore* core = core_;
   h.on_message = [core, session](const std::shared_ptr<WsConnection>& c, std::string_view text) {
     auto fail = [&](const Status& s, bool fatal) {
-      c->Send(DumpJson(Json{{"type", "error"},
-                            {"code", std::string(StatusCodeName(s.code()))},
-                            {"message", s.message()}}));
+      c->Send(DumpJson(
+          proto::ToJson(proto::ErrorMessage{std::string(StatusCodeName(s.code())), s.message()})));
       if (fatal || ++session->errors > 100) c->Close();
     };
     auto msg = ParseJson(text);
@@ -100,7 +99,9 @@ Result<WsHandler> Api::Upgrade(const HttpRequest& req, const std::shared_ptr<WsC
       session->node_id = *node;
       return;
     }
-    Status s = core->AgentMessage(session->node_id, session->link.get(), *msg);
+    auto typed = proto::AgentMessageFromJson(*msg);
+    if (!typed.ok()) return fail(typed.status(), false);
+    Status s = core->AgentMessage(session->node_id, session->link.get(), *typed);
     if (!s.ok()) fail(s, s.code() == StatusCode::kFailedPrecondition);
   };
   h.on_close = [core, session](const std::shared_ptr<WsConnection>&) {

@@ -2,6 +2,7 @@
 // agent, and its disconnection. Members of ServerCore.
 #include <algorithm>
 #include <set>
+#include <variant>
 
 #include "common/inventory.h"
 #include "server/accounts.h"
@@ -110,40 +111,35 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   if (live.link && live.link != link) live.link->Close();
   live.link = link;
   live.last_seen_mono = clock_->MonotonicMillis();
-  Json welcome{{"type", "welcome"},
-               {"node_id", node_id},
-               {"heartbeat_interval_ms", options_.heartbeat_interval_ms},
-               {"lease_ms", options_.lease_ms},
-               // Supervisors kill a job with no live agent before this runs out.
-               {"heartbeat_grace_ms", options_.heartbeat_grace_ms}};
+  proto::Welcome welcome;
+  welcome.node_id = node_id;
+  welcome.heartbeat_interval_ms = options_.heartbeat_interval_ms;
+  welcome.lease_ms = options_.lease_ms;
+  // Supervisors kill a job with no live agent before this runs out.
+  welcome.heartbeat_grace_ms = options_.heartbeat_grace_ms;
   // Shown once: the agent keeps it in its data dir and proves the node with it from now on.
-  if (credential) welcome["credential"] = credential->secret;
-  link->Send(welcome);
+  if (credential) welcome.credential = credential->secret;
+  link->Send(proto::ToJson(welcome));
   // Registration runs the conformance suite, unless the node is verified and unchanged.
   if (live.record.verification != kVerified) {
     RequestReportLocked(live, trust.changed ? trust.what : "registration");
   }
   for (const auto& aid : to_cancel) {
-    link->Send(
-        Json{{"type", "cancel"}, {"attempt_id", aid}, {"grace_ms", options_.cancel_grace_ms}});
+    link->Send(proto::CancelMessage({aid, options_.cancel_grace_ms}));
   }
   for (const auto& aid : to_kill) {
-    link->Send(Json{{"type", "kill"},
-                    {"attempt_id", aid},
-                    {"reason", "the server no longer places it on this node"}});
+    link->Send(proto::ToJson(proto::Kill{aid, "the server no longer places it on this node"}));
   }
-  for (const auto& aid : to_ack) link->Send(Json{{"type", "exit_ack"}, {"attempt_id", aid}});
+  for (const auto& aid : to_ack) link->Send(proto::ToJson(proto::ExitAck{aid}));
   // Tell the agent where each surviving attempt's logs stand, so it resends only what we lack.
   // A preemption the server started may not have reached the agent before the link (or the
   // server) went down: ask again; stopping a process twice is harmless.
   for (const auto& [aid, att] : active_attempts_) {
     if (att.node_id != node_id) continue;
-    link->Send(Json{{"type", "log_ack"}, {"attempt_id", aid}, {"seq", max_log_seq_[aid]}});
+    link->Send(proto::ToJson(proto::LogAck{aid, max_log_seq_[aid]}));
     if (att.cause.rfind(kPreemptingPrefix, 0) == 0) {
-      link->Send(Json{{"type", "preempt"},
-                      {"attempt_id", aid},
-                      {"grace_ms", jobs_[att.job_id].spec.lifecycle.grace_period_s * 1000},
-                      {"cause", att.cause.substr(kPreemptingPrefix.size())}});
+      link->Send(proto::PreemptMessage({aid, jobs_[att.job_id].spec.lifecycle.grace_period_s * 1000,
+                                        att.cause.substr(kPreemptingPrefix.size())}));
     }
   }
   SLUICE_RETURN_IF_ERROR(ScheduleLocked());
@@ -152,6 +148,12 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
 
 Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* link,
                                 const Json& msg) {
+  SLUICE_ASSIGN_OR_RETURN(proto::AgentMessage typed, proto::AgentMessageFromJson(msg));
+  return AgentMessage(node_id, link, typed);
+}
+
+Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* link,
+                                const proto::AgentMessage& msg) {
   std::lock_guard<std::mutex> lock(mu_);
   auto nit = nodes_.find(node_id);
   if (nit == nodes_.end() || nit->second.link.get() != link) {
@@ -159,86 +161,93 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
   }
   NodeState& ns = nit->second;
   ns.last_seen_mono = clock_->MonotonicMillis();
-  SLUICE_ASSIGN_OR_RETURN(std::string type, GetString(msg, "type"));
-  if (type == "heartbeat") {
-    // The reply renews the lease of every attempt we hold placed on this node; an attempt the
-    // agent runs that is not listed is not ours there any more (docs/design-notes.md "Leases
-    // and fencing").
-    Json ids = Json::array();
-    for (const auto& [aid, att] : active_attempts_) {
-      if (att.node_id == node_id) ids.push_back(aid);
-    }
-    // Echoed so the agent counts the lease from when it sent this heartbeat; not a number: 0.
-    int64_t seq = 0;
-    if (auto it = msg.find("seq"); it != msg.end() && it->is_number_integer()) {
-      seq = it->get<int64_t>();
-    }
-    ns.link->Send(Json{{"type", "lease"},
-                       {"seq", seq},
-                       {"lease_ms", options_.lease_ms},
-                       {"attempts", std::move(ids)}});
-    return Status::Ok();
-  }
-  if (type == "conformance") {
-    if (!msg.contains("report")) return Status::InvalidArgument("conformance: report is missing");
-    SLUICE_ASSIGN_OR_RETURN(conformance::Report report,
-                            conformance::ReportFromJson(msg["report"], "conformance.report"));
-    if (!ns.inventory)
-      return Status::FailedPrecondition("conformance: the node's inventory is unreadable");
-    const Inventory& inv = *ns.inventory;
-    // Only a report that answers this server's request counts: one captured from another node
-    // (or an earlier run) is refused and audited (docs/design-notes.md "Node identity").
-    SLUICE_RETURN_IF_ERROR(CheckReportNonceLocked(ns, msg));
-    Edit edit;
-    NodeState& judged = StagedNodeLocked(edit, node_id);
-    judged.verdict =
-        ApplyReport(judged.record, inv, report, options_.verification_rules, clock_->NowMillis());
-    judged.has_verdict = true;
-    WriteBatch& batch = edit.batch;
-    batch.nodes.push_back(judged.record);
-    st::AuditEntry entry;
-    entry.ts_ms = clock_->NowMillis();
-    entry.actor = "agent:" + node_id;
-    entry.action = "agent.conformance";
-    entry.target = node_id;
-    entry.params = Json{{"trigger", report.trigger},
-                        {"checks", report.checks.size()},
-                        {"verification", judged.record.verification},
-                        {"reasons", judged.record.verification_reasons}};
-    entry.status = 200;
-    batch.audit.push_back(std::move(entry));
-    SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
-    AfterVerdictLocked(ns);
-    return ScheduleLocked();
-  }
+  if (auto* hb = std::get_if<proto::Heartbeat>(&msg)) return OnHeartbeatLocked(ns, *hb);
+  if (auto* c = std::get_if<proto::ConformanceMessage>(&msg)) return OnConformanceLocked(ns, *c);
+  return OnAttemptMessageLocked(ns, msg);
+}
 
-  SLUICE_ASSIGN_OR_RETURN(std::string attempt_id, GetString(msg, "attempt_id"));
+Status ServerCore::OnHeartbeatLocked(NodeState& ns, const proto::Heartbeat& hb) {
+  // The reply renews the lease of every attempt we hold placed on this node; an attempt the
+  // agent runs that is not listed is not ours there any more (docs/design-notes.md "Leases and
+  // fencing"). The seq is echoed so the agent counts the lease from when it sent the heartbeat.
+  proto::Lease lease{hb.seq, options_.lease_ms, {}};
+  for (const auto& [aid, att] : active_attempts_) {
+    if (att.node_id == ns.record.id) lease.attempts.push_back(aid);
+  }
+  ns.link->Send(proto::ToJson(lease));
+  return Status::Ok();
+}
+
+Status ServerCore::OnConformanceLocked(NodeState& ns, const proto::ConformanceMessage& m) {
+  const std::string node_id = ns.record.id;
+  SLUICE_ASSIGN_OR_RETURN(conformance::Report report,
+                          conformance::ReportFromJson(m.report, "conformance.report"));
+  if (!ns.inventory) {
+    return Status::FailedPrecondition("conformance: the node's inventory is unreadable");
+  }
+  const Inventory& inv = *ns.inventory;
+  // Only a report that answers this server's request counts: one captured from another node (or
+  // an earlier run) is refused and audited (docs/design-notes.md "Node identity").
+  SLUICE_RETURN_IF_ERROR(CheckReportNonceLocked(ns, m.nonce));
+  Edit edit;
+  NodeState& judged = StagedNodeLocked(edit, node_id);
+  judged.verdict =
+      ApplyReport(judged.record, inv, report, options_.verification_rules, clock_->NowMillis());
+  judged.has_verdict = true;
+  WriteBatch& batch = edit.batch;
+  batch.nodes.push_back(judged.record);
+  st::AuditEntry entry;
+  entry.ts_ms = clock_->NowMillis();
+  entry.actor = "agent:" + node_id;
+  entry.action = "agent.conformance";
+  entry.target = node_id;
+  entry.params = Json{{"trigger", report.trigger},
+                      {"checks", report.checks.size()},
+                      {"verification", judged.record.verification},
+                      {"reasons", judged.record.verification_reasons}};
+  entry.status = 200;
+  batch.audit.push_back(std::move(entry));
+  SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
+  AfterVerdictLocked(ns);
+  return ScheduleLocked();
+}
+
+Status ServerCore::OnAttemptMessageLocked(NodeState& ns, const proto::AgentMessage& msg) {
+  const std::string node_id = ns.record.id;
+  const std::string attempt_id = std::visit(
+      [](const auto& m) -> std::string {
+        if constexpr (requires { m.attempt_id; }) {
+          return m.attempt_id;
+        } else {
+          return "";
+        }
+      },
+      msg);
   auto ait = active_attempts_.find(attempt_id);
   bool ours = ait != active_attempts_.end() && ait->second.node_id == node_id;
-  if (type == "exited" && !ours) {
+  if (std::holds_alternative<proto::Exited>(msg) && !ours) {
     // Already applied (a resend after reconnect) or never ours: acknowledge so the agent forgets.
-    ns.link->Send(Json{{"type", "exit_ack"}, {"attempt_id", attempt_id}});
+    ns.link->Send(proto::ToJson(proto::ExitAck{attempt_id}));
     return Status::Ok();
   }
   if (!ours) {
-    if (type == "log") {
+    if (std::holds_alternative<proto::LogBatch>(msg)) {
       // Lines of an attempt we already closed; tell the agent to drop them.
-      ns.link->Send(Json{{"type", "log_ack"}, {"attempt_id", attempt_id}, {"seq", INT64_MAX}});
+      ns.link->Send(proto::ToJson(proto::LogAck{attempt_id, INT64_MAX}));
       return Status::Ok();
     }
     return Status::NotFound("attempt " + attempt_id + " is not running on this node");
   }
   const AttemptRecord& att = ait->second;
-  if (type == "started") {
+  if (std::holds_alternative<proto::Started>(msg)) {
     Edit edit;
     MarkRunningLocked(attempt_id, ns.record.name, edit);
     return CommitLocked(edit);
   }
-  if (type == "log") {
+  if (const auto* log = std::get_if<proto::LogBatch>(&msg)) {
     WriteBatch batch;
-    SLUICE_ASSIGN_OR_RETURN(auto lines, proto::LogEntriesFromJson(msg));
     int64_t& max_seq = max_log_seq_[attempt_id];
-    for (auto& l : lines) {
+    for (const auto& l : log->lines) {
       if (l.seq <= max_seq) continue;  // a resend we already hold
       st::LogLine line;
       line.job_id = att.job_id;
@@ -246,7 +255,7 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
       line.seq = l.seq;
       line.stream = l.stream;
       line.ts_ms = l.ts_ms ? l.ts_ms : clock_->NowMillis();
-      line.text = std::move(l.text);
+      line.text = l.text;
       batch.logs.push_back(std::move(line));
     }
     if (batch.logs.empty()) return Status::Ok();
@@ -255,32 +264,26 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
     SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
     log_bytes_[attempt_id] = held_after;
     max_seq = std::max(max_seq, new_max);
-    ns.link->Send(Json{{"type", "log_ack"}, {"attempt_id", attempt_id}, {"seq", max_seq}});
+    ns.link->Send(proto::ToJson(proto::LogAck{attempt_id, max_seq}));
     return Status::Ok();
   }
-  if (type == "preempt_notice") {
+  if (const auto* notice = std::get_if<proto::PreemptNotice>(&msg)) {
     // The node itself is going (a cloud spot notice, the provider's signal): the agent is
     // already stopping the job, so nothing is sent back.
-    SLUICE_ASSIGN_OR_RETURN(std::string cause, GetStringOr(msg, "cause", "notice from the agent"));
-    if (cause.size() > 300) cause = cause.substr(0, 300);
-    return PreemptLocked(attempt_id, cause, /*tell_agent=*/false);
+    return PreemptLocked(attempt_id, notice->cause, /*tell_agent=*/false);
   }
-  if (type == "checkpoint") {
-    SLUICE_ASSIGN_OR_RETURN(std::string manifest, GetString(msg, "manifest"));
+  if (const auto* cp = std::get_if<proto::CheckpointSaved>(&msg)) {
     Edit edit;
-    SaveCheckpointLocked(att, manifest, edit);
+    SaveCheckpointLocked(att, cp->manifest, edit);
     return CommitLocked(edit);
   }
-  if (type == "exited") {
-    SLUICE_ASSIGN_OR_RETURN(proto::Exited ex, proto::ExitedFromJson(msg));
-    Edit edit;
-    ApplyExitLocked(attempt_id, ex, edit);
-    // Acknowledged only once durable: until then the agent keeps the exit and resends it.
-    edit.sends.emplace_back(node_id, Json{{"type", "exit_ack"}, {"attempt_id", attempt_id}});
-    SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
-    return ScheduleLocked();
-  }
-  return Status::InvalidArgument("type: unknown message type `" + type + "`");
+  const auto& ex = std::get<proto::Exited>(msg);
+  Edit edit;
+  ApplyExitLocked(attempt_id, ex, edit);
+  // Acknowledged only once durable: until then the agent keeps the exit and resends it.
+  edit.sends.emplace_back(node_id, proto::ToJson(proto::ExitAck{attempt_id}));
+  SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
+  return ScheduleLocked();
 }
 
 void ServerCore::AgentDisconnected(const std::string& node_id, const AgentLink* link) {

@@ -208,10 +208,7 @@ Status ServerCore::PreemptLocked(const std::string& attempt_id, const std::strin
                       " is being preempted (" + cause + "): SIGTERM, then SIGKILL after " +
                       std::to_string(grace_ms / 1000) + "s"));
   if (tell_agent) {
-    edit.sends.emplace_back(
-        att.node_id,
-        Json{
-            {"type", "preempt"}, {"attempt_id", att.id}, {"grace_ms", grace_ms}, {"cause", cause}});
+    edit.sends.emplace_back(att.node_id, proto::PreemptMessage({att.id, grace_ms, cause}));
   }
   return CommitLocked(edit);
 }

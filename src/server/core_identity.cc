@@ -82,14 +82,10 @@ void ServerCore::SendReportRequestLocked(NodeState& node, const std::string& why
   if (node.report_nonces.size() > kMaxOutstandingReports) {
     node.report_nonces.erase(node.report_nonces.begin());
   }
-  node.link->Send(Json{{"type", "reverify"}, {"reason", why}, {"nonce", nonce}});
+  node.link->Send(proto::ToJson(proto::Reverify{why, nonce}));
 }
 
-Status ServerCore::CheckReportNonceLocked(NodeState& node, const Json& msg) {
-  std::string nonce;
-  if (auto it = msg.find("nonce"); it != msg.end() && it->is_string()) {
-    nonce = it->get<std::string>();
-  }
+Status ServerCore::CheckReportNonceLocked(NodeState& node, const std::string& nonce) {
   auto& pending = node.report_nonces;
   auto found = nonce.empty() ? pending.end() : std::find(pending.begin(), pending.end(), nonce);
   if (found != pending.end()) {

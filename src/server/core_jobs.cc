@@ -160,9 +160,8 @@ Result<JobRecord> ServerCore::CancelJob(const std::string& id) {
                     "cancel requested: SIGTERM to the process group, SIGKILL after " +
                         std::to_string(options_.cancel_grace_ms / 1000) + "s"));
     if (auto att = active_attempts_.find(job.attempt_id); att != active_attempts_.end()) {
-      edit.sends.emplace_back(att->second.node_id, Json{{"type", "cancel"},
-                                                        {"attempt_id", att->first},
-                                                        {"grace_ms", options_.cancel_grace_ms}});
+      edit.sends.emplace_back(att->second.node_id,
+                              proto::CancelMessage({att->first, options_.cancel_grace_ms}));
     }
   }
   const JobRecord out = job;

@@ -210,7 +210,11 @@ class ServerCore {
   // node id already enrolled is only taken with that node's credential.
   Result<std::string> AgentHello(const std::shared_ptr<AgentLink>& link, const proto::Hello& hello,
                                  const AgentIdentity& who = {});
-  // heartbeat | started | log | exited, from a node that said hello on `link`.
+  // A message from a node that said hello on `link` (heartbeat, conformance, started, log,
+  // checkpoint, preempt_notice, exited).
+  Status AgentMessage(const std::string& node_id, const AgentLink* link,
+                      const proto::AgentMessage& msg);
+  // The same, read from JSON first (InvalidArgument naming the bad field).
   Status AgentMessage(const std::string& node_id, const AgentLink* link, const Json& msg);
   void AgentDisconnected(const std::string& node_id, const AgentLink* link);
 
@@ -384,7 +388,12 @@ class ServerCore {
   Result<std::string> AdmitNodeLocked(const proto::Hello& hello, const AgentIdentity& who) const;
   // Whether `msg` (a `conformance` message) answers an outstanding request of `node`; consumes
   // its nonce and every older one. Otherwise audits the refusal and says why.
-  Status CheckReportNonceLocked(NodeState& node, const Json& msg);
+  Status CheckReportNonceLocked(NodeState& node, const std::string& nonce);
+  // The agent channel's messages, one handler each (core_agent_channel.cc).
+  Status OnHeartbeatLocked(NodeState& node, const proto::Heartbeat& m);
+  Status OnConformanceLocked(NodeState& node, const proto::ConformanceMessage& m);
+  // started, log, checkpoint, preempt_notice, exited: about one attempt of this node.
+  Status OnAttemptMessageLocked(NodeState& node, const proto::AgentMessage& msg);
   Json EndItemLocked(const store::JobRecord& job) const;
   // Keeps an attempt's stored log within options_.max_log_bytes_per_attempt: when the lines in
   // `batch` would pass it, the oldest lines (stored, then in the batch) are dropped with a marker
