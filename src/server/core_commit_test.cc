@@ -139,6 +139,7 @@ TEST_F(CoreCommitTest, AFailedPlacementLeavesNoAttemptAndSendsNoAssignment) {
   core_->Tick();  // the first tick also refreshes what a tick refreshes once a minute
   Snapshot before = Take();
   EXPECT_TRUE(before.memory["active_attempts"].empty());
+  EXPECT_EQ(before.memory["queued"], Json::array({job_}));
   const int failed = failing_->failed;
   core_->Tick();  // the tick retries the failed pass, which fails again
   EXPECT_GT(failing_->failed, failed);
@@ -151,6 +152,7 @@ TEST_F(CoreCommitTest, AFailedPlacementLeavesNoAttemptAndSendsNoAssignment) {
   ASSERT_EQ(link_->OfType("assign").size(), 1u);
   EXPECT_EQ(link_->OfType("assign")[0]["attempt"], 1);
   EXPECT_EQ(JobState(), "starting");
+  EXPECT_TRUE(core_->StateDump()["queued"].empty());
 }
 
 TEST_F(CoreCommitTest, AFailedExitLeavesTheAttemptRunningAndUnacknowledged) {

@@ -79,7 +79,10 @@ Status ServerCore::CommitLocked(Edit& edit) {
 void ServerCore::ApplyLocked(Edit& edit) {
   // Assignment, never erase-and-insert, for entries that stay: callers may be iterating the
   // live maps (the tick over nodes, a reclaim over attempts).
-  for (auto& [id, js] : edit.jobs) jobs_[id] = std::move(js);
+  for (auto& [id, js] : edit.jobs) {
+    jobs_[id] = std::move(js);
+    IndexJobLocked(id);
+  }
   for (auto& [id, ns] : edit.nodes) nodes_[id] = std::move(ns);
   for (auto& [id, checkpoints] : edit.checkpoints) {
     if (checkpoints.empty()) {
@@ -100,6 +103,15 @@ void ServerCore::ApplyLocked(Edit& edit) {
       max_log_seq_.erase(id);
       log_bytes_.erase(id);
     }
+  }
+}
+
+void ServerCore::IndexJobLocked(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end() && it->second.record.state == store::JobState::kQueued) {
+    queued_.insert(job_id);
+  } else {
+    queued_.erase(job_id);
   }
 }
 
@@ -158,6 +170,7 @@ Json ServerCore::StateDump() {
               {"log_bytes", log_bytes_},
               {"checkpoints", std::move(checkpoints)},
               {"avoid", avoid_},
+              {"queued", queued_},
               {"next_order", next_order_}};
 }
 

@@ -110,6 +110,7 @@ Status ServerCore::DeleteJob(const std::string& id) {
   checkpoints_.erase(id);
   avoid_.erase(id);
   jobs_.erase(it);
+  IndexJobLocked(id);
   CollectBlobsLocked(manifests);
   if (!workdir.empty() && blobs_ != nullptr) {
     bool shared = false;

@@ -136,8 +136,9 @@ Status ServerCore::PlaceLocked() {
   WriteBatch& batch = edit.batch;
   // Interruptible-then-on-demand jobs that have waited or been preempted enough may now use
   // on-demand capacity; the switch is an event, never silent (DESIGN.md §6).
-  for (const auto& [id, js] : jobs_) {
-    if (js.record.state != st::JobState::kQueued || js.fell_back) continue;
+  for (const auto& id : queued_) {
+    const JobState& js = jobs_.at(id);
+    if (js.fell_back) continue;
     std::string why = FallbackReasonLocked(js);
     if (why.empty()) continue;
     StagedJobLocked(edit, id).fell_back = true;
@@ -145,8 +146,7 @@ Status ServerCore::PlaceLocked() {
         EventLocked(id, "fallback", "falling back to on-demand capacity: " + why));
   }
   std::vector<sched::JobRequest> queue;
-  for (const auto& [id, live] : jobs_) {
-    if (live.record.state != st::JobState::kQueued) continue;
+  for (const auto& id : queued_) {
     const JobState& js = *ViewJobLocked(edit, id);
     sched::JobRequest r;
     r.job_id = id;

@@ -89,6 +89,7 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
   js.order = next_order_++;
   std::string id = job.id;
   jobs_[id] = std::move(js);
+  IndexJobLocked(id);
   // The job is durably queued: that is the answer, even if it cannot be placed this instant
   // (the tick tries again; DegradedLocked says why).
   if (Status s = ScheduleLocked(); !s.ok()) DegradedLocked("scheduling after a submit", s);

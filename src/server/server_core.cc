@@ -64,7 +64,9 @@ Status ServerCore::Load() {
       SLUICE_ASSIGN_OR_RETURN(auto atts, store_->AttemptsForJob(js.record.id));
       js.attempts = static_cast<int>(atts.size());
     }
-    jobs_[js.record.id] = std::move(js);
+    const std::string id = js.record.id;
+    jobs_[id] = std::move(js);
+    IndexJobLocked(id);
   }
   SLUICE_ASSIGN_OR_RETURN(auto checkpoints, store_->LoadCheckpoints());
   for (auto& c : checkpoints) checkpoints_[c.job_id].push_back(std::move(c));
@@ -208,9 +210,9 @@ void ServerCore::Tick() {
     }
     job = job->second.empty() ? avoid_.erase(job) : std::next(job);
   }
-  for (const auto& [id, js] : jobs_) {
-    if (js.record.state == st::JobState::kQueued && !js.fell_back &&
-        !FallbackReasonLocked(js).empty()) {
+  for (const auto& id : queued_) {
+    const JobState& js = jobs_.at(id);
+    if (!js.fell_back && !FallbackReasonLocked(js).empty()) {
       expired = true;  // a job may fall back to on-demand capacity now
     }
   }

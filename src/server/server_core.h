@@ -340,6 +340,8 @@ class ServerCore {
   // batch to streams, collects dropped checkpoints' blobs and sends the edit's messages.
   Status CommitLocked(Edit& edit);
   void ApplyLocked(Edit& edit);
+  // Files `job_id` in the queue index as jobs_ now holds it (or drops it, when gone).
+  void IndexJobLocked(const std::string& job_id);
   // A failure nobody waits for (the tick, a disconnect): logged and counted, never silent.
   void DegradedLocked(const std::string& what, const Status& status);
 
@@ -426,6 +428,9 @@ class ServerCore {
   // Guarded by mu_.
   std::map<std::string, NodeState> nodes_;
   std::map<std::string, JobState> jobs_;
+  // The ids of queued jobs (IndexJobLocked keeps it): placement and the tick walk the queue,
+  // not every job ever submitted.
+  std::set<std::string> queued_;
   std::map<std::string, store::AttemptRecord> active_attempts_;  // starting/running only
   std::map<std::string, int64_t> max_log_seq_;                   // per active attempt
   std::map<std::string, int64_t> log_bytes_;  // stored log bytes per active attempt (lazy)
