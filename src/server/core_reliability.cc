@@ -26,9 +26,23 @@ void ServerCore::CloseUptimeLocked(NodeState& node, WriteBatch& batch) {
   node.online_since_ms = 0;
 }
 
-void ServerCore::RefreshReliabilityLocked() {
-  const int64_t now = clock_->NowMillis();
-  const int64_t since = now - market::kReliabilityWindowMs;
+ServerCore::ReliabilityHistory ServerCore::ReadReliabilityHistory() const {
+  ReliabilityHistory h;
+  h.now = clock_->NowMillis();
+  h.since = h.now - market::kReliabilityWindowMs;
+  // Unreadable history scores nodes on what could be read; the next refresh tries again.
+  if (auto uptime = store_->LoadUptime(h.since); uptime.ok()) h.uptime = *std::move(uptime);
+  if (auto attempts = store_->AttemptsSince(h.since); attempts.ok()) {
+    h.attempts = *std::move(attempts);
+  }
+  return h;
+}
+
+void ServerCore::RefreshReliabilityLocked() { ApplyReliabilityLocked(ReadReliabilityHistory()); }
+
+void ServerCore::ApplyReliabilityLocked(const ReliabilityHistory& h) {
+  const int64_t now = h.now;
+  const int64_t since = h.since;
   std::map<std::string, market::ReliabilityInputs> in;
   for (const auto& [id, ns] : nodes_) {
     in[id].window_ms = now - std::max(since, ns.record.registered_ms);
@@ -36,9 +50,7 @@ void ServerCore::RefreshReliabilityLocked() {
   // Spans may overlap (an open span rewritten while a closed copy exists after a restart), so
   // they are merged per node before they are summed.
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> spans;
-  if (auto uptime = store_->LoadUptime(since); uptime.ok()) {
-    for (const auto& u : *uptime) spans[u.node_id].emplace_back(u.start_ms, u.end_ms);
-  }
+  for (const auto& u : h.uptime) spans[u.node_id].emplace_back(u.start_ms, u.end_ms);
   for (const auto& [id, ns] : nodes_) {
     if (ns.online_since_ms > 0) spans[id].emplace_back(ns.online_since_ms, now);
   }
@@ -55,18 +67,16 @@ void ServerCore::RefreshReliabilityLocked() {
       }
     }
   }
-  if (auto attempts = store_->AttemptsSince(since); attempts.ok()) {
-    for (const auto& a : *attempts) {
-      auto it = in.find(a.node_id);
-      if (it == in.end()) continue;
-      it->second.starts++;
-      bool never_started = a.started_ms == 0;
-      if (never_started && (a.state == AttemptState::kFailed || a.state == AttemptState::kLost)) {
-        it->second.start_failures++;
-      } else if (!never_started &&
-                 (a.state == AttemptState::kPreempted || a.state == AttemptState::kLost)) {
-        it->second.preemptions++;
-      }
+  for (const auto& a : h.attempts) {
+    auto it = in.find(a.node_id);
+    if (it == in.end()) continue;
+    it->second.starts++;
+    bool never_started = a.started_ms == 0;
+    if (never_started && (a.state == AttemptState::kFailed || a.state == AttemptState::kLost)) {
+      it->second.start_failures++;
+    } else if (!never_started &&
+               (a.state == AttemptState::kPreempted || a.state == AttemptState::kLost)) {
+      it->second.preemptions++;
     }
   }
   for (auto& [id, ns] : nodes_) ns.reliability = market::ComputeReliability(in[id]);

@@ -155,6 +155,15 @@ void ServerCore::SendLocked(const std::string& node_id, const Json& msg) {
 }
 
 void ServerCore::Tick() {
+  if (TickState()) {
+    // Reliability reads 30 days of history: from the store without the lock, applied under it.
+    ReliabilityHistory history = ReadReliabilityHistory();
+    std::lock_guard<std::mutex> lock(mu_);
+    ApplyReliabilityLocked(history);
+  }
+}
+
+bool ServerCore::TickState() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = subscribers_.begin(); it != subscribers_.end();) {
     it = it->second.sink(Json()) ? std::next(it) : subscribers_.erase(it);
@@ -180,6 +189,7 @@ void ServerCore::Tick() {
     }
   }
   AdmitVerificationsLocked();
+  bool refresh_reliability = false;
   // Once a minute: extend the open uptime spans, ask for scheduled re-verification, and
   // recompute reliability scores.
   if (now - reliability_refreshed_mono_ >= 60000 || reliability_refreshed_mono_ == 0) {
@@ -195,7 +205,7 @@ void ServerCore::Tick() {
       }
     }
     if (Status s = CommitLocked(batch); !s.ok()) DegradedLocked("extending uptime spans", s);
-    RefreshReliabilityLocked();
+    refresh_reliability = true;
   }
   // A cooldown that ended may let a waiting job go back to that node.
   bool expired = false;
@@ -216,8 +226,10 @@ void ServerCore::Tick() {
       expired = true;  // a job may fall back to on-demand capacity now
     }
   }
-  if (!expired && !schedule_again_) return;
-  if (Status s = ScheduleLocked(); !s.ok()) DegradedLocked("scheduling from the tick", s);
+  if (expired || schedule_again_) {
+    if (Status s = ScheduleLocked(); !s.ok()) DegradedLocked("scheduling from the tick", s);
+  }
+  return refresh_reliability;
 }
 
 Status ServerCore::RecordAudit(st::AuditEntry entry) {

@@ -354,6 +354,9 @@ class ServerCore {
 
   // Places what can be placed now (PlaceLocked); a failure is retried by the next tick.
   Status ScheduleLocked();
+  // The tick's work on the live state; takes mu_ itself. True when reliability is due a
+  // refresh.
+  bool TickState();
   Status PlaceLocked();
   std::vector<sched::NodeCapacity> CapacityLocked() const;
   // One offer per GPU label (or one CPU offer) for each online node, as free right now.
@@ -372,7 +375,16 @@ class ServerCore {
   Status LoseNodeLocked(const std::string& node_id, const std::string& why);
   // Closes the node's open uptime span at now (it went offline).
   void CloseUptimeLocked(NodeState& node, store::WriteBatch& batch);
-  // Recomputes every node's reliability score from the store's 30-day window.
+  // Recomputes every node's reliability score from the store's 30-day window. The tick reads
+  // the window without the lock (ReadReliabilityHistory) and applies it under it.
+  struct ReliabilityHistory {
+    int64_t now = 0;
+    int64_t since = 0;
+    std::vector<store::UptimeSpan> uptime;
+    std::vector<store::AttemptRecord> attempts;
+  };
+  ReliabilityHistory ReadReliabilityHistory() const;  // store reads only; mu_ not needed
+  void ApplyReliabilityLocked(const ReliabilityHistory& history);
   void RefreshReliabilityLocked();
   // Asks the agent to run its conformance suite (`why`: registration, scheduled, on demand), or
   // queues the request while options_.max_concurrent_verifications suites already run.
