@@ -656,6 +656,12 @@ HttpResponse Api::Metrics() {
   counter("sluice_rate_limited_requests_total",
           "Refused requests answered 429 because their address was over its limit.",
           rate_limited());
+  out +=
+      "# HELP sluice_degraded_total Failures no request waited for (a tick, a disconnect), "
+      "by kind; each also logged.\n# TYPE sluice_degraded_total counter\n";
+  for (const auto& [kind, n] : core_->DegradedCounts()) {
+    out += "sluice_degraded_total{kind=\"" + kind + "\"} " + std::to_string(n) + "\n";
+  }
   std::map<std::string, int> jobs;
   for (const auto& j : core_->ListJobs(std::nullopt, SIZE_MAX)) {
     ++jobs[std::string(store::Name(j.state))];

@@ -49,6 +49,9 @@ TEST(ApiLimitsTest, TenThousandRefusedRequestsCostACounterNotTheDatabase) {
   ASSERT_TRUE(metrics.ok());
   EXPECT_NE(metrics->body.find("sluice_refused_requests_total 10000"), std::string::npos)
       << metrics->body;
+  // Failures nobody waited for are published too (none here).
+  EXPECT_NE(metrics->body.find("# TYPE sluice_degraded_total counter"), std::string::npos);
+  EXPECT_EQ(metrics->body.find("sluice_degraded_total{"), std::string::npos) << metrics->body;
   // Nothing of them was stored: not in the audit log, not in the database's size.
   auto audit = admin.Request("GET", "/v1/audit-log?limit=10000");
   ASSERT_TRUE(audit.ok());

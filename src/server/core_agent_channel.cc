@@ -300,7 +300,8 @@ void ServerCore::AgentDisconnected(const std::string& node_id, const AgentLink* 
   CloseUptimeLocked(node, edit.batch);
   // If this cannot be recorded, the node stays online in memory without a link: it takes no
   // work (placement needs a link) and the tick declares it lost after the grace.
-  if (Status s = CommitLocked(edit); !s.ok()) DegradedLocked("recording a disconnect", s);
+  if (Status s = CommitLocked(edit); !s.ok())
+    DegradedLocked("disconnect", "recording a disconnect", s);
 }
 
 }  // namespace sluice::server

@@ -115,10 +115,10 @@ void ServerCore::IndexJobLocked(const std::string& job_id) {
   }
 }
 
-void ServerCore::DegradedLocked(const std::string& what, const Status& status) {
-  ++degraded_[what];
-  std::fprintf(stderr, "sluice server: %s failed (%s); %lld time(s) so far\n", what.c_str(),
-               status.ToString().c_str(), static_cast<long long>(degraded_[what]));
+void ServerCore::DegradedLocked(const char* kind, const std::string& what, const Status& status) {
+  const int64_t n = ++degraded_[kind];
+  std::fprintf(stderr, "sluice server: %s failed (%s); %s failures so far: %lld\n", what.c_str(),
+               status.ToString().c_str(), kind, static_cast<long long>(n));
 }
 
 Json ServerCore::StateDump() {

@@ -185,7 +185,7 @@ bool ServerCore::TickState() {
     int64_t silent = now - ns.last_seen_mono;
     if (silent > options_.heartbeat_grace_ms) {
       Status lost = LoseNodeLocked(id, "no heartbeat for " + std::to_string(silent / 1000) + "s");
-      if (!lost.ok()) DegradedLocked("declaring node " + id + " lost", lost);
+      if (!lost.ok()) DegradedLocked("node_loss", "declaring node " + id + " lost", lost);
     }
   }
   AdmitVerificationsLocked();
@@ -204,7 +204,8 @@ bool ServerCore::TickState() {
         RequestReportLocked(ns, "scheduled");
       }
     }
-    if (Status s = CommitLocked(batch); !s.ok()) DegradedLocked("extending uptime spans", s);
+    if (Status s = CommitLocked(batch); !s.ok())
+      DegradedLocked("uptime", "extending uptime spans", s);
     refresh_reliability = true;
   }
   // A cooldown that ended may let a waiting job go back to that node.
@@ -227,7 +228,8 @@ bool ServerCore::TickState() {
     }
   }
   if (expired || schedule_again_) {
-    if (Status s = ScheduleLocked(); !s.ok()) DegradedLocked("scheduling from the tick", s);
+    if (Status s = ScheduleLocked(); !s.ok())
+      DegradedLocked("schedule", "scheduling from the tick", s);
   }
   return refresh_reliability;
 }

@@ -264,7 +264,8 @@ class ServerCore {
   // 1). Reliability scores are left out: they are recomputed from the store, not changed by
   // commits.
   Json StateDump();
-  // Failures nobody was waiting for (DegradedLocked), by what failed.
+  // Failures nobody was waiting for (DegradedLocked), by kind; /v1/metrics exports them as
+  // sluice_degraded_total{kind}.
   std::map<std::string, int64_t> DegradedCounts();
 
  private:
@@ -342,8 +343,9 @@ class ServerCore {
   void ApplyLocked(Edit& edit);
   // Files `job_id` in the queue index as jobs_ now holds it (or drops it, when gone).
   void IndexJobLocked(const std::string& job_id);
-  // A failure nobody waits for (the tick, a disconnect): logged and counted, never silent.
-  void DegradedLocked(const std::string& what, const Status& status);
+  // A failure nobody waits for (the tick, a disconnect): logged with `what` failed, and counted
+  // under `kind` (a fixed name: schedule, node_loss, uptime, disconnect), never silent.
+  void DegradedLocked(const char* kind, const std::string& what, const Status& status);
 
   struct Subscriber {
     std::string job_id;
@@ -464,7 +466,7 @@ class ServerCore {
   int64_t reliability_refreshed_mono_ = 0;
   int64_t last_tick_mono_ = 0;               // for CoreOptions::stall_credit_after_ms
   int64_t verify_queue_seq_ = 0;             // NodeState::verify_queue_order
-  std::map<std::string, int64_t> degraded_;  // DegradedLocked: failures by what failed
+  std::map<std::string, int64_t> degraded_;  // DegradedLocked: failures by kind
   bool schedule_again_ = false;              // the last scheduling pass failed
   SigningIdentity signing_;
 };
