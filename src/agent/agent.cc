@@ -1,4 +1,5 @@
 #include "agent/agent_internal.h"
+#include "agent/attempt_outbox.h"
 
 namespace sluice::agent {
 namespace internal {
@@ -116,9 +117,7 @@ void Agent::OnMessage(std::string_view text) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = attempts_.find(m->attempt_id);
     if (it == attempts_.end()) return;
-    auto& lines = it->second->lines;
-    while (!lines.empty() && lines.front().seq <= m->seq) lines.pop_front();
-    it->second->sent_seq = std::max(it->second->sent_seq, m->seq);
+    AckLogs(*it->second, m->seq);
   } else if (type == "exit_ack") {
     auto m = proto::ExitAckFromJson(*msg);
     if (!m.ok()) return malformed(m.status());
@@ -210,44 +209,7 @@ void Agent::FlushLocked(WsClient& ws) {
     pending_report_.clear();
   }
   for (auto& [id, a] : attempts_) {
-    if (a->proc && !a->started_sent) {
-      ws.Send(DumpJson(proto::ToJson(proto::Started{id})));
-      a->started_sent = true;
-    }
-    std::vector<proto::LogEntry> batch;
-    for (const auto& l : a->lines) {
-      if (l.seq <= a->sent_seq) continue;
-      batch.push_back(l);
-      if (batch.size() == proto::kMaxLinesPerLogMessage) {
-        ws.Send(DumpJson(proto::LogMessage(id, batch)));
-        a->sent_seq = batch.back().seq;
-        batch.clear();
-      }
-    }
-    if (!batch.empty()) {
-      ws.Send(DumpJson(proto::LogMessage(id, batch)));
-      a->sent_seq = batch.back().seq;
-    }
-    if (!a->notice.empty() && !a->exit_sent) {
-      ws.Send(DumpJson(proto::ToJson(proto::PreemptNotice{id, a->notice})));
-      a->notice.clear();
-    }
-    if (!a->pending_checkpoint.empty() && !a->exit_sent) {
-      ws.Send(DumpJson(proto::ToJson(proto::CheckpointSaved{id, a->pending_checkpoint})));
-      a->pending_checkpoint.clear();
-    }
-    bool finished = a->exit.has_value() || !a->error.empty();
-    if (finished && !a->exit_sent && !a->lost) {
-      proto::Exited ex;
-      ex.attempt_id = id;
-      ex.checkpoint = a->final_checkpoint;
-      ex.exit_code = a->exit ? a->exit->exit_code : -1;
-      ex.signal = a->exit ? a->exit->signal : 0;
-      ex.error = a->error;
-      ex.out_of_memory = a->out_of_memory;
-      ws.Send(DumpJson(proto::ToJson(ex)));
-      a->exit_sent = true;
-    }
+    for (const auto& msg : TakeUnsent(*a, a->proc != nullptr)) ws.Send(DumpJson(msg));
   }
 }
 
@@ -295,9 +257,7 @@ Status Agent::ConnectOnce() {
     hello.attempts.push_back(r);
     if (a->lost) lost.push_back(id);
     // Everything unacknowledged goes again on this connection.
-    a->sent_seq = 0;
-    a->exit_sent = false;
-    a->started_sent = false;
+    RewindForReconnect(*a);
   }
   ws_ = ws;
   connected_ = true;
