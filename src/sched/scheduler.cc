@@ -8,6 +8,12 @@
 #include "market/explain.h"
 
 namespace sluice::sched {
+
+const std::vector<market::Offer>& NodeCapacity::Offers() const {
+  static const std::vector<market::Offer> kNone;
+  return offers ? *offers : kNone;
+}
+
 namespace {
 
 bool OverBudget(const JobRequest& job, double price_per_hour) {
@@ -37,7 +43,7 @@ std::string NeverFitsReason(const std::vector<NodeCapacity>& nodes, const JobReq
                             const market::CostModel& model) {
   if (nodes.empty()) return "no nodes are registered; start an agent with `sluice agent`";
   std::vector<market::Offer> offers;
-  for (const auto& n : nodes) offers.insert(offers.end(), n.offers.begin(), n.offers.end());
+  for (const auto& n : nodes) offers.insert(offers.end(), n.Offers().begin(), n.Offers().end());
   std::string what = "no registered node can ever run this job (" + std::to_string(nodes.size()) +
                      " node" + (nodes.size() == 1 ? "" : "s") + "): ";
   // Offers the query matches but the job still cannot use: no interruptible capacity for
@@ -115,7 +121,7 @@ bool PlanPreemption(std::vector<NodeCapacity>& nodes, const JobRequest& job,
                          job.avoid_nodes.end()) {
       continue;
     }
-    for (const auto& idle : n.offers) {
+    for (const auto& idle : n.Offers()) {
       if (!market::Matches(job.query, idle)) continue;
       if (OverBudget(job, market::EstimateCost(idle, work, model).price_per_hour)) continue;
       if (FitsIfFreed(n, idle, job, {})) {
@@ -197,7 +203,7 @@ Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& qu
     std::optional<Candidate> best;
     bool could_ever = false;
     for (auto& n : nodes) {
-      for (const auto& idle : n.offers) {
+      for (const auto& idle : n.Offers()) {
         if (!market::Matches(job->query, idle)) continue;
         const market::CostEstimate idle_cost = market::EstimateCost(idle, work, model);
         if (OverBudget(*job, idle_cost.price_per_hour)) continue;

@@ -3,6 +3,7 @@
 // no I/O and keeps no state, so the server applies the plan and tests check plans directly.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,8 +46,12 @@ struct NodeCapacity {
   // GPUs; cpus and memory_gb are the node's totals. The scheduler derives the "now" view of each
   // offer from the slots and free counts above, so jobs are matched by the very predicate the
   // market query uses.
-  std::vector<market::Offer> offers;
+  // Immutable and shared: the server builds a node's offers once per change to the node, and
+  // every placement pass shares them instead of copying them (issue 12 item 3).
+  std::shared_ptr<const std::vector<market::Offer>> offers;
   std::vector<RunningAttempt> running;  // what holds the GPUs, CPUs and memory not free above
+
+  const std::vector<market::Offer>& Offers() const;
 };
 
 struct JobRequest {

@@ -28,8 +28,15 @@ NodeCapacity Node(std::string id, int gpus, int cpus, double mem, std::string la
   o.price_per_gpu_hour = price;
   o.price_per_cpu_hour = 0.05;
   o.perf_score = gpus > 0 ? perf : 0;
-  n.offers.push_back(o);
+  n.offers = std::make_shared<std::vector<market::Offer>>(std::vector<market::Offer>{o});
   return n;
+}
+
+// A node's offers to change in a test (they are shared and immutable in NodeCapacity).
+std::vector<market::Offer>& EditOffers(NodeCapacity& n) {
+  auto copy = std::make_shared<std::vector<market::Offer>>(n.Offers());
+  n.offers = copy;
+  return *copy;
 }
 
 JobRequest Job(std::string id, int gpus, int cpus = 1, double mem = 1, int prio = 0,
@@ -140,7 +147,7 @@ TEST(SchedulerTest, PlacesByExpectedCostToCompleteNotHourlyPrice) {
   j.objective = market::Objective::kPrice;
   EXPECT_EQ(Schedule({slow, fast}, {j}).placements[0].node_id, "slow");
   j.objective = market::Objective::kTime;
-  fast.offers[0].price_per_gpu_hour = 10;  // fastest, but no longer cheapest to complete
+  EditOffers(fast)[0].price_per_gpu_hour = 10;  // fastest, but no longer cheapest to complete
   EXPECT_EQ(Schedule({slow, fast}, {j}).placements[0].node_id, "fast");
   j.objective = market::Objective::kCost;
   EXPECT_EQ(Schedule({slow, fast}, {j}).placements[0].node_id, "slow");
@@ -158,7 +165,7 @@ TEST(SchedulerTest, AnAllocationIsOneGpuModel) {
   NodeCapacity n = Node("mixed", 1, 8, 32, "a100-80gb", 1.0);
   NodeCapacity h = Node("mixed", 1, 8, 32, "h100-80gb", 2.0);
   n.gpus.push_back({1, "h100-80gb", 80, true});
-  n.offers.push_back(h.offers[0]);
+  EditOffers(n).push_back(h.Offers()[0]);
   auto plan = Schedule({n}, {Job("two", 2)});
   ASSERT_EQ(plan.waiting.size(), 1u);
   EXPECT_TRUE(plan.waiting[0].never_fits);
@@ -251,7 +258,7 @@ TEST(SchedulerTest, InterruptibleOnlyWorkNeedsInterruptibleCapacity) {
   EXPECT_NE(plan.waiting[0].reason.find("1 matching offer sell no interruptible capacity"),
             std::string::npos)
       << plan.waiting[0].reason;
-  n.offers[0].interruptible_price_per_cpu_hour = 0.01;
+  EditOffers(n)[0].interruptible_price_per_cpu_hour = 0.01;
   plan = Schedule({n}, {spot});
   ASSERT_EQ(plan.placements.size(), 1u);
   EXPECT_TRUE(plan.placements[0].estimate.interruptible);

@@ -105,6 +105,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   NodeState& live = enrolling ? nodes_.emplace(node_id, std::move(fresh)).first->second : ns;
   live.record = std::move(record);
   live.inventory = std::make_shared<const Inventory>(hello.inventory);
+  live.idle.reset();
   if (trust.changed) live.has_verdict = false;  // its usable software is unknown until re-verified
   live.online_since_ms = online_since;
   // A second agent for one node: the newest wins.

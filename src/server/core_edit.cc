@@ -83,7 +83,10 @@ void ServerCore::ApplyLocked(Edit& edit) {
     jobs_[id] = std::move(js);
     IndexJobLocked(id);
   }
-  for (auto& [id, ns] : edit.nodes) nodes_[id] = std::move(ns);
+  for (auto& [id, ns] : edit.nodes) {
+    ns.idle.reset();  // staged from the live entry: its idle capacity may describe the old one
+    nodes_[id] = std::move(ns);
+  }
   for (auto& [id, checkpoints] : edit.checkpoints) {
     if (checkpoints.empty()) {
       checkpoints_.erase(id);

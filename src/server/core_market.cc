@@ -57,7 +57,7 @@ std::vector<market::Offer> ServerCore::AgentOffersLocked() const {
   std::vector<market::Offer> out;
   for (const auto& cap : CapacityLocked()) {
     if (!cap.online) continue;  // offers from disconnected or lost nodes are withdrawn
-    for (market::Offer o : cap.offers) {
+    for (market::Offer o : cap.Offers()) {
       // As free right now.
       o.gpus_available = 0;
       for (const auto& g : cap.gpus) o.gpus_available += g.free && g.label == o.gpu_label;

@@ -91,20 +91,24 @@ std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
     bool verified = ns.record.verification == kVerified;
     if (!verified && !ns.awaiting_report) continue;
     if (!ns.inventory) continue;  // unreadable: never placeable
-    const Inventory* inv = ns.inventory.get();
-    sched::NodeCapacity cap;
-    cap.node_id = id;
-    cap.name = ns.record.name;
-    cap.online = ns.record.state == st::NodeState::kOnline && ns.link != nullptr && verified;
-    for (const auto& g : inv->gpus) {
-      cap.gpus.push_back(
-          {g.index, market::CanonicalGpuLabel(g.name, g.memory_mib), GiB(g.memory_mib), true});
+    if (!ns.idle) {
+      const Inventory* inv = ns.inventory.get();
+      auto idle = std::make_shared<sched::NodeCapacity>();
+      sched::NodeCapacity& cap = *idle;
+      cap.node_id = id;
+      cap.name = ns.record.name;
+      for (const auto& g : inv->gpus) {
+        cap.gpus.push_back(
+            {g.index, market::CanonicalGpuLabel(g.name, g.memory_mib), GiB(g.memory_mib), true});
+      }
+      cap.total_cpus = cap.free_cpus = inv->cpu_cores;
+      cap.total_memory_gb = cap.free_memory_gb = GiB(inv->memory_mib);
+      cap.offers = std::make_shared<const std::vector<market::Offer>>(IdleOffers(
+          ns.record, *inv, cap, ns.has_verdict ? &ns.verdict : nullptr, ns.reliability.score));
+      ns.idle = std::move(idle);
     }
-    cap.total_cpus = cap.free_cpus = inv->cpu_cores;
-    cap.total_memory_gb = cap.free_memory_gb = GiB(inv->memory_mib);
-    cap.offers = IdleOffers(ns.record, *inv, cap, ns.has_verdict ? &ns.verdict : nullptr,
-                            ns.reliability.score);
-    out.push_back(std::move(cap));
+    out.push_back(*ns.idle);
+    out.back().online = ns.record.state == st::NodeState::kOnline && ns.link != nullptr && verified;
   }
   // Each attempt charged to its node through an index: O(nodes + attempts), not their product.
   std::map<std::string_view, sched::NodeCapacity*> by_node;

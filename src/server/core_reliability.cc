@@ -79,7 +79,11 @@ void ServerCore::ApplyReliabilityLocked(const ReliabilityHistory& h) {
       it->second.preemptions++;
     }
   }
-  for (auto& [id, ns] : nodes_) ns.reliability = market::ComputeReliability(in[id]);
+  for (auto& [id, ns] : nodes_) {
+    market::Reliability r = market::ComputeReliability(in[id]);
+    if (r.score != ns.reliability.score) ns.idle.reset();  // offers carry the score
+    ns.reliability = r;
+  }
 }
 
 // RequestReportLocked is in core_identity.cc: every request carries a nonce.

@@ -273,6 +273,10 @@ class ServerCore {
     store::NodeRecord record;
     // record.inventory parsed once, when it changes (registration, load), never per query.
     std::shared_ptr<const Inventory> inventory;
+    // What the node sells when idle (its GPUs, totals and offers), built on first use after any
+    // change to the record, verdict or reliability (each of those resets it): placement reads
+    // it on every submit and exit, and building offers for every node each time was the cost.
+    mutable std::shared_ptr<const sched::NodeCapacity> idle;
     std::shared_ptr<AgentLink> link;  // null while disconnected
     int64_t last_seen_mono = 0;       // Clock::MonotonicMillis of the last sign of life
     // Trust: a conformance run was asked for and its report has not come; the server's verdict

@@ -122,6 +122,31 @@ TEST_F(ServerCoreTest, JobRunsToCompletionWithLogs) {
   EXPECT_EQ(link->OfType("exit_ack").size(), 1u);
 }
 
+// What a node sells is cached between changes (issue 12 item 3); every change shows at once.
+TEST_F(ServerCoreTest, OffersFollowTheNodeThroughEveryChange) {
+  auto link = std::make_shared<RecordingLink>();
+  proto::Hello h = CpuHello();
+  h.price_per_cpu_hour = 0.10;
+  auto node = Hello(link, h);
+  ASSERT_TRUE(node.ok());
+  auto price = [&] {
+    auto offers = core_->ListOffers();
+    return offers.empty() ? -1.0 : offers[0].price_per_cpu_hour;
+  };
+  EXPECT_DOUBLE_EQ(price(), 0.10);
+  h.node_id = *node;
+  h.price_per_cpu_hour = 0.20;  // the provider reprices: a new hello
+  ASSERT_TRUE(core_->AgentHello(link, h).ok());
+  EXPECT_DOUBLE_EQ(price(), 0.20);
+  // A job takes 1 of its 4 CPUs: the offer shows what is free, not the cached idle node.
+  auto job = core_->SubmitJob(Spec(1), "");
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(core_->ListOffers().size(), 1u);
+  EXPECT_EQ(core_->ListOffers()[0].cpus, 3);
+  core_->AgentDisconnected(*node, link.get());
+  EXPECT_TRUE(core_->ListOffers().empty()) << "a disconnected node's offers are withdrawn";
+}
+
 TEST_F(ServerCoreTest, NonZeroExitFailsJob) {
   auto link = std::make_shared<RecordingLink>();
   auto node = Hello(link, CpuHello());

@@ -1,0 +1,398 @@
+#!/usr/bin/env python3
+"""Swarm: N simulated agents on one real `sluice server` (issue 12 item 6, first part).
+
+Starts `sluice server --tls` on 127.0.0.1 with a fresh data dir, measures submit latency with no
+agent connected (the baseline), then connects N simulated agents over real WebSocket (wss)
+connections with the real protocol, spread over source addresses 127.0.0.2... (at most 200 per
+address, under the server's per-address cap): each enrols with the join token (`hello`, the
+server mints its node credential), answers the server's `reverify` with a passing conformance
+report carrying the request's nonce, heartbeats every --interval seconds, and answers `assign`
+with `started` and `exited 0`. Nothing is pre-seeded: every node enrols and is verified through
+the protocol.
+
+Once all are verified it measures, for the server process alone (the swarm shares the cores):
+RSS per connected agent (against the server before any agent), server CPU while the agents
+heartbeat, heartbeats answered per second, submit p50/p99 while they heartbeat (ratio against
+the baseline), and committed placements per second (jobs submitted back to back until each is
+`succeeded`, which needs the commit, the assignment delivered, and the agent's `started` and
+`exited`). Not measured yet: dead-node detection, the reconnect storm, Slurm's rates.
+
+Stdlib only. Run: python3 bench/swarm/run.py [--agents 1000] [--interval 5] [--sluice PATH]
+Exit status: 0 when measured, 2 when the server cannot be started, 1 for other errors.
+"""
+
+import argparse
+import asyncio
+import base64
+import http.client
+import json
+import os
+import random
+import resource
+import shutil
+import ssl
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PER_ADDRESS = 200
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def percentile(xs, p):
+    xs = sorted(xs)
+    if len(xs) == 1:
+        return xs[0]
+    k = (len(xs) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def proc_rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def proc_cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+
+def frame(text):
+    """A masked client text frame."""
+    payload = text.encode()
+    head = bytearray([0x81])
+    n = len(payload)
+    if n < 126:
+        head.append(0x80 | n)
+    elif n < 65536:
+        head.append(0x80 | 126)
+        head += struct.pack(">H", n)
+    else:
+        head.append(0x80 | 127)
+        head += struct.pack(">Q", n)
+    mask = os.urandom(4)
+    head += mask
+    return bytes(head) + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+async def read_frame(reader):
+    """(opcode, payload) of the next server frame (never masked)."""
+    b0, b1 = await reader.readexactly(2)
+    n = b1 & 0x7F
+    if n == 126:
+        n = struct.unpack(">H", await reader.readexactly(2))[0]
+    elif n == 127:
+        n = struct.unpack(">Q", await reader.readexactly(8))[0]
+    return b0 & 0x0F, await reader.readexactly(n)
+
+
+def passing_report(nonce, inv):
+    mem = float(inv["memory_mib"])
+    checks = [
+        ("cpu", {"cores": inv["cpu_cores"], "ops_per_s": 1e9}),
+        ("memory", {"total_mib": mem, "available_mib": mem / 2, "touched_mib": 256,
+                    "touch_mib_s": 4000}),
+        ("disk", {"write_mib_s": 500, "fsync_ms": 2, "read_mib_s": 900, "free_mib": 100000}),
+        ("link", {"rtt_ms": 0.3, "rtt_max_ms": 1, "download_mib_s": 800, "upload_mib_s": 700}),
+    ]
+    report = {"trigger": "registration", "started_ms": 1, "duration_ms": 100,
+              "checks": [{"name": n, "outcome": "pass", "measurements": m, "reason": "simulated"}
+                         for n, m in checks]}
+    return {"type": "conformance", "report": report, "nonce": nonce}
+
+
+class Swarm:
+    def __init__(self, port, join_token, interval):
+        self.port = port
+        self.join_token = join_token
+        self.interval = interval
+        self.ctx = ssl.create_default_context()
+        self.ctx.check_hostname = False
+        self.ctx.verify_mode = ssl.CERT_NONE  # loopback bench against the server's own CA
+        self.welcomed = 0
+        self.reported = 0
+        self.leases = 0
+        self.started = 0
+        self.exited = 0
+        self.errors = []
+        self.stop = asyncio.Event()
+
+    async def agent(self, i, connect_gate):
+        source = f"127.0.0.{2 + i // PER_ADDRESS}"
+        cores = random.choice([2, 4, 8, 16, 32, 64])
+        inv = {"hostname": f"sim-{i}", "os": "Debian 12", "kernel": "6.1", "arch": "x86_64",
+               "cpu_model": "simulated", "cpu_cores": cores, "memory_mib": cores * 4096,
+               "disk_free_mib": 100000, "gpu_source": "none", "gpus": []}
+        hello = {"type": "hello", "node_id": "", "name": f"sim-{i}", "inventory": inv,
+                 "price_per_gpu_hour": 0, "price_per_cpu_hour": 0.01 * cores,
+                 "interruptible_price_per_gpu_hour": 0, "interruptible_price_per_cpu_hour": 0,
+                 "region": "bench", "agent_version": "swarm", "attempts": [], "claims": []}
+        async with connect_gate:
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", self.port, ssl=self.ctx, local_addr=(source, 0),
+                server_hostname="127.0.0.1")
+            key = base64.b64encode(os.urandom(16)).decode()
+            writer.write((f"GET /v1/agent/connect HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          f"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                          f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                          f"Authorization: Bearer {self.join_token}\r\n\r\n").encode())
+            head = await reader.readuntil(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 101"):
+                raise RuntimeError(f"agent {i}: upgrade refused: {head[:80]!r}")
+            writer.write(frame(json.dumps(hello)))
+
+        async def heartbeat():
+            seq = 0
+            await asyncio.sleep(random.uniform(0, self.interval))
+            while not self.stop.is_set():
+                seq += 1
+                writer.write(frame(json.dumps({"type": "heartbeat", "seq": seq})))
+                await asyncio.sleep(self.interval)
+
+        beat = None
+        try:
+            while not self.stop.is_set():
+                op, payload = await read_frame(reader)
+                if op == 0x9:  # ping: answer with a masked pong
+                    pong = bytearray([0x8A, 0x80 | len(payload)]) + b"\0\0\0\0" + payload
+                    writer.write(bytes(pong))
+                    continue
+                if op == 0x8:
+                    break
+                if op != 0x1:
+                    continue
+                msg = json.loads(payload)
+                t = msg.get("type")
+                if t == "welcome":
+                    self.welcomed += 1
+                    beat = asyncio.ensure_future(heartbeat())
+                elif t == "reverify":
+                    writer.write(frame(json.dumps(passing_report(msg.get("nonce", ""), inv))))
+                    self.reported += 1
+                elif t == "lease":
+                    self.leases += 1
+                elif t == "assign":
+                    aid = msg["attempt_id"]
+                    writer.write(frame(json.dumps({"type": "started", "attempt_id": aid})))
+                    self.started += 1
+                    writer.write(frame(json.dumps({"type": "exited", "attempt_id": aid,
+                                                   "exit_code": 0, "signal": 0})))
+                    self.exited += 1
+                elif t == "error":
+                    self.errors.append(msg.get("message", ""))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            if not self.stop.is_set():
+                self.errors.append(f"agent {i}: connection lost")
+        finally:
+            if beat:
+                beat.cancel()
+            writer.close()
+
+
+class Api:
+    """One keep-alive HTTPS connection with the admin token."""
+
+    def __init__(self, port, token):
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        self.conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=60)
+        self.token = token
+
+    def call(self, method, path, body=None):
+        headers = {"Authorization": f"Bearer {self.token}"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        for attempt in (1, 2):
+            try:
+                self.conn.request(method, path, body=data, headers=headers)
+                r = self.conn.getresponse()
+                return r.status, r.read()
+            except (http.client.RemoteDisconnected, ConnectionError):
+                # The server closes a keep-alive connection idle for a minute (while the swarm
+                # enrols): open a new one, once.
+                self.conn.close()
+                if attempt == 2:
+                    raise
+
+
+JOB = {"spec": {"name": "swarm", "run": "true", "resources": {"cpus": 1, "memory_gb": 1}}}
+
+
+def submit_latencies(api, n):
+    xs = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        status, body = api.call("POST", "/v1/jobs", {**JOB, "queue": True})
+        xs.append((time.perf_counter() - t0) * 1000)
+        if status not in (200, 201):
+            raise RuntimeError(f"submit answered {status}: {body[:200]!r}")
+    return xs
+
+
+def verified_nodes(api):
+    status, body = api.call("GET", "/v1/nodes")
+    return sum(1 for n in json.loads(body)["nodes"] if n.get("verification") == "verified")
+
+
+async def run(args, server, port, join_token, admin_token):
+    api = Api(port, admin_token)
+    pid = server.pid
+    rss0 = proc_rss_kib(pid)
+    base = submit_latencies(api, args.submits)  # no agent: everything queues
+    log(f"baseline submit (no agents): p50 {percentile(base, 50):.2f} ms, "
+        f"p99 {percentile(base, 99):.2f} ms; server RSS {rss0 / 1024:.1f} MiB")
+    # Cancel the baseline's jobs so the swarm's nodes do not run them.
+    status, body = api.call("GET", "/v1/jobs?state=queued&limit=10000")
+    for j in json.loads(body)["jobs"]:
+        api.call("POST", f"/v1/jobs/{j['id']}/cancel")
+
+    swarm = Swarm(port, join_token, args.interval)
+    gate = asyncio.Semaphore(64)
+    t0 = time.monotonic()
+    tasks = [asyncio.ensure_future(swarm.agent(i, gate)) for i in range(args.agents)]
+    while swarm.welcomed < args.agents:
+        await asyncio.sleep(0.5)
+        for t in tasks:
+            if t.done() and t.exception():
+                raise t.exception()
+        if time.monotonic() - t0 > args.timeout:
+            raise RuntimeError(f"only {swarm.welcomed} of {args.agents} agents welcomed")
+    connected_s = time.monotonic() - t0
+    log(f"{args.agents} agents enrolled in {connected_s:.1f} s")
+    while True:
+        v = await asyncio.get_running_loop().run_in_executor(None, verified_nodes, api)
+        if v >= args.agents:
+            break
+        if time.monotonic() - t0 > args.timeout:
+            raise RuntimeError(f"only {v} of {args.agents} nodes verified")
+        await asyncio.sleep(1)
+    verified_s = time.monotonic() - t0
+    log(f"all verified {verified_s:.1f} s after the first connect; settling")
+    await asyncio.sleep(2 * args.interval)
+
+    # Steady heartbeats: RSS, CPU and leases over a window.
+    rss1 = proc_rss_kib(pid)
+    cpu0, leases0, w0 = proc_cpu_s(pid), swarm.leases, time.monotonic()
+    await asyncio.sleep(args.window)
+    cpu1, leases1, w1 = proc_cpu_s(pid), swarm.leases, time.monotonic()
+    window = w1 - w0
+    cpu_pct = (cpu1 - cpu0) / window * 100
+    hb_per_s = (leases1 - leases0) / window
+
+    # Submit latency while the agents heartbeat (and the jobs place and run on them).
+    loaded = await asyncio.get_running_loop().run_in_executor(
+        None, submit_latencies, api, args.submits)
+
+    while swarm.exited < args.submits:  # the latency sample's jobs ran too; let them finish
+        await asyncio.sleep(0.05)
+        if time.monotonic() - w1 > args.timeout:
+            raise RuntimeError(f"only {swarm.exited} of {args.submits} jobs ran")
+
+    # Placements: jobs submitted back to back until each has succeeded.
+    done0 = swarm.exited
+    t_place = time.monotonic()
+    await asyncio.get_running_loop().run_in_executor(None, submit_latencies, api, args.jobs)
+    while swarm.exited - done0 < args.jobs:
+        await asyncio.sleep(0.05)
+        if time.monotonic() - t_place > args.timeout:
+            raise RuntimeError(f"only {swarm.exited - done0} of {args.jobs} jobs ran")
+    placed_s = time.monotonic() - t_place
+    swarm.stop.set()
+    for t in tasks:
+        t.cancel()
+    if swarm.errors:
+        log(f"{len(swarm.errors)} agent errors, first: {swarm.errors[0]}")
+
+    per_agent_kib = (rss1 - rss0) / args.agents
+    print(f"agents: {args.agents} over {1 + (args.agents - 1) // PER_ADDRESS} source addresses, "
+          f"wss, heartbeat every {args.interval:g} s; enrolled in {connected_s:.1f} s, "
+          f"verified after {verified_s:.1f} s (every node enrolled and verified by protocol)")
+    print(f"server RSS: {rss0 / 1024:.1f} MiB before, {rss1 / 1024:.1f} MiB with the agents: "
+          f"{per_agent_kib:.1f} KiB per agent (target 64 KiB: {per_agent_kib / 64:.2f}x)")
+    print(f"server CPU while heartbeating: {cpu_pct:.1f} % of one core "
+          f"(target 25 %: {cpu_pct / 25:.2f}x); heartbeats answered: {hb_per_s:.0f}/s")
+    print(f"submit with no agents (baseline): p50 {percentile(base, 50):.2f} ms, "
+          f"p99 {percentile(base, 99):.2f} ms")
+    print(f"submit while {args.agents} agents heartbeat: p50 {percentile(loaded, 50):.2f} ms, "
+          f"p99 {percentile(loaded, 99):.2f} ms; ratio to baseline p50 "
+          f"{percentile(loaded, 50) / percentile(base, 50):.2f}x, p99 "
+          f"{percentile(loaded, 99) / percentile(base, 99):.2f}x")
+    print(f"placements: {args.jobs} jobs submitted and run to success in {placed_s:.2f} s: "
+          f"{args.jobs / placed_s:.0f}/s end to end (submit, commit, assign, started, exited)")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sluice", default=os.path.join(REPO, "build", "sluice"))
+    ap.add_argument("--agents", type=int, default=1000)
+    ap.add_argument("--interval", type=float, default=5.0, help="heartbeat interval, seconds")
+    ap.add_argument("--window", type=float, default=20.0, help="seconds of steady heartbeats")
+    ap.add_argument("--submits", type=int, default=200, help="submits per latency sample")
+    ap.add_argument("--jobs", type=int, default=500, help="jobs for the placement rate")
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--keep-tmp", action="store_true")
+    args = ap.parse_args()
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 2 * args.agents + 1024
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE,
+                           (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
+    if not os.access(args.sluice, os.X_OK):
+        log(f"no sluice binary at {args.sluice} (build it, or pass --sluice)")
+        return 2
+    tmp = tempfile.mkdtemp(prefix="sluice-swarm-")
+    data = os.path.join(tmp, "server")
+    grace = 3 * args.interval
+    cmd = [args.sluice, "server", "--listen", "127.0.0.1:0", "--data-dir", data, "--tls",
+           "--heartbeat-interval", str(args.interval), "--heartbeat-grace", str(grace),
+           "--max-nodes-per-provider", str(args.agents + 10)]
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                              stderr=open(os.path.join(tmp, "server.log"), "w"))
+    try:
+        url_file = os.path.join(data, "server.url")
+        end = time.monotonic() + 30
+        while not os.path.exists(url_file):
+            if server.poll() is not None or time.monotonic() > end:
+                log("the server did not start; see " + os.path.join(tmp, "server.log"))
+                args.keep_tmp = True
+                return 2
+            time.sleep(0.05)
+        port = int(open(url_file).read().strip().rsplit(":", 1)[1].split("/")[0])
+        first = lambda name: open(os.path.join(data, name)).read().split("\n", 1)[0].strip()
+        return asyncio.run(run(args, server, port, first("join.token"), first("admin.token")))
+    except Exception as e:  # noqa: BLE001 - a bench reports, it does not trace
+        log(f"swarm failed: {e}")
+        args.keep_tmp = True
+        return 1
+    finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        if args.keep_tmp:
+            log("kept " + tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
