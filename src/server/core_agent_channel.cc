@@ -83,7 +83,8 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
       // Running, or finished while we were apart: either way the agent now resends the lines
       // we lack (from the log_ack below) and then its `exited`, so keep the attempt active.
       MarkRunningLocked(aid, record.name, edit);
-      if (rep->second->running && jobs_[att.job_id].record.cancel_requested) {
+      const JobState* js = ViewJobLocked(edit, att.job_id);
+      if (rep->second->running && js != nullptr && js->record.cancel_requested) {
         to_cancel.push_back(aid);
       }
     }
@@ -139,8 +140,11 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
     if (att.node_id != node_id) continue;
     link->Send(proto::ToJson(proto::LogAck{aid, max_log_seq_[aid]}));
     if (att.cause.rfind(kPreemptingPrefix, 0) == 0) {
-      link->Send(proto::PreemptMessage({aid, jobs_[att.job_id].spec.lifecycle.grace_period_s * 1000,
-                                        att.cause.substr(kPreemptingPrefix.size())}));
+      auto js = jobs_.find(att.job_id);
+      const int64_t grace_s = js != jobs_.end() ? js->second.spec.lifecycle.grace_period_s
+                                                : spec::Lifecycle{}.grace_period_s;
+      link->Send(
+          proto::PreemptMessage({aid, grace_s * 1000, att.cause.substr(kPreemptingPrefix.size())}));
     }
   }
   SLUICE_RETURN_IF_ERROR(ScheduleLocked());

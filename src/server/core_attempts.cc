@@ -196,10 +196,13 @@ Status ServerCore::PreemptLocked(const std::string& attempt_id, const std::strin
   if (live->second.cause.rfind(kPreemptingPrefix, 0) == 0) return Status::Ok();  // under way
   Edit edit;
   AttemptRecord& att = StagedAttemptLocked(edit, attempt_id);
-  const JobState& js = jobs_.at(att.job_id);
+  auto job = jobs_.find(att.job_id);
   att.cause = std::string(kPreemptingPrefix) + cause;
   edit.batch.attempts.push_back(att);
-  const int64_t grace_ms = js.spec.lifecycle.grace_period_s * 1000;
+  // The job's grace period; an attempt whose job is not in memory gets the spec's default.
+  const int64_t grace_ms = (job != jobs_.end() ? job->second.spec.lifecycle.grace_period_s
+                                               : spec::Lifecycle{}.grace_period_s) *
+                           1000;
   auto node = nodes_.find(att.node_id);
   edit.batch.events.push_back(
       EventLocked(att.job_id, "preempting",
