@@ -290,6 +290,31 @@ TEST(FencingConfigTest, AnAgentDataDirTooLongForItsSupervisorsSocketsIsRefusedAt
   fs::remove_all(base, ec);
 }
 
+// `--supervisor` names the supervisor binary; one the agent cannot run is refused at start,
+// never discovered at the first job.
+TEST(FencingConfigTest, ASupervisorTheAgentCannotRunIsRefusedAtStart) {
+  const fs::path base = fs::temp_directory_path() / ("sluice-sup-" + std::to_string(getpid()));
+  fs::create_directories(base);
+  const std::string token = (base / "join.token").string();
+  std::ofstream(token) << "sj_notarealtoken\n";
+  const std::vector<std::string> agent = {
+      SluiceBinary(),      "agent", "--server",   "http://127.0.0.1:9",
+      "--join-token-file", token,   "--data-dir", (base / "data").string()};
+  auto with = [&](const std::string& supervisor) {
+    std::vector<std::string> argv = agent;
+    argv.insert(argv.end(), {"--supervisor", supervisor});
+    return RunCommand(argv);
+  };
+  CommandResult missing = with((base / "no-such-supervisor").string());
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_TRUE(Contains(missing.err, "--supervisor")) << missing.err;
+  CommandResult not_executable = with(token);  // exists, but is no program
+  EXPECT_EQ(not_executable.exit_code, 2) << not_executable.err;
+  EXPECT_TRUE(Contains(not_executable.err, token)) << not_executable.err;
+  std::error_code ec;
+  fs::remove_all(base, ec);
+}
+
 TEST(FencingConfigTest, ALeaseNotShorterThanTheGraceIsRefusedAtStart) {
   std::string dir = fs::temp_directory_path() / ("sluice-lease-" + std::to_string(getpid()));
   CommandResult r = RunCommand({SluiceBinary(), "server", "--data-dir", dir, "--listen",

@@ -405,10 +405,10 @@ int Agent::Run() {
   if (::access(supervisor_exe_.c_str(), X_OK) != 0) {
     std::fprintf(stderr,
                  "sluice agent: cannot run the job supervisor %s: %s.\n"
-                 "It is built and installed beside `sluice` (the `sluice-supervisor` target); "
-                 "every job runs under one.\n",
+                 "It is built and installed beside `sluice` (the `sluice-supervisor` target), "
+                 "or named with --supervisor; every job runs under one.\n",
                  supervisor_exe_.c_str(), std::strerror(errno));
-    return 1;
+    return 2;
   }
   ProbeOptions& popt = probe_options_;
   popt.data_dir = opt_.data_dir;

@@ -239,6 +239,11 @@ int Main(int argc, char** argv) {
                    "waiting for its box (each holds a job uid and a few MB; 0: none)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
+  agent_cmd
+      ->add_option("--supervisor", aopt.supervisor_path,
+                   "The per-attempt supervisor binary (default: sluice-supervisor beside this "
+                   "executable), for installs that keep it elsewhere")
+      ->check(CLI::ExistingFile);
   agent_cmd->add_flag("--skip-software-probe", aopt.skip_software_probe,
                       "Do not probe CUDA toolkits, Python and PyTorch (importing torch takes "
                       "seconds); offers then list no toolkits or PyTorch builds");
