@@ -196,6 +196,7 @@ Status ServerCore::OnConformanceLocked(NodeState& ns, const proto::ConformanceMe
   SLUICE_RETURN_IF_ERROR(CheckReportNonceLocked(ns, m.nonce));
   Edit edit;
   NodeState& judged = StagedNodeLocked(edit, node_id);
+  ConsumeReportNonce(judged, m.nonce);  // only once the verdict is committed
   judged.verdict =
       ApplyReport(judged.record, inv, report, options_.verification_rules, clock_->NowMillis());
   judged.has_verdict = true;

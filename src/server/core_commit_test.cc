@@ -273,6 +273,30 @@ TEST_F(CoreCommitTest, AFailedCancelLeavesTheJobRunningAndTellsTheAgentNothing) 
   EXPECT_EQ(link_->OfType("cancel").size(), 1u);
 }
 
+TEST_F(CoreCommitTest, AFailedVerdictKeepsTheRequestOpenSoTheSameReportCanBeSentAgain) {
+  proto::Hello h;
+  h.name = "box";
+  h.inventory.hostname = "box";
+  h.inventory.cpu_cores = 4;
+  h.inventory.memory_mib = 8192;
+  h.inventory.gpu_source = "none";
+  auto node = core_->AgentHello(link_, h);
+  ASSERT_TRUE(node.ok());
+  const Json report{{"type", "conformance"},
+                    {"report", ToJson(testing::PassingReport(h.inventory))},
+                    {"nonce", link_->Nonce()}};
+  Snapshot before = Take();
+  failing_->fail = true;
+  EXPECT_FALSE(core_->AgentMessage(*node, link_.get(), report).ok());
+  ExpectUnchanged(before);
+  EXPECT_EQ(before.memory["nodes"][*node]["report_nonces"].size(), 1u);
+  failing_->fail = false;
+  Status again = core_->AgentMessage(*node, link_.get(), report);
+  ASSERT_TRUE(again.ok()) << "the nonce was used up by a verdict that was never stored: "
+                          << again.ToString();
+  EXPECT_EQ(core_->StateDump()["nodes"][*node]["record"]["verification"], "verified");
+}
+
 TEST_F(CoreCommitTest, AFailedRevocationLeavesTheNodeAndItsWork) {
   std::string node = Node();
   Running(node);

@@ -85,14 +85,19 @@ void ServerCore::SendReportRequestLocked(NodeState& node, const std::string& why
   node.link->Send(proto::ToJson(proto::Reverify{why, nonce}));
 }
 
-Status ServerCore::CheckReportNonceLocked(NodeState& node, const std::string& nonce) {
+void ServerCore::ConsumeReportNonce(NodeState& node, const std::string& nonce) {
   auto& pending = node.report_nonces;
-  auto found = nonce.empty() ? pending.end() : std::find(pending.begin(), pending.end(), nonce);
-  if (found != pending.end()) {
-    // Used once. A run answers the newest request it saw, so older ones are answered too (the
-    // agent merges requests that arrive while it waits).
-    pending.erase(pending.begin(), found + 1);
-    node.awaiting_report = !pending.empty();
+  auto found = std::find(pending.begin(), pending.end(), nonce);
+  if (found == pending.end()) return;
+  // Used once. A run answers the newest request it saw, so older ones are answered too (the
+  // agent merges requests that arrive while it waits).
+  pending.erase(pending.begin(), found + 1);
+  node.awaiting_report = !pending.empty();
+}
+
+Status ServerCore::CheckReportNonceLocked(const NodeState& node, const std::string& nonce) {
+  const auto& pending = node.report_nonces;
+  if (!nonce.empty() && std::find(pending.begin(), pending.end(), nonce) != pending.end()) {
     return Status::Ok();
   }
   Status refused = Status::PermissionDenied(
@@ -108,7 +113,8 @@ Status ServerCore::CheckReportNonceLocked(NodeState& node, const std::string& no
   entry.status = 403;
   st::WriteBatch batch;
   batch.audit.push_back(std::move(entry));
-  (void)CommitLocked(batch);  // the refusal stands even if it cannot be recorded
+  // The refusal stands even if it cannot be recorded.
+  if (Status s = CommitLocked(batch); !s.ok()) DegradedLocked("audit", "auditing a refusal", s);
   return refused;
 }
 

@@ -348,7 +348,7 @@ class ServerCore {
   // Files `job_id` in the queue index as jobs_ now holds it (or drops it, when gone).
   void IndexJobLocked(const std::string& job_id);
   // A failure nobody waits for (the tick, a disconnect): logged with `what` failed, and counted
-  // under `kind` (a fixed name: schedule, node_loss, uptime, disconnect), never silent.
+  // under `kind` (a fixed name: schedule, node_loss, uptime, disconnect, audit), never silent.
   void DegradedLocked(const char* kind, const std::string& what, const Status& status);
 
   struct Subscriber {
@@ -406,9 +406,12 @@ class ServerCore {
   // Node identity: the existing node a hello may speak for, "" to enrol a new node, or why it is
   // refused (PermissionDenied: an impersonation attempt). Changes nothing.
   Result<std::string> AdmitNodeLocked(const proto::Hello& hello, const AgentIdentity& who) const;
-  // Whether `msg` (a `conformance` message) answers an outstanding request of `node`; consumes
-  // its nonce and every older one. Otherwise audits the refusal and says why.
-  Status CheckReportNonceLocked(NodeState& node, const std::string& nonce);
+  // Whether `nonce` (a `conformance` message's) answers an outstanding request of `node`;
+  // changes nothing. Otherwise audits the refusal and says why.
+  Status CheckReportNonceLocked(const NodeState& node, const std::string& nonce);
+  // Marks `nonce` (one CheckReportNonceLocked accepted) and every older one used, on the node
+  // as an edit stages it.
+  static void ConsumeReportNonce(NodeState& node, const std::string& nonce);
   // The agent channel's messages, one handler each (core_agent_channel.cc).
   Status OnHeartbeatLocked(NodeState& node, const proto::Heartbeat& m);
   Status OnConformanceLocked(NodeState& node, const proto::ConformanceMessage& m);
