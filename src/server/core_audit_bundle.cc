@@ -8,11 +8,6 @@
 
 namespace sluice::server {
 
-using store::AttemptRecord;
-using store::AttemptState;
-using store::JobRecord;
-using store::WriteBatch;
-namespace st = store;
 using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 
 namespace {

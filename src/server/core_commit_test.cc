@@ -41,8 +41,8 @@ class CoreCommitTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  // A verified CPU node, registered as a real agent would (hello, then the conformance report).
-  std::string Node(const std::string& name = "box") {
+  // What a 4-CPU machine's agent says at hello.
+  static proto::Hello CpuHello(const std::string& name = "box") {
     proto::Hello h;
     h.name = name;
     h.inventory.hostname = name;
@@ -51,6 +51,11 @@ class CoreCommitTest : public ::testing::Test {
     h.inventory.gpu_source = "none";
     h.price_per_cpu_hour = 0.05;
     h.interruptible_price_per_cpu_hour = 0.02;
+    return h;
+  }
+  // A verified CPU node, registered as a real agent would (hello, then the conformance report).
+  std::string Node(const std::string& name = "box") {
+    proto::Hello h = CpuHello(name);
     auto node = core_->AgentHello(link_, h);
     EXPECT_TRUE(node.ok()) << node.status().ToString();
     Status s = core_->AgentMessage(*node, link_.get(),
@@ -176,15 +181,8 @@ TEST_F(CoreCommitTest, AFailedRequeueAfterALostAttemptKeepsItsCooldownAndCountsU
   Snapshot before = Take();
   failing_->fail = true;
   // The agent restarted and no longer runs the attempt: lost, requeued, the node avoided.
-  proto::Hello again;
+  proto::Hello again = CpuHello();
   again.node_id = node;
-  again.name = "box";
-  again.inventory.hostname = "box";
-  again.inventory.cpu_cores = 4;
-  again.inventory.memory_mib = 8192;
-  again.inventory.gpu_source = "none";
-  again.price_per_cpu_hour = 0.05;
-  again.interruptible_price_per_cpu_hour = 0.02;
   auto second = std::make_shared<RecordingLink>();
   EXPECT_FALSE(core_->AgentHello(second, again).ok());
   ExpectUnchanged(before);
@@ -274,12 +272,7 @@ TEST_F(CoreCommitTest, AFailedCancelLeavesTheJobRunningAndTellsTheAgentNothing) 
 }
 
 TEST_F(CoreCommitTest, AFailedVerdictKeepsTheRequestOpenSoTheSameReportCanBeSentAgain) {
-  proto::Hello h;
-  h.name = "box";
-  h.inventory.hostname = "box";
-  h.inventory.cpu_cores = 4;
-  h.inventory.memory_mib = 8192;
-  h.inventory.gpu_source = "none";
+  proto::Hello h = CpuHello();
   auto node = core_->AgentHello(link_, h);
   ASSERT_TRUE(node.ok());
   const Json report{{"type", "conformance"},

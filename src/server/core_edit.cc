@@ -8,8 +8,7 @@
 
 namespace sluice::server {
 
-using store::AttemptRecord;
-using store::WriteBatch;
+using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 
 ServerCore::JobState& ServerCore::StagedJobLocked(Edit& edit, const std::string& job_id) {
   auto staged = edit.jobs.find(job_id);

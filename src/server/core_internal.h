@@ -14,6 +14,13 @@
 
 namespace sluice::server::core {
 
+// The store's names every core file uses; `using namespace core;` brings them in with the rest.
+using store::AttemptRecord;
+using store::AttemptState;
+using store::JobRecord;
+using store::WriteBatch;
+namespace st = store;
+
 inline std::string NewId(const char* prefix) { return std::string(prefix) + RandomHex(6); }
 
 // "$2.5/h": a locked price in an event.

@@ -5,11 +5,6 @@
 
 namespace sluice::server {
 
-using store::AttemptRecord;
-using store::AttemptState;
-using store::JobRecord;
-using store::WriteBatch;
-namespace st = store;
 using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 
 Json ServerCore::EndItemLocked(const JobRecord& job) const {
