@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <queue>
 #include <tuple>
 
 #include "common/money.h"
@@ -169,7 +171,7 @@ bool PlanPreemption(std::vector<NodeCapacity>& nodes, const JobRequest& job,
 }
 
 struct Candidate {
-  NodeCapacity* node = nullptr;
+  size_t node = 0;  // index into the pass's nodes
   const market::Offer* offer = nullptr;
   std::vector<int> gpus;
   market::CostEstimate estimate;
@@ -177,95 +179,280 @@ struct Candidate {
   int cpus_left = 0;
 };
 
-bool Better(market::Objective objective, const Candidate& a, const Candidate& b) {
-  if (int c = market::CompareEstimates(objective, a.estimate, b.estimate)) return c < 0;
-  return std::tie(a.gpus_left, a.cpus_left, a.node->node_id, a.offer->id) <
-         std::tie(b.gpus_left, b.cpus_left, b.node->node_id, b.offer->id);
+// The job on `idle` as the node stands now, when the query matches and the counts fit: only free
+// GPUs, CPUs and memory count.
+std::optional<Candidate> FitNow(const NodeCapacity& n, size_t index, const market::Offer& idle,
+                                const JobRequest& job, const market::Workload& work,
+                                const market::CostModel& model) {
+  market::Offer now = idle;
+  std::vector<int> free = FreeGpus(n, idle);
+  now.gpus_available = static_cast<int>(free.size());
+  now.cpus = n.free_cpus;
+  now.memory_gb = n.free_memory_gb;
+  if (!market::Matches(job.query, now) || static_cast<int>(free.size()) < job.gpus ||
+      n.free_cpus < job.cpus || n.free_memory_gb + 1e-9 < job.memory_gb) {
+    return std::nullopt;
+  }
+  int free_total = 0;
+  for (const auto& g : n.gpus) free_total += g.free ? 1 : 0;
+  free.resize(job.gpus);
+  return Candidate{index,
+                   &idle,
+                   std::move(free),
+                   market::EstimateCost(now, work, model),
+                   free_total - job.gpus,
+                   n.free_cpus - job.cpus};
+}
+
+// Whether the job could ever use `idle` (when the node is idle and online): the query matches,
+// the price is within the budget, and interruptible-only work finds interruptible capacity.
+bool CouldUse(const market::Offer& idle, const JobRequest& job, const market::Workload& work,
+              const market::CostModel& model) {
+  if (!market::Matches(job.query, idle)) return false;
+  const market::CostEstimate idle_cost = market::EstimateCost(idle, work, model);
+  if (OverBudget(job, idle_cost.price_per_hour)) return false;
+  return !(work.interruptible && !work.fallback_on_demand && !idle_cost.interruptible);
+}
+
+bool Avoids(const JobRequest& job, const NodeCapacity& n) {
+  return std::find(job.avoid_nodes.begin(), job.avoid_nodes.end(), n.node_id) !=
+         job.avoid_nodes.end();
+}
+
+// Among the offers that fit: the objective's ranking, then the tightest fit, then node and
+// offer id. A strict total order, so a heap and a scan pick the same candidate.
+struct Ranking {
+  market::Objective objective;
+  const std::vector<NodeCapacity>* nodes;
+  bool Better(const Candidate& a, const Candidate& b) const {
+    if (int c = market::CompareEstimates(objective, a.estimate, b.estimate)) return c < 0;
+    return std::tie(a.gpus_left, a.cpus_left, (*nodes)[a.node].node_id, a.offer->id) <
+           std::tie(b.gpus_left, b.cpus_left, (*nodes)[b.node].node_id, b.offer->id);
+  }
+};
+
+// One scheduling pass over a snapshot: see Schedule in the header.
+class Pass {
+ public:
+  Pass(std::vector<NodeCapacity> nodes, const market::CostModel& model, ScheduleOptions options)
+      : nodes_(std::move(nodes)), version_(nodes_.size(), 0), model_(model), options_(options) {}
+
+  void Consider(const JobRequest& job) {
+    const market::Workload work = WorkOf(job);
+    std::string key = options_.share_shapes ? ShapeKey(job) : std::string();
+    if (key.empty()) {
+      bool could_ever = false;
+      std::optional<Candidate> best = Scan(job, work, &could_ever);
+      if (best) return Place(job, *best);
+      Wait(job, work, could_ever);
+      return;
+    }
+    auto [it, fresh] = shapes_.try_emplace(std::move(key), job, work, &nodes_);
+    Shape& shape = it->second;
+    if (fresh) {
+      for (size_t i = 0; i < nodes_.size(); ++i) Push(shape, i, /*count_could_ever=*/true);
+    }
+    while (!shape.heap.empty()) {
+      const Entry& top = shape.heap.top();
+      if (top.version != version_[top.candidate.node]) {  // the node changed since: re-ranked
+        shape.heap.pop();
+        continue;
+      }
+      Candidate c = top.candidate;
+      shape.heap.pop();
+      return Place(job, c);
+    }
+    if (shape.waiting && StillHolds(shape, work)) {  // answered for an earlier job of the shape
+      plan_.waiting.push_back({job.job_id, shape.waiting->never_fits, shape.waiting->reason});
+      return;
+    }
+    Answer answer = Wait(job, work, shape.could_ever);
+    if (answer == Answer::kPreemptionPlanned) {
+      shape.waiting.reset();  // the next job of the shape sees the room this one is freeing
+    } else {
+      shape.waiting = plan_.waiting.back();
+      shape.answer = answer;
+      shape.placements_at = placements_;
+      shape.preemptions_at = plan_.preemptions.size();
+    }
+  }
+
+  Plan Take() { return std::move(plan_); }
+
+ private:
+  struct Entry {
+    Candidate candidate;
+    uint64_t version = 0;  // of its node when ranked
+  };
+  struct Worse {
+    Ranking ranking;
+    bool operator()(const Entry& a, const Entry& b) const {
+      return ranking.Better(b.candidate, a.candidate);
+    }
+  };
+  enum class Answer { kNeverFits, kBusy, kRoomComing, kPreemptionPlanned };
+  struct Shape {
+    Shape(const JobRequest& job, market::Workload w, const std::vector<NodeCapacity>* nodes)
+        : first(&job), work(w), heap(Worse{Ranking{job.objective, nodes}}) {}
+    const JobRequest* first;  // the job the shape's candidates were ranked for
+    market::Workload work;
+    bool could_ever = false;
+    std::priority_queue<Entry, std::vector<Entry>, Worse> heap;
+    // Why the last job of the shape waits, and the pass's counts then (StillHolds).
+    std::optional<Waiting> waiting;
+    Answer answer = Answer::kBusy;
+    size_t placements_at = 0;
+    size_t preemptions_at = 0;
+  };
+
+  // Whether the shape's last answer is the answer for its next job too. Within a pass capacity
+  // only shrinks and preemptions only add: "never fits" is for ever; "every node is busy" holds
+  // until a preemption is planned (its room may be this shape's too); for interruptible work,
+  // which never preempts, it always holds. "Room is coming" holds until anything is placed (that
+  // may take the room) or preempted.
+  bool StillHolds(const Shape& shape, const market::Workload& work) const {
+    switch (shape.answer) {
+      case Answer::kNeverFits:
+        return true;
+      case Answer::kBusy:
+        return work.interruptible || shape.preemptions_at == plan_.preemptions.size();
+      case Answer::kRoomComing:
+        return shape.placements_at == placements_ &&
+               shape.preemptions_at == plan_.preemptions.size();
+      case Answer::kPreemptionPlanned:
+        return false;
+    }
+    return false;
+  }
+
+  // Ranks node i's offers for the shape as the node stands now.
+  void Push(Shape& shape, size_t i, bool count_could_ever) {
+    const NodeCapacity& n = nodes_[i];
+    for (const auto& idle : n.Offers()) {
+      if (!CouldUse(idle, *shape.first, shape.work, model_)) continue;
+      if (count_could_ever) shape.could_ever = true;
+      if (!n.online) continue;
+      if (auto c = FitNow(n, i, idle, *shape.first, shape.work, model_)) {
+        shape.heap.push({std::move(*c), version_[i]});
+      }
+    }
+  }
+
+  // Every node, for a job searched on its own.
+  std::optional<Candidate> Scan(const JobRequest& job, const market::Workload& work,
+                                bool* could_ever) {
+    Ranking ranking{job.objective, &nodes_};
+    std::optional<Candidate> best;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const NodeCapacity& n = nodes_[i];
+      for (const auto& idle : n.Offers()) {
+        if (!CouldUse(idle, job, work, model_)) continue;
+        *could_ever = true;
+        if (!n.online || Avoids(job, n)) continue;
+        auto c = FitNow(n, i, idle, job, work, model_);
+        if (c && (!best || ranking.Better(*c, *best))) best = std::move(c);
+      }
+    }
+    return best;
+  }
+
+  void Place(const JobRequest& job, const Candidate& best) {
+    NodeCapacity& n = nodes_[best.node];
+    for (auto& g : n.gpus) {
+      if (std::find(best.gpus.begin(), best.gpus.end(), g.index) != best.gpus.end()) {
+        g.free = false;
+      }
+    }
+    n.free_cpus -= job.cpus;
+    n.free_memory_gb -= job.memory_gb;
+    plan_.placements.push_back({job.job_id, n.node_id, best.offer->id, best.gpus,
+                                best.estimate.price_per_hour, best.estimate});
+    // The node changed: its old entries are stale everywhere, and every shape that still has
+    // candidates sees it as it is now. (A shape already answered with a wait has none: capacity
+    // only shrinks within a pass.)
+    ++version_[best.node];
+    ++placements_;
+    for (auto& [key, shape] : shapes_) {
+      if (!shape.waiting) Push(shape, best.node, /*count_could_ever=*/false);
+    }
+  }
+
+  // Records why the job waits.
+  Answer Wait(const JobRequest& job, const market::Workload& work, bool could_ever) {
+    if (!could_ever) {
+      plan_.waiting.push_back({job.job_id, true, NeverFitsReason(nodes_, job, model_)});
+      return Answer::kNeverFits;
+    }
+    Preemption p;
+    bool room_coming = false;
+    if (!work.interruptible && PlanPreemption(nodes_, job, work, model_, &p, &room_coming)) {
+      plan_.waiting.push_back({job.job_id, false,
+                               "waiting for " + std::to_string(p.attempt_ids.size()) +
+                                   " interruptible attempt(s) to be preempted on " + p.node_id});
+      plan_.preemptions.push_back(std::move(p));
+      return Answer::kPreemptionPlanned;
+    }
+    if (room_coming) {
+      plan_.waiting.push_back(
+          {job.job_id, false, "waiting for preempted interruptible attempts to stop"});
+      return Answer::kRoomComing;
+    }
+    plan_.waiting.push_back(
+        {job.job_id, false, "waiting for capacity: every node that can run it is busy"});
+    return Answer::kBusy;
+  }
+
+  std::vector<NodeCapacity> nodes_;
+  std::vector<uint64_t> version_;  // per node: bumped by every placement on it
+  const market::CostModel& model_;
+  ScheduleOptions options_;
+  std::map<std::string, Shape> shapes_;
+  size_t placements_ = 0;
+  Plan plan_;
+};
+
+std::string Number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
 }
 
 }  // namespace
 
+std::string ShapeKey(const JobRequest& job) {
+  if (!job.avoid_nodes.empty()) return "";
+  const market::Workload& w = job.work;
+  std::string key = market::ToString(job.query);
+  key += '|' + std::to_string(job.gpus) + '|' + std::to_string(job.cpus) + '|' +
+         Number(job.memory_gb) + '|' +
+         (job.max_price_per_hour ? Number(*job.max_price_per_hour) : std::string("-")) + '|' +
+         Number(w.hours) + '|' + (w.interruptible ? 'i' : 'o') +
+         (w.fallback_on_demand ? 'f' : 'n') + '|' +
+         (w.checkpoint_interval_hours ? Number(*w.checkpoint_interval_hours) : "-") + '|' +
+         Number(w.checkpoint_size_gb) + '|' + std::to_string(static_cast<int>(job.objective));
+  return key;
+}
+
 Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& queue,
               const market::CostModel& model) {
-  std::vector<const JobRequest*> order;
-  order.reserve(queue.size());
-  for (const auto& j : queue) order.push_back(&j);
+  std::vector<const JobRequest*> jobs;
+  jobs.reserve(queue.size());
+  for (const auto& j : queue) jobs.push_back(&j);
+  return Schedule(std::move(nodes), jobs, model);
+}
+
+Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<const JobRequest*>& queue,
+              const market::CostModel& model, ScheduleOptions options) {
+  std::vector<const JobRequest*> order = queue;
   std::stable_sort(order.begin(), order.end(), [](const JobRequest* a, const JobRequest* b) {
     // On-demand work first among equals: it is what may take capacity from interruptible work,
     // so the room a preemption frees goes to it and not back to the preempted job.
     return std::make_tuple(b->priority, a->work.interruptible, a->order) <
            std::make_tuple(a->priority, b->work.interruptible, b->order);
   });
-
-  Plan plan;
-  for (const JobRequest* job : order) {
-    const market::Workload work = WorkOf(*job);
-    std::optional<Candidate> best;
-    bool could_ever = false;
-    for (auto& n : nodes) {
-      for (const auto& idle : n.Offers()) {
-        if (!market::Matches(job->query, idle)) continue;
-        const market::CostEstimate idle_cost = market::EstimateCost(idle, work, model);
-        if (OverBudget(*job, idle_cost.price_per_hour)) continue;
-        // Interruptible-only work runs only where interruptible capacity is sold.
-        if (work.interruptible && !work.fallback_on_demand && !idle_cost.interruptible) continue;
-        could_ever = true;
-        if (!n.online || std::find(job->avoid_nodes.begin(), job->avoid_nodes.end(), n.node_id) !=
-                             job->avoid_nodes.end()) {
-          continue;
-        }
-        // The offer as it stands now: only free GPUs, CPUs and memory count.
-        market::Offer now = idle;
-        std::vector<int> free = FreeGpus(n, idle);
-        now.gpus_available = static_cast<int>(free.size());
-        now.cpus = n.free_cpus;
-        now.memory_gb = n.free_memory_gb;
-        if (!market::Matches(job->query, now) || static_cast<int>(free.size()) < job->gpus ||
-            n.free_cpus < job->cpus || n.free_memory_gb + 1e-9 < job->memory_gb) {
-          continue;
-        }
-        int free_total = 0;
-        for (const auto& g : n.gpus) free_total += g.free ? 1 : 0;
-        free.resize(job->gpus);
-        Candidate c{&n,
-                    &idle,
-                    std::move(free),
-                    market::EstimateCost(now, work, model),
-                    free_total - job->gpus,
-                    n.free_cpus - job->cpus};
-        if (!best || Better(job->objective, c, *best)) best = std::move(c);
-      }
-    }
-    if (best) {
-      for (auto& g : best->node->gpus) {
-        if (std::find(best->gpus.begin(), best->gpus.end(), g.index) != best->gpus.end()) {
-          g.free = false;
-        }
-      }
-      best->node->free_cpus -= job->cpus;
-      best->node->free_memory_gb -= job->memory_gb;
-      plan.placements.push_back({job->job_id, best->node->node_id, best->offer->id, best->gpus,
-                                 best->estimate.price_per_hour, best->estimate});
-    } else if (!could_ever) {
-      plan.waiting.push_back({job->job_id, true, NeverFitsReason(nodes, *job, model)});
-    } else {
-      Preemption p;
-      bool room_coming = false;
-      if (!work.interruptible && PlanPreemption(nodes, *job, work, model, &p, &room_coming)) {
-        plan.waiting.push_back({job->job_id, false,
-                                "waiting for " + std::to_string(p.attempt_ids.size()) +
-                                    " interruptible attempt(s) to be preempted on " + p.node_id});
-        plan.preemptions.push_back(std::move(p));
-      } else if (room_coming) {
-        plan.waiting.push_back(
-            {job->job_id, false, "waiting for preempted interruptible attempts to stop"});
-      } else {
-        plan.waiting.push_back(
-            {job->job_id, false, "waiting for capacity: every node that can run it is busy"});
-      }
-    }
-  }
-  return plan;
+  Pass pass(std::move(nodes), model, options);
+  for (const JobRequest* job : order) pass.Consider(*job);
+  return pass.Take();
 }
 
 }  // namespace sluice::sched

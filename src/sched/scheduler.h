@@ -114,4 +114,22 @@ struct Plan {
 Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& queue,
               const market::CostModel& model = {});
 
+// Jobs no search can tell apart: the same query, counts, budget, workload and objective, and no
+// nodes to avoid. ShapeKey is equal for exactly such jobs, and empty for a job that avoids nodes
+// (it is searched on its own).
+std::string ShapeKey(const JobRequest& job);
+
+struct ScheduleOptions {
+  // Search once per shape (issue 12 item 3; docs/design-notes.md "Placement at scale"): the
+  // candidates of a shape are kept in a heap for the rest of the pass, and a placement re-ranks
+  // only the node it changed. A shape that fits nowhere is answered once. false: every job scans
+  // every node, the original algorithm, kept as the oracle the tests and bench/placement compare
+  // against (the plans are identical).
+  bool share_shapes = true;
+};
+
+// The same, over a queue the caller keeps (the server's queued jobs are not copied per pass).
+Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<const JobRequest*>& queue,
+              const market::CostModel& model, ScheduleOptions options = {});
+
 }  // namespace sluice::sched

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 namespace sluice::sched {
 namespace {
 
@@ -263,6 +265,120 @@ TEST(SchedulerTest, InterruptibleOnlyWorkNeedsInterruptibleCapacity) {
   ASSERT_EQ(plan.placements.size(), 1u);
   EXPECT_TRUE(plan.placements[0].estimate.interruptible);
   EXPECT_DOUBLE_EQ(plan.placements[0].price_per_hour, 0.02);
+}
+
+// A random fleet of mixed shapes: labels, GPU counts, CPUs, memory, prices, offline nodes, and
+// running attempts (some interruptible, some already preempting).
+std::vector<NodeCapacity> RandomFleet(std::mt19937& rng, int count) {
+  const char* labels[] = {"h100-80gb", "a100-80gb", "l4-24gb", "rtx4090-24gb"};
+  const double vram[] = {80, 80, 24, 24};
+  std::vector<NodeCapacity> nodes;
+  for (int i = 0; i < count; ++i) {
+    int kind = static_cast<int>(rng() % 5);  // 4: a CPU node
+    int gpus = kind == 4 ? 0 : 1 << (rng() % 4);
+    int cpus = 4 << (rng() % 4);
+    double price = 0.5 + static_cast<double>(rng() % 8) * 0.25;
+    NodeCapacity n =
+        Node("n" + std::to_string(i), gpus, cpus, cpus * 4.0, kind == 4 ? "" : labels[kind], price,
+             1.0 + kind * 0.5, kind == 4 ? 0 : vram[kind]);
+    n.online = rng() % 10 != 0;
+    if (rng() % 3 == 0) EditOffers(n)[0].interruptible_price_per_gpu_hour = price / 3;
+    if (rng() % 3 == 0) EditOffers(n)[0].interruptible_price_per_cpu_hour = 0.01;
+    if (gpus > 1 && rng() % 2 == 0) {  // half its GPUs held by one attempt
+      RunningAttempt r{"att-" + std::to_string(i), {}, 1, 2, rng() % 2 == 0, rng() % 4 == 0};
+      for (int g = 0; g < gpus / 2; ++g) {
+        r.gpus.push_back(g);
+        n.gpus[g].free = false;
+      }
+      n.free_cpus -= 1;
+      n.free_memory_gb -= 2;
+      n.running.push_back(r);
+    }
+    nodes.push_back(std::move(n));
+  }
+  return nodes;
+}
+
+std::vector<JobRequest> RandomQueue(std::mt19937& rng, int count, int nodes) {
+  std::vector<JobRequest> jobs;
+  for (int i = 0; i < count; ++i) {
+    int shape = static_cast<int>(rng() % 9);
+    std::vector<std::string> label;
+    if (shape == 1) label = {"h100-80gb"};
+    if (shape == 2) label = {"l4-24gb"};
+    std::optional<double> max_price;
+    if (shape == 3) max_price = 2.0;
+    int gpus = shape == 0 || shape == 5 ? 0 : 1 << (rng() % 3);
+    JobRequest j = Job("j" + std::to_string(i), gpus, 1 + static_cast<int>(rng() % 4),
+                       static_cast<double>(1 + rng() % 8), static_cast<int>(rng() % 3),
+                       static_cast<int64_t>(i), label, std::nullopt, max_price);
+    if (shape == 4 || shape == 5) {
+      j.work.interruptible = true;
+      j.work.fallback_on_demand = rng() % 2 == 0;
+    }
+    if (shape == 6) j.objective = market::Objective::kTime;
+    if (shape == 7) j.avoid_nodes = {"n" + std::to_string(rng() % nodes)};
+    if (shape == 8) j.gpus = 64;  // fits nowhere, ever
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+// Searching once per shape is an optimisation only: on random fleets and queues it gives the
+// very plan the original every-job-every-node scan gives.
+TEST(SchedulerTest, SharedShapesGiveTheSamePlanAsScanningEveryNode) {
+  std::mt19937 rng(12);
+  for (int round = 0; round < 40; ++round) {
+    int node_count = 1 + static_cast<int>(rng() % 40);
+    std::vector<NodeCapacity> nodes = RandomFleet(rng, node_count);
+    std::vector<JobRequest> queue = RandomQueue(rng, 1 + static_cast<int>(rng() % 200), node_count);
+    std::vector<const JobRequest*> ptrs;
+    for (const auto& j : queue) ptrs.push_back(&j);
+    Plan fast = Schedule(nodes, ptrs, {}, {.share_shapes = true});
+    Plan slow = Schedule(nodes, ptrs, {}, {.share_shapes = false});
+    ASSERT_EQ(fast.placements.size(), slow.placements.size()) << "round " << round;
+    for (size_t i = 0; i < fast.placements.size(); ++i) {
+      EXPECT_EQ(fast.placements[i].job_id, slow.placements[i].job_id) << round;
+      EXPECT_EQ(fast.placements[i].node_id, slow.placements[i].node_id) << round;
+      EXPECT_EQ(fast.placements[i].offer_id, slow.placements[i].offer_id) << round;
+      EXPECT_EQ(fast.placements[i].gpus, slow.placements[i].gpus) << round;
+      EXPECT_EQ(fast.placements[i].price_per_hour, slow.placements[i].price_per_hour) << round;
+    }
+    ASSERT_EQ(fast.waiting.size(), slow.waiting.size()) << round;
+    for (size_t i = 0; i < fast.waiting.size(); ++i) {
+      EXPECT_EQ(fast.waiting[i].job_id, slow.waiting[i].job_id) << round;
+      EXPECT_EQ(fast.waiting[i].never_fits, slow.waiting[i].never_fits) << round;
+      EXPECT_EQ(fast.waiting[i].reason, slow.waiting[i].reason) << round;
+    }
+    ASSERT_EQ(fast.preemptions.size(), slow.preemptions.size()) << round;
+    for (size_t i = 0; i < fast.preemptions.size(); ++i) {
+      EXPECT_EQ(fast.preemptions[i].job_id, slow.preemptions[i].job_id) << round;
+      EXPECT_EQ(fast.preemptions[i].attempt_ids, slow.preemptions[i].attempt_ids) << round;
+    }
+  }
+}
+
+TEST(SchedulerTest, ShapeKeyTellsApartWhatPlacementReads) {
+  JobRequest a = Job("a", 1, 2, 4);
+  JobRequest b = Job("b", 1, 2, 4, /*prio=*/5, /*order=*/9);
+  EXPECT_EQ(ShapeKey(a), ShapeKey(b));  // priority and order decide when, not where
+  JobRequest c = b;
+  c.memory_gb = 4.5;
+  EXPECT_NE(ShapeKey(a), ShapeKey(c));
+  c = b;
+  c.work.interruptible = true;
+  EXPECT_NE(ShapeKey(a), ShapeKey(c));
+  c = b;
+  c.objective = market::Objective::kTime;
+  EXPECT_NE(ShapeKey(a), ShapeKey(c));
+  c = b;
+  c.max_price_per_hour = 3;
+  EXPECT_NE(ShapeKey(a), ShapeKey(c));
+  c = Job("c", 1, 2, 4, 0, 0, {"h100-80gb"});
+  EXPECT_NE(ShapeKey(a), ShapeKey(c));
+  c = b;
+  c.avoid_nodes = {"n1"};
+  EXPECT_EQ(ShapeKey(c), "");  // searched on its own
 }
 
 }  // namespace

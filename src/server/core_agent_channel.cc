@@ -142,7 +142,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
           proto::PreemptMessage({aid, grace_s * 1000, att.cause.substr(kPreemptingPrefix.size())}));
     }
   }
-  SLUICE_RETURN_IF_ERROR(ScheduleLocked());
+  SLUICE_RETURN_IF_ERROR(RequestScheduleLocked());
   return node_id;
 }
 
@@ -210,7 +210,7 @@ Status ServerCore::OnConformanceLocked(NodeState& ns, const proto::ConformanceMe
   batch.audit.push_back(std::move(entry));
   SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
   AfterVerdictLocked(ns);
-  return ScheduleLocked();
+  return RequestScheduleLocked();
 }
 
 Status ServerCore::OnAttemptMessageLocked(NodeState& ns, const proto::AgentMessage& msg) {
@@ -284,7 +284,7 @@ Status ServerCore::OnAttemptMessageLocked(NodeState& ns, const proto::AgentMessa
   // Acknowledged only once durable: until then the agent keeps the exit and resends it.
   edit.sends.emplace_back(node_id, proto::ToJson(proto::ExitAck{attempt_id}));
   SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
-  return ScheduleLocked();
+  return RequestScheduleLocked();
 }
 
 void ServerCore::AgentDisconnected(const std::string& node_id, const AgentLink* link) {

@@ -181,7 +181,7 @@ Status ServerCore::LoseNodeLocked(const std::string& node_id, const std::string&
     node.link.reset();
   }
   SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
-  return ScheduleLocked();
+  return RequestScheduleLocked();
 }
 
 Status ServerCore::PreemptLocked(const std::string& attempt_id, const std::string& cause,

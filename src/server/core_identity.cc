@@ -164,7 +164,7 @@ Result<st::NodeRecord> ServerCore::RevokeNode(const std::string& node) {
   SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
   if (accounts_ != nullptr) accounts_->Apply(revocations);
   // Its jobs go elsewhere; a schedule failure does not undo the revocation.
-  if (Status s = ScheduleLocked(); !s.ok())
+  if (Status s = RequestScheduleLocked(); !s.ok())
     DegradedLocked("schedule", "scheduling after a revocation", s);
   return record;
 }

@@ -2,6 +2,7 @@
 // interruptible job may fall back to on-demand capacity. Members of ServerCore.
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "common/inventory.h"
 #include "market/gpu_labels.h"
@@ -124,18 +125,83 @@ std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
 }
 
 Status ServerCore::ScheduleLocked() {
+  schedule_due_ = false;
   Status s = PlaceLocked();
   // A failed pass is tried again by the next tick, whatever caused it.
   schedule_again_ = !s.ok();
   return s;
 }
 
-Status ServerCore::PlaceLocked() {
+Status ServerCore::RequestScheduleLocked() {
+  if (!scheduler_.joinable()) return ScheduleLocked();
+  schedule_due_ = true;
+  scheduler_wake_.notify_one();
+  return Status::Ok();
+}
+
+Status ServerCore::ScheduleNewJobLocked(const std::string& job_id) {
+  if (schedule_again_) return ScheduleLocked();
+  if (schedule_due_) return Status::Ok();  // the thread's pass, due already, will place it
+  Status s = PlaceLocked(&job_id);
+  if (!s.ok()) schedule_again_ = true;
+  return s;
+}
+
+void ServerCore::StartScheduler() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (scheduler_.joinable()) return;
+  scheduler_ = std::thread([this] { SchedulerLoop(); });
+}
+
+void ServerCore::SchedulerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    scheduler_wake_.wait(lock, [this] { return schedule_due_ || scheduler_stop_; });
+    if (scheduler_stop_) return;
+    if (Status s = ScheduleLocked(); !s.ok()) DegradedLocked("schedule", "a scheduling pass", s);
+  }
+}
+
+std::shared_ptr<const sched::JobRequest> ServerCore::RequestLocked(const std::string& id,
+                                                                   const JobState& js) const {
+  const bool fallback =
+      js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand && js.fell_back;
+  if (!js.request || js.request->work.fallback_on_demand != fallback) {
+    auto r = std::make_shared<sched::JobRequest>();
+    r->job_id = id;
+    r->priority = js.record.priority;
+    r->order = js.order;
+    r->gpus = js.spec.resources.gpus;
+    r->cpus = js.spec.resources.cpus;
+    r->memory_gb = js.spec.resources.memory_gb;
+    r->query = js.market.query;
+    r->max_price_per_hour = js.market.max_price_per_hour;
+    r->work = js.market.work;
+    r->objective = js.market.objective;
+    if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand) {
+      r->work.fallback_on_demand = fallback;
+    }
+    js.request = std::move(r);
+  }
+  auto avoid = avoid_.find(id);
+  if (avoid == avoid_.end()) return js.request;
+  // Cooldowns change by the second: a copy for this pass, never cached.
+  auto r = std::make_shared<sched::JobRequest>(*js.request);
+  for (const auto& [node, until] : avoid->second) {
+    if (until > clock_->MonotonicMillis()) r->avoid_nodes.push_back(node);
+  }
+  return r;
+}
+
+Status ServerCore::PlaceLocked(const std::string* only) {
   Edit edit;
   WriteBatch& batch = edit.batch;
+  std::set<std::string> one;
+  if (only) one.insert(*only);
+  const std::set<std::string>& candidates = only ? one : queued_;
   // Interruptible-then-on-demand jobs that have waited or been preempted enough may now use
   // on-demand capacity; the switch is an event, never silent (DESIGN.md §6).
-  for (const auto& id : queued_) {
+  for (const auto& id : candidates) {
     const JobState& js = jobs_.at(id);
     if (js.fell_back) continue;
     std::string why = FallbackReasonLocked(js);
@@ -144,30 +210,13 @@ Status ServerCore::PlaceLocked() {
     batch.events.push_back(
         EventLocked(id, "fallback", "falling back to on-demand capacity: " + why));
   }
-  std::vector<sched::JobRequest> queue;
-  for (const auto& id : queued_) {
-    const JobState& js = *ViewJobLocked(edit, id);
-    sched::JobRequest r;
-    r.job_id = id;
-    r.priority = js.record.priority;
-    r.order = js.order;
-    r.gpus = js.spec.resources.gpus;
-    r.cpus = js.spec.resources.cpus;
-    r.memory_gb = js.spec.resources.memory_gb;
-    r.query = js.market.query;
-    r.max_price_per_hour = js.market.max_price_per_hour;
-    r.work = js.market.work;
-    r.objective = js.market.objective;
-    if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand) {
-      r.work.fallback_on_demand = js.fell_back;
-    }
-    auto avoid = avoid_.find(id);
-    if (avoid != avoid_.end()) {
-      for (const auto& [node, until] : avoid->second) {
-        if (until > clock_->MonotonicMillis()) r.avoid_nodes.push_back(node);
-      }
-    }
-    queue.push_back(std::move(r));
+  std::vector<std::shared_ptr<const sched::JobRequest>> requests;
+  std::vector<const sched::JobRequest*> queue;
+  requests.reserve(candidates.size());
+  queue.reserve(candidates.size());
+  for (const auto& id : candidates) {
+    requests.push_back(RequestLocked(id, *ViewJobLocked(edit, id)));
+    queue.push_back(requests.back().get());
   }
   if (queue.empty()) return CommitLocked(edit);
   sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model);

@@ -35,7 +35,7 @@ ServerCore::ReliabilityHistory ServerCore::ReadReliabilityHistory() const {
 
 void ServerCore::RefreshReliabilityLocked() { ApplyReliabilityLocked(ReadReliabilityHistory()); }
 
-void ServerCore::ApplyReliabilityLocked(const ReliabilityHistory& h) {
+bool ServerCore::ApplyReliabilityLocked(const ReliabilityHistory& h) {
   const int64_t now = h.now;
   const int64_t since = h.since;
   std::map<std::string, market::ReliabilityInputs> in;
@@ -74,11 +74,16 @@ void ServerCore::ApplyReliabilityLocked(const ReliabilityHistory& h) {
       it->second.preemptions++;
     }
   }
+  bool changed = false;
   for (auto& [id, ns] : nodes_) {
     market::Reliability r = market::ComputeReliability(in[id]);
-    if (r.score != ns.reliability.score) ns.idle.reset();  // offers carry the score
+    if (r.score != ns.reliability.score) {
+      ns.idle.reset();  // offers carry the score
+      changed = true;
+    }
     ns.reliability = r;
   }
+  return changed;
 }
 
 // RequestReportLocked is in core_identity.cc: every request carries a nonce.

@@ -92,7 +92,7 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
   IndexJobLocked(id);
   // The job is durably queued: that is the answer, even if it cannot be placed this instant
   // (the tick tries again; DegradedLocked says why).
-  if (Status s = ScheduleLocked(); !s.ok())
+  if (Status s = ScheduleNewJobLocked(id); !s.ok())
     DegradedLocked("schedule", "scheduling after a submit", s);
   return jobs_[id].record;
 }

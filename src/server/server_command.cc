@@ -191,6 +191,7 @@ int RunServer(const ServerOptions& opt) {
     std::fprintf(stderr, "sluice server: loading state: %s\n", s.ToString().c_str());
     return 1;
   }
+  core.StartScheduler();
   ApiOptions api_opt;
   api_opt.max_blob_bytes_per_account =
       static_cast<size_t>(opt.max_upload_gib_per_account * 1024 * 1024 * 1024);

@@ -18,6 +18,15 @@ using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 ServerCore::ServerCore(store::Store* store, const Clock* clock, CoreOptions options)
     : store_(store), clock_(clock), options_(options) {}
 
+ServerCore::~ServerCore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    scheduler_stop_ = true;
+  }
+  scheduler_wake_.notify_all();
+  if (scheduler_.joinable()) scheduler_.join();
+}
+
 Status ServerCore::Load() {
   std::lock_guard<std::mutex> lock(mu_);
   SLUICE_ASSIGN_OR_RETURN(auto nodes, store_->LoadNodes());
@@ -154,7 +163,11 @@ void ServerCore::Tick() {
     // Reliability reads 30 days of history: from the store without the lock, applied under it.
     ReliabilityHistory history = ReadReliabilityHistory();
     std::lock_guard<std::mutex> lock(mu_);
-    ApplyReliabilityLocked(history);
+    // A query may name reliability (`reliability>=0.99`): a waiting job may fit now.
+    if (ApplyReliabilityLocked(history) && !queued_.empty()) {
+      if (Status s = RequestScheduleLocked(); !s.ok())
+        DegradedLocked("schedule", "scheduling after a reliability refresh", s);
+    }
   }
 }
 

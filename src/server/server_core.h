@@ -7,6 +7,7 @@
 // invoked with mu_ held and must not block or call back into the core.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "audit/signing_key.h"
@@ -138,6 +140,13 @@ using StreamSink = std::function<bool(const Json& item)>;
 class ServerCore {
  public:
   ServerCore(store::Store* store, const Clock* clock, CoreOptions options);
+  ~ServerCore();  // stops the scheduler thread, if started
+
+  // Runs scheduling passes on a thread of their own from now on (the server does; unit tests
+  // do not, and get each pass inline): a state change that frees or adds capacity marks a pass
+  // due and wakes the thread, so changes arriving while a pass runs share the next one instead
+  // of each paying for a pass over the whole queue (docs/design-notes.md "Placement at scale").
+  void StartScheduler();
 
   // Rebuilds the live state from the store. Nodes start offline with their grace counted from
   // now, so agents have a full grace period to reconnect after a server restart.
@@ -310,6 +319,9 @@ class ServerCore {
     int64_t queued_since_mono = 0;
     int64_t order = 0;
     bool never_fits = false;
+    // RequestLocked's cache: shared by the copies an edit stages, rebuilt when it no longer
+    // matches (fell_back is the one input that changes while a job is queued).
+    mutable std::shared_ptr<const sched::JobRequest> request;
   };
   // A state change computed from the live state and not yet applied (issue 12 item 1;
   // docs/design-notes.md "Commit, then apply"; LevelDB's VersionEdit is the model): the store
@@ -360,10 +372,22 @@ class ServerCore {
 
   // Places what can be placed now (PlaceLocked); a failure is retried by the next tick.
   Status ScheduleLocked();
+  // A pass is due because capacity or the queue changed: inline, or on the scheduler thread
+  // when it runs (StartScheduler).
+  Status RequestScheduleLocked();
+  // A job just queued: places it alone when no pass is due (every earlier job was tried against
+  // this very capacity by the last pass, so a pass over them would only repeat their answers),
+  // else leaves it to the pass that is due.
+  Status ScheduleNewJobLocked(const std::string& job_id);
+  void SchedulerLoop();
   // The tick's work on the live state; takes mu_ itself. True when reliability is due a
   // refresh.
   bool TickState();
-  Status PlaceLocked();
+  // Places the queued jobs (`only`: just that one), committing the placements as one edit.
+  Status PlaceLocked(const std::string* only = nullptr);
+  // What placement reads of a job, built once and kept while it does not change.
+  std::shared_ptr<const sched::JobRequest> RequestLocked(const std::string& id,
+                                                         const JobState& js) const;
   std::vector<sched::NodeCapacity> CapacityLocked() const;
   // One offer per GPU label (or one CPU offer) for each online node, as free right now.
   std::vector<market::Offer> AgentOffersLocked() const;
@@ -390,7 +414,8 @@ class ServerCore {
     std::vector<store::AttemptRecord> attempts;
   };
   ReliabilityHistory ReadReliabilityHistory() const;  // store reads only; mu_ not needed
-  void ApplyReliabilityLocked(const ReliabilityHistory& history);
+  // True when a node's score changed (its offers, and so placement, with it).
+  bool ApplyReliabilityLocked(const ReliabilityHistory& history);
   void RefreshReliabilityLocked();
   // Asks the agent to run its conformance suite (`why`: registration, scheduled, on demand), or
   // queues the request while options_.max_concurrent_verifications suites already run.
@@ -475,6 +500,11 @@ class ServerCore {
   int64_t verify_queue_seq_ = 0;             // NodeState::verify_queue_order
   std::map<std::string, int64_t> degraded_;  // DegradedLocked: failures by kind
   bool schedule_again_ = false;              // the last scheduling pass failed
+  // The scheduler thread (StartScheduler): a pass is due; the thread is to stop.
+  bool schedule_due_ = false;
+  bool scheduler_stop_ = false;
+  std::condition_variable scheduler_wake_;
+  std::thread scheduler_;
   SigningIdentity signing_;
 };
 

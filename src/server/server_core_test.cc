@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "audit/bundle.h"
 #include "common/crypto.h"
@@ -298,6 +300,35 @@ TEST_F(ServerCoreTest, QueuedJobStartsWhenCapacityFrees) {
       core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
   ASSERT_EQ(link->OfType("assign").size(), 2u);
   EXPECT_EQ(link->OfType("assign")[1]["job_id"], b->id);
+}
+
+// The server runs its passes on the scheduler thread: an exit only marks a pass due, and the
+// thread places the waiting job (DESIGN notes "Placement at scale").
+TEST_F(ServerCoreTest, OnTheSchedulerThreadAQueuedJobStartsWhenCapacityFrees) {
+  core_->StartScheduler();
+  auto link = std::make_shared<RecordingLink>();
+  auto assigned = [&](size_t n) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (link->OfType("assign").size() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return link->OfType("assign").size() == n;
+  };
+  auto node = Hello(link, CpuHello());
+  ASSERT_TRUE(node.ok());
+  auto a = core_->SubmitJob(Spec(4), "");
+  ASSERT_TRUE(a.ok());
+  // Placed by the submit itself, or by the pass the verdict made due.
+  ASSERT_TRUE(assigned(1));
+  auto b = core_->SubmitJob(Spec(4), "");
+  ASSERT_TRUE(b.ok());
+  std::string att = link->OfType("assign")[0]["attempt_id"];
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
+  // The second by the thread, once the first has freed the node.
+  ASSERT_TRUE(assigned(2));
+  EXPECT_EQ(link->OfType("assign")[1]["job_id"], b->id);
+  EXPECT_EQ(core_->GetJob(b->id)->job.state, store::JobState::kStarting);
 }
 
 TEST_F(ServerCoreTest, CancelQueuedAndRunning) {

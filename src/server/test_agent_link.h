@@ -2,6 +2,7 @@
 // the agent channel through ServerCore without a WebSocket.
 #pragma once
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,14 @@ namespace sluice::server::testing {
 
 class RecordingLink : public AgentLink {
  public:
-  void Send(const Json& m) override { sent.push_back(m); }
+  // Send may come from the core's scheduler thread while a test reads: both lock.
+  void Send(const Json& m) override {
+    std::lock_guard<std::mutex> lock(mu);
+    sent.push_back(m);
+  }
   void Close() override { closed = true; }
   std::vector<Json> OfType(const std::string& type) const {
+    std::lock_guard<std::mutex> lock(mu);
     std::vector<Json> out;
     for (const auto& m : sent) {
       if (m.value("type", "") == type) out.push_back(m);
@@ -23,6 +29,7 @@ class RecordingLink : public AgentLink {
   }
   // `field` of the newest message of `type`, or "".
   std::string Last(const std::string& type, const std::string& field) const {
+    std::lock_guard<std::mutex> lock(mu);
     for (auto it = sent.rbegin(); it != sent.rend(); ++it) {
       if (it->value("type", "") == type) return it->value(field, "");
     }
@@ -30,7 +37,8 @@ class RecordingLink : public AgentLink {
   }
   // The newest `reverify` request's nonce, which a conformance report must echo.
   std::string Nonce() const { return Last("reverify", "nonce"); }
-  std::vector<Json> sent;
+  mutable std::mutex mu;
+  std::vector<Json> sent;  // read directly only where no scheduler thread runs
   bool closed = false;
 };
 
