@@ -114,32 +114,132 @@ def passing_report(nonce, inv):
     return {"type": "conformance", "report": report, "nonce": nonce}
 
 
+# Simulated GPUs: product names as nvidia-smi reports them (so the server labels them as it
+# would a real node), their memory, and a per-GPU-hour price.
+GPU_MODELS = [
+    ("NVIDIA H100 80GB HBM3", 81559, 2.49),
+    ("NVIDIA A100-SXM4-80GB", 81920, 1.79),
+    ("NVIDIA L4", 23034, 0.44),
+    ("NVIDIA GeForce RTX 4090", 24564, 0.34),
+]
+
+
+def inventory(i, rng):
+    """Node i's inventory: 30 % CPU-only machines, 70 % with 1, 2, 4 or 8 GPUs of one model."""
+    base = {"hostname": f"sim-{i}", "os": "Debian 12", "kernel": "6.1", "arch": "x86_64",
+            "cpu_model": "simulated", "disk_free_mib": 100000}
+    if rng.random() < 0.3:
+        cores = rng.choice([2, 4, 8, 16, 32, 64])
+        return {**base, "cpu_cores": cores, "memory_mib": cores * 4096, "gpu_source": "none",
+                "gpus": []}, 0.01 * cores, 0
+    name, mib, price = rng.choice(GPU_MODELS)
+    count = rng.choice([1, 2, 4, 8])
+    gpus = [{"index": g, "uuid": f"GPU-sim-{i:06d}-{g}", "name": name, "memory_mib": mib,
+             "pci_bus_id": f"00000000:{g + 1:02x}:00.0", "serial": "", "mig_mode": "Disabled",
+             "compute_capability": "8.9", "vbios_version": "sim", "power_limit_w": 300}
+            for g in range(count)]
+    cores = 8 * count
+    return {**base, "cpu_cores": cores, "memory_mib": cores * 8192, "gpu_source": "nvml",
+            "driver_version": "550.54.15", "cuda_version": "12.4", "gpus": gpus}, 0, price
+
+
+def passing_report(nonce, inv):
+    mem = float(inv["memory_mib"])
+    checks = [
+        ("cpu", {"cores": inv["cpu_cores"], "ops_per_s": 1e9}),
+        ("memory", {"total_mib": mem, "available_mib": mem / 2, "touched_mib": 256,
+                    "touch_mib_s": 4000}),
+        ("disk", {"write_mib_s": 500, "fsync_ms": 2, "read_mib_s": 900, "free_mib": 100000}),
+        ("link", {"rtt_ms": 0.3, "rtt_max_ms": 1, "download_mib_s": 800, "upload_mib_s": 700}),
+    ]
+    for g in inv["gpus"]:
+        checks.append((f"gpu-memory.{g['index']}", {"total_mib": float(g["memory_mib"]),
+                                                    "allocated_mib": 1024, "h2d_gib_s": 12}))
+        checks.append((f"gpu-compute.{g['index']}", {"elements": 1 << 24, "kernel_ms": 3,
+                                                     "mismatches": 0}))
+    report = {"trigger": "registration", "started_ms": 1, "duration_ms": 100,
+              "checks": [{"name": n, "outcome": "pass", "measurements": m, "reason": "simulated"}
+                         for n, m in checks]}
+    return {"type": "conformance", "report": report, "nonce": nonce}
+
+
+class Agent:
+    """What one simulated agent keeps across its connections."""
+
+    def __init__(self, i, rng):
+        self.i = i
+        self.inv, self.cpu_price, self.gpu_price = inventory(i, rng)
+        self.node_id = ""
+        self.credential = ""
+        self.writer = None
+        self.held = {}          # attempt id -> job id: started, not exited (hold mode)
+        self.silent = False     # stops writing (heartbeats, pongs, replies); keeps reading
+        self.last_sent = 0.0    # monotonic time of its last heartbeat
+        self.closed_at = None   # monotonic time the server closed the connection
+        self.welcomes = 0
+
+
 class Swarm:
-    def __init__(self, port, join_token, interval):
+    def __init__(self, port, join_token, interval, seed=1):
         self.port = port
         self.join_token = join_token
         self.interval = interval
         self.ctx = ssl.create_default_context()
         self.ctx.check_hostname = False
         self.ctx.verify_mode = ssl.CERT_NONE  # loopback bench against the server's own CA
+        self.rng = random.Random(seed)
+        self.agents = []
         self.welcomed = 0
         self.reported = 0
         self.leases = 0
         self.started = 0
         self.exited = 0
+        self.assigned_jobs = {}  # job id -> times assigned (a job run twice shows up here)
+        self.hold = False        # answer `assign` with `started` only, until released
         self.errors = []
         self.stop = asyncio.Event()
 
-    async def agent(self, i, connect_gate):
-        source = f"127.0.0.{2 + i // PER_ADDRESS}"
-        cores = random.choice([2, 4, 8, 16, 32, 64])
-        inv = {"hostname": f"sim-{i}", "os": "Debian 12", "kernel": "6.1", "arch": "x86_64",
-               "cpu_model": "simulated", "cpu_cores": cores, "memory_mib": cores * 4096,
-               "disk_free_mib": 100000, "gpu_source": "none", "gpus": []}
-        hello = {"type": "hello", "node_id": "", "name": f"sim-{i}", "inventory": inv,
-                 "price_per_gpu_hour": 0, "price_per_cpu_hour": 0.01 * cores,
+    def write(self, a, msg):
+        if not a.silent and a.writer is not None:
+            a.writer.write(frame(json.dumps(msg)))
+
+    def release(self):
+        """Every held attempt exits now, and later ones exit as soon as they start."""
+        self.hold = False
+        for a in self.agents:
+            for aid in list(a.held):
+                self.write(a, {"type": "exited", "attempt_id": aid, "exit_code": 0, "signal": 0})
+                self.exited += 1
+            a.held.clear()
+
+    async def agent(self, a, connect_gate, reconnect=False):
+        """One connection's life: hello, then serve until the server closes it. With
+        `reconnect`, connects again with the node credential (backing off with jitter)."""
+        delay = 0.5
+        while not self.stop.is_set():
+            try:
+                await self.connect_and_serve(a, connect_gate)
+            except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
+                if a.closed_at is None:
+                    a.closed_at = time.monotonic()
+                if not reconnect or self.stop.is_set():
+                    if not self.stop.is_set() and not a.silent:
+                        self.errors.append(f"agent {a.i}: connection lost ({e})")
+                    return
+            if not reconnect:
+                return
+            await asyncio.sleep(random.uniform(0, delay))
+            delay = min(delay * 2, 8)
+
+    async def connect_and_serve(self, a, connect_gate):
+        source = f"127.0.0.{2 + a.i // PER_ADDRESS}"
+        hello = {"type": "hello", "node_id": a.node_id, "name": f"sim-{a.i}", "inventory": a.inv,
+                 "price_per_gpu_hour": a.gpu_price, "price_per_cpu_hour": a.cpu_price,
                  "interruptible_price_per_gpu_hour": 0, "interruptible_price_per_cpu_hour": 0,
-                 "region": "bench", "agent_version": "swarm", "attempts": [], "claims": []}
+                 "region": "bench", "agent_version": "swarm",
+                 "attempts": [{"attempt_id": aid, "running": True} for aid in a.held],
+                 "claims": []}
+        token = a.credential or self.join_token
         async with connect_gate:
             reader, writer = await asyncio.open_connection(
                 "127.0.0.1", self.port, ssl=self.ctx, local_addr=(source, 0),
@@ -148,18 +248,23 @@ class Swarm:
             writer.write((f"GET /v1/agent/connect HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                           f"Upgrade: websocket\r\nConnection: Upgrade\r\n"
                           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                          f"Authorization: Bearer {self.join_token}\r\n\r\n").encode())
+                          f"Authorization: Bearer {token}\r\n\r\n").encode())
             head = await reader.readuntil(b"\r\n\r\n")
             if not head.startswith(b"HTTP/1.1 101"):
-                raise RuntimeError(f"agent {i}: upgrade refused: {head[:80]!r}")
+                writer.close()
+                raise ConnectionError(f"upgrade refused: {head[:80]!r}")
+            a.writer = writer
+            a.closed_at = None
             writer.write(frame(json.dumps(hello)))
 
         async def heartbeat():
             seq = 0
             await asyncio.sleep(random.uniform(0, self.interval))
             while not self.stop.is_set():
-                seq += 1
-                writer.write(frame(json.dumps({"type": "heartbeat", "seq": seq})))
+                if not a.silent:
+                    seq += 1
+                    self.write(a, {"type": "heartbeat", "seq": seq})
+                    a.last_sent = time.monotonic()
                 await asyncio.sleep(self.interval)
 
         beat = None
@@ -167,38 +272,48 @@ class Swarm:
             while not self.stop.is_set():
                 op, payload = await read_frame(reader)
                 if op == 0x9:  # ping: answer with a masked pong
-                    pong = bytearray([0x8A, 0x80 | len(payload)]) + b"\0\0\0\0" + payload
-                    writer.write(bytes(pong))
+                    if not a.silent:
+                        pong = bytearray([0x8A, 0x80 | len(payload)]) + b"\0\0\0\0" + payload
+                        writer.write(bytes(pong))
                     continue
                 if op == 0x8:
-                    break
+                    raise ConnectionError("closed by the server")
                 if op != 0x1:
                     continue
                 msg = json.loads(payload)
                 t = msg.get("type")
                 if t == "welcome":
                     self.welcomed += 1
-                    beat = asyncio.ensure_future(heartbeat())
+                    a.welcomes += 1
+                    a.node_id = msg.get("node_id", a.node_id)
+                    a.credential = msg.get("credential") or a.credential
+                    if beat is None:
+                        beat = asyncio.ensure_future(heartbeat())
                 elif t == "reverify":
-                    writer.write(frame(json.dumps(passing_report(msg.get("nonce", ""), inv))))
+                    self.write(a, passing_report(msg.get("nonce", ""), a.inv))
                     self.reported += 1
                 elif t == "lease":
                     self.leases += 1
                 elif t == "assign":
                     aid = msg["attempt_id"]
-                    writer.write(frame(json.dumps({"type": "started", "attempt_id": aid})))
+                    job = msg.get("job_id", "")
+                    self.assigned_jobs[job] = self.assigned_jobs.get(job, 0) + 1
+                    self.write(a, {"type": "started", "attempt_id": aid})
                     self.started += 1
-                    writer.write(frame(json.dumps({"type": "exited", "attempt_id": aid,
-                                                   "exit_code": 0, "signal": 0})))
-                    self.exited += 1
+                    if self.hold:
+                        a.held[aid] = job
+                    else:
+                        self.write(a, {"type": "exited", "attempt_id": aid, "exit_code": 0,
+                                       "signal": 0})
+                        self.exited += 1
+                elif t in ("kill", "cancel"):
+                    a.held.pop(msg.get("attempt_id", ""), None)
                 elif t == "error":
                     self.errors.append(msg.get("message", ""))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            if not self.stop.is_set():
-                self.errors.append(f"agent {i}: connection lost")
         finally:
             if beat:
                 beat.cancel()
+            a.writer = None
             writer.close()
 
 
@@ -245,6 +360,95 @@ def submit_latencies(api, n):
     return xs
 
 
+GPU_LABELS = ["h100-80gb", "a100-80gb", "l4-24gb", "rtx4090-24gb"]
+
+
+def mixed_job(rng, n):
+    """A queued job of a mixed shape: 40 % CPU jobs, 60 % GPU jobs of 1-8 GPUs, most naming a
+    model, some only a minimum of GPU memory."""
+    if rng.random() < 0.4:
+        res = {"cpus": rng.choice([1, 2, 4]), "memory_gb": rng.choice([1, 2, 4])}
+    else:
+        res = {"gpus": rng.choice([1, 1, 1, 2, 4, 8]), "cpus": rng.choice([1, 2, 4]),
+               "memory_gb": rng.choice([4, 8, 16])}
+        if rng.random() < 0.8:
+            res["gpu"] = rng.choice(GPU_LABELS)
+        else:
+            res["min_vram_gb"] = rng.choice([24, 40])
+    return {"spec": {"name": f"q{n}", "run": "true", "resources": res}, "queue": True}
+
+
+def submit_all(port, token, bodies, threads):
+    """Submits every body over `threads` keep-alive connections; returns the seconds taken."""
+    import concurrent.futures
+    chunks = [bodies[k::threads] for k in range(threads)]
+
+    def one(chunk):
+        api = Api(port, token)
+        for body in chunk:
+            status, reply = api.call("POST", "/v1/jobs", body)
+            if status not in (200, 201):
+                raise RuntimeError(f"submit answered {status}: {reply[:200]!r}")
+
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        for f in [pool.submit(one, c) for c in chunks]:
+            f.result()
+    return time.monotonic() - t0
+
+
+async def settle(counter, quiet_s=2.0, limit_s=600.0):
+    """Waits until counter() has not changed for quiet_s."""
+    last, since, t0 = counter(), time.monotonic(), time.monotonic()
+    while time.monotonic() - since < quiet_s and time.monotonic() - t0 < limit_s:
+        await asyncio.sleep(0.2)
+        now = counter()
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
+async def queued_placements(args, swarm, port, admin_token):
+    """Committed placements per second with a deep queue of mixed shapes: the agents hold their
+    jobs (answer `started`, never exit) while args.queued jobs are submitted, so what does not fit
+    queues; then every held job exits at once and, from then on, every job exits as soon as it
+    starts. The rate is the placements (assignment delivered and `started` sent) after the
+    release, over the time until the queue is empty."""
+    rng = random.Random(7)
+    bodies = [mixed_job(rng, n) for n in range(args.queued)]
+    shapes = len({json.dumps(b["spec"]["resources"], sort_keys=True) for b in bodies})
+    start0 = swarm.started
+    swarm.hold = True
+    loop = asyncio.get_running_loop()
+    submit_s = await loop.run_in_executor(None, submit_all, port, admin_token, bodies,
+                                          args.submit_threads)
+    held = await settle(lambda: swarm.started) - start0
+    queued = args.queued - held
+    log(f"{args.queued} jobs of {shapes} shapes submitted in {submit_s:.1f} s "
+        f"({args.queued / submit_s:.0f}/s over {args.submit_threads} connections); "
+        f"{held} placed and held, {queued} queued")
+    t0 = time.monotonic()
+    swarm.release()
+    at_release = swarm.started
+    while swarm.started - start0 < args.queued:
+        await asyncio.sleep(0.05)
+        if time.monotonic() - t0 > args.timeout:
+            break
+    drain_s = time.monotonic() - t0
+    placed = swarm.started - at_release
+    twice = sum(1 for n in swarm.assigned_jobs.values() if n > 1)
+    if twice:  # say why, from the first such job's events
+        job = next(j for j, n in swarm.assigned_jobs.items() if n > 1)
+        status, body = Api(port, admin_token).call("GET", f"/v1/jobs/{job}")
+        events = json.loads(body).get("events", []) if status == 200 else []
+        log(f"job {job} was assigned more than once; its events:")
+        for e in events[-8:]:
+            log(f"  {e.get('kind', '')}: {e.get('message', '')}")
+    return {"shapes": shapes, "submit_s": submit_s, "held": held, "queued": queued,
+            "placed": placed, "drain_s": drain_s, "rate": placed / drain_s, "twice": twice,
+            "complete": swarm.started - start0 >= args.queued}
+
+
 def verified_nodes(api):
     status, body = api.call("GET", "/v1/nodes")
     return sum(1 for n in json.loads(body)["nodes"] if n.get("verification") == "verified")
@@ -263,9 +467,10 @@ async def run(args, server, port, join_token, admin_token):
         api.call("POST", f"/v1/jobs/{j['id']}/cancel")
 
     swarm = Swarm(port, join_token, args.interval)
+    swarm.agents = [Agent(i, swarm.rng) for i in range(args.agents)]
     gate = asyncio.Semaphore(64)
     t0 = time.monotonic()
-    tasks = [asyncio.ensure_future(swarm.agent(i, gate)) for i in range(args.agents)]
+    tasks = [asyncio.ensure_future(swarm.agent(a, gate)) for a in swarm.agents]
     while swarm.welcomed < args.agents:
         await asyncio.sleep(0.5)
         for t in tasks:
@@ -313,6 +518,10 @@ async def run(args, server, port, join_token, admin_token):
         if time.monotonic() - t_place > args.timeout:
             raise RuntimeError(f"only {swarm.exited - done0} of {args.jobs} jobs ran")
     placed_s = time.monotonic() - t_place
+
+    deep = None
+    if args.queued > 0:
+        deep = await queued_placements(args, swarm, port, admin_token)
     swarm.stop.set()
     for t in tasks:
         t.cancel()
@@ -335,6 +544,15 @@ async def run(args, server, port, join_token, admin_token):
           f"{percentile(loaded, 99) / percentile(base, 99):.2f}x")
     print(f"placements: {args.jobs} jobs submitted and run to success in {placed_s:.2f} s: "
           f"{args.jobs / placed_s:.0f}/s end to end (submit, commit, assign, started, exited)")
+    if deep:
+        print(f"queued placements: {args.queued} jobs of {deep['shapes']} shapes submitted in "
+              f"{deep['submit_s']:.1f} s ({args.queued / deep['submit_s']:.0f}/s); "
+              f"{deep['held']} placed and held, {deep['queued']} queued")
+        print(f"  released: {deep['placed']} placements in {deep['drain_s']:.1f} s: "
+              f"{deep['rate']:.0f}/s committed, assigned and started with a queue of "
+              f"{deep['queued']} (target 5,000/s: {deep['rate'] / 5000:.2f}x); "
+              f"{'all placed' if deep['complete'] else 'NOT all placed before --timeout'}; "
+              f"jobs assigned twice: {deep['twice']}")
     return 0
 
 
@@ -346,9 +564,14 @@ def main():
     ap.add_argument("--window", type=float, default=20.0, help="seconds of steady heartbeats")
     ap.add_argument("--submits", type=int, default=200, help="submits per latency sample")
     ap.add_argument("--jobs", type=int, default=500, help="jobs for the placement rate")
+    ap.add_argument("--queued", type=int, default=-1,
+                    help="jobs for the deep-queue placement rate (default 10 per agent; 0: skip)")
+    ap.add_argument("--submit-threads", type=int, default=4)
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--keep-tmp", action="store_true")
     args = ap.parse_args()
+    if args.queued < 0:
+        args.queued = 10 * args.agents
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = 2 * args.agents + 1024

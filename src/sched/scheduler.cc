@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <queue>
 #include <tuple>
 
@@ -41,11 +42,13 @@ std::vector<int> FreeGpus(const NodeCapacity& node, const market::Offer& offer) 
 
 // Why a job can never run on any registered node, from the same explanation `sluice offers`
 // gives, plus offers that match but cost more than the job's budget.
-std::string NeverFitsReason(const std::vector<NodeCapacity>& nodes, const JobRequest& job,
+std::string NeverFitsReason(const std::vector<const NodeCapacity*>& nodes, const JobRequest& job,
                             const market::CostModel& model) {
   if (nodes.empty()) return "no nodes are registered; start an agent with `sluice agent`";
   std::vector<market::Offer> offers;
-  for (const auto& n : nodes) offers.insert(offers.end(), n.Offers().begin(), n.Offers().end());
+  for (const NodeCapacity* n : nodes) {
+    offers.insert(offers.end(), n->Offers().begin(), n->Offers().end());
+  }
   std::string what = "no registered node can ever run this job (" + std::to_string(nodes.size()) +
                      " node" + (nodes.size() == 1 ? "" : "s") + "): ";
   // Offers the query matches but the job still cannot use: no interruptible capacity for
@@ -111,14 +114,16 @@ bool FitsIfFreed(const NodeCapacity& n, const market::Offer& idle, const JobRequ
 }
 
 // For an on-demand job that fits nowhere now: the node where preempting the fewest interruptible
-// attempts makes room. Returns false (and leaves `out` empty) when attempts already being
-// preempted will make room anyway, or when no preemption can.
-bool PlanPreemption(std::vector<NodeCapacity>& nodes, const JobRequest& job,
+// attempts makes room (its index in `nodes`). Returns false (and leaves `out` empty) when
+// attempts already being preempted will make room anyway, or when no preemption can. The caller
+// marks the chosen attempts as preempting, so later jobs of the plan do not count on them again.
+bool PlanPreemption(const std::vector<const NodeCapacity*>& nodes, const JobRequest& job,
                     const market::Workload& work, const market::CostModel& model, Preemption* out,
-                    bool* room_coming) {
+                    size_t* node_index, bool* room_coming) {
   *room_coming = false;
   std::optional<std::pair<size_t, std::string>> best_key;
-  for (auto& n : nodes) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const NodeCapacity& n = *nodes[i];
     if (!n.online || std::find(job.avoid_nodes.begin(), job.avoid_nodes.end(), n.node_id) !=
                          job.avoid_nodes.end()) {
       continue;
@@ -149,6 +154,7 @@ bool PlanPreemption(std::vector<NodeCapacity>& nodes, const JobRequest& job,
       auto key = std::make_pair(chosen.size(), n.node_id);
       if (!best_key || key < *best_key) {
         best_key = key;
+        *node_index = i;
         out->job_id = job.job_id;
         out->node_id = n.node_id;
         out->attempt_ids.clear();
@@ -156,18 +162,7 @@ bool PlanPreemption(std::vector<NodeCapacity>& nodes, const JobRequest& job,
       }
     }
   }
-  if (!best_key) return false;
-  // Later jobs in this plan must not count on these attempts again.
-  for (auto& n : nodes) {
-    if (n.node_id != out->node_id) continue;
-    for (auto& r : n.running) {
-      if (std::find(out->attempt_ids.begin(), out->attempt_ids.end(), r.attempt_id) !=
-          out->attempt_ids.end()) {
-        r.preempting = true;
-      }
-    }
-  }
-  return true;
+  return best_key.has_value();
 }
 
 struct Candidate {
@@ -223,23 +218,43 @@ bool Avoids(const JobRequest& job, const NodeCapacity& n) {
 // offer id. A strict total order, so a heap and a scan pick the same candidate.
 struct Ranking {
   market::Objective objective;
-  const std::vector<NodeCapacity>* nodes;
+  const std::vector<const NodeCapacity*>* nodes;
   bool Better(const Candidate& a, const Candidate& b) const {
     if (int c = market::CompareEstimates(objective, a.estimate, b.estimate)) return c < 0;
-    return std::tie(a.gpus_left, a.cpus_left, (*nodes)[a.node].node_id, a.offer->id) <
-           std::tie(b.gpus_left, b.cpus_left, (*nodes)[b.node].node_id, b.offer->id);
+    return std::tie(a.gpus_left, a.cpus_left, (*nodes)[a.node]->node_id, a.offer->id) <
+           std::tie(b.gpus_left, b.cpus_left, (*nodes)[b.node]->node_id, b.offer->id);
   }
 };
 
-// One scheduling pass over a snapshot: see Schedule in the header.
+// One scheduling pass over a snapshot: see Schedule in the header. The snapshot's nodes are
+// shared with the caller and never written: a node the pass changes (a placement, a preemption)
+// is copied first, so a pass over 10,000 nodes copies only the few it places on.
 class Pass {
  public:
-  Pass(std::vector<NodeCapacity> nodes, const market::CostModel& model, ScheduleOptions options)
-      : nodes_(std::move(nodes)), version_(nodes_.size(), 0), model_(model), options_(options) {}
+  Pass(std::vector<std::shared_ptr<const NodeCapacity>> nodes, const market::CostModel& model,
+       ScheduleOptions options)
+      : base_(std::move(nodes)),
+        own_(base_.size()),
+        version_(base_.size(), 0),
+        model_(model),
+        options_(options) {
+    nodes_.reserve(base_.size());
+    for (const auto& n : base_) nodes_.push_back(n.get());
+    if (options_.exhausted_before == nullptr || options_.changed_nodes == nullptr) {
+      options_.exhausted_before = nullptr;
+    } else {
+      for (size_t i = 0; i < nodes_.size(); ++i) index_.emplace(nodes_[i]->node_id, i);
+    }
+    for (const NodeCapacity* n : nodes_) {
+      for (const auto& r : n->running) preemptible_ |= r.interruptible || r.preempting;
+    }
+  }
 
   void Consider(const JobRequest& job) {
     const market::Workload work = WorkOf(job);
-    std::string key = options_.share_shapes ? ShapeKey(job) : std::string();
+    std::string key = !options_.share_shapes ? std::string()
+                      : job.shape            ? *job.shape
+                                             : ShapeKey(job);
     if (key.empty()) {
       bool could_ever = false;
       std::optional<Candidate> best = Scan(job, work, &could_ever);
@@ -249,7 +264,14 @@ class Pass {
     }
     auto [it, fresh] = shapes_.try_emplace(std::move(key), job, work, &nodes_);
     Shape& shape = it->second;
-    if (fresh) {
+    if (fresh && options_.exhausted_before && options_.exhausted_before->count(it->first) > 0) {
+      // Nothing fitted it at the end of the last pass: only a node changed since may fit now.
+      shape.could_ever = true;
+      for (const auto& id : *options_.changed_nodes) {
+        auto at = index_.find(id);
+        if (at != index_.end()) Push(shape, at->second, /*count_could_ever=*/false);
+      }
+    } else if (fresh) {
       for (size_t i = 0; i < nodes_.size(); ++i) Push(shape, i, /*count_could_ever=*/true);
     }
     while (!shape.heap.empty()) {
@@ -262,6 +284,7 @@ class Pass {
       shape.heap.pop();
       return Place(job, c);
     }
+    shape.exhausted = true;
     if (shape.waiting && StillHolds(shape, work)) {  // answered for an earlier job of the shape
       plan_.waiting.push_back({job.job_id, shape.waiting->never_fits, shape.waiting->reason});
       return;
@@ -277,7 +300,12 @@ class Pass {
     }
   }
 
-  Plan Take() { return std::move(plan_); }
+  Plan Take() {
+    for (const auto& [key, shape] : shapes_) {
+      if (shape.exhausted && shape.could_ever) plan_.exhausted_shapes.insert(key);
+    }
+    return std::move(plan_);
+  }
 
  private:
   struct Entry {
@@ -292,11 +320,12 @@ class Pass {
   };
   enum class Answer { kNeverFits, kBusy, kRoomComing, kPreemptionPlanned };
   struct Shape {
-    Shape(const JobRequest& job, market::Workload w, const std::vector<NodeCapacity>* nodes)
+    Shape(const JobRequest& job, market::Workload w, const std::vector<const NodeCapacity*>* nodes)
         : first(&job), work(w), heap(Worse{Ranking{job.objective, nodes}}) {}
     const JobRequest* first;  // the job the shape's candidates were ranked for
     market::Workload work;
     bool could_ever = false;
+    bool exhausted = false;  // its candidates ran out: nothing fits it for the rest of the pass
     std::priority_queue<Entry, std::vector<Entry>, Worse> heap;
     // Why the last job of the shape waits, and the pass's counts then (StillHolds).
     std::optional<Waiting> waiting;
@@ -327,7 +356,7 @@ class Pass {
 
   // Ranks node i's offers for the shape as the node stands now.
   void Push(Shape& shape, size_t i, bool count_could_ever) {
-    const NodeCapacity& n = nodes_[i];
+    const NodeCapacity& n = *nodes_[i];
     for (const auto& idle : n.Offers()) {
       if (!CouldUse(idle, *shape.first, shape.work, model_)) continue;
       if (count_could_ever) shape.could_ever = true;
@@ -344,7 +373,7 @@ class Pass {
     Ranking ranking{job.objective, &nodes_};
     std::optional<Candidate> best;
     for (size_t i = 0; i < nodes_.size(); ++i) {
-      const NodeCapacity& n = nodes_[i];
+      const NodeCapacity& n = *nodes_[i];
       for (const auto& idle : n.Offers()) {
         if (!CouldUse(idle, job, work, model_)) continue;
         *could_ever = true;
@@ -357,7 +386,7 @@ class Pass {
   }
 
   void Place(const JobRequest& job, const Candidate& best) {
-    NodeCapacity& n = nodes_[best.node];
+    NodeCapacity& n = Mutable(best.node);
     for (auto& g : n.gpus) {
       if (std::find(best.gpus.begin(), best.gpus.end(), g.index) != best.gpus.end()) {
         g.free = false;
@@ -385,7 +414,18 @@ class Pass {
     }
     Preemption p;
     bool room_coming = false;
-    if (!work.interruptible && PlanPreemption(nodes_, job, work, model_, &p, &room_coming)) {
+    // With no interruptible attempt anywhere there is nothing to preempt nor room coming: the
+    // job did not fit, so every node that could run it is busy.
+    size_t chosen = 0;
+    if (!work.interruptible && preemptible_ &&
+        PlanPreemption(nodes_, job, work, model_, &p, &chosen, &room_coming)) {
+      // Later jobs in this plan must not count on these attempts again.
+      for (auto& r : Mutable(chosen).running) {
+        if (std::find(p.attempt_ids.begin(), p.attempt_ids.end(), r.attempt_id) !=
+            p.attempt_ids.end()) {
+          r.preempting = true;
+        }
+      }
       plan_.waiting.push_back({job.job_id, false,
                                "waiting for " + std::to_string(p.attempt_ids.size()) +
                                    " interruptible attempt(s) to be preempted on " + p.node_id});
@@ -402,11 +442,24 @@ class Pass {
     return Answer::kBusy;
   }
 
-  std::vector<NodeCapacity> nodes_;
+  // Node i as the pass sees it now: the caller's, or the pass's own copy once it changed it.
+  NodeCapacity& Mutable(size_t i) {
+    if (!own_[i]) {
+      own_[i] = std::make_unique<NodeCapacity>(*base_[i]);
+      nodes_[i] = own_[i].get();
+    }
+    return *own_[i];
+  }
+
+  std::vector<std::shared_ptr<const NodeCapacity>> base_;
+  std::vector<std::unique_ptr<NodeCapacity>> own_;
+  std::vector<const NodeCapacity*> nodes_;
   std::vector<uint64_t> version_;  // per node: bumped by every placement on it
   const market::CostModel& model_;
   ScheduleOptions options_;
   std::map<std::string, Shape> shapes_;
+  std::map<std::string, size_t> index_;  // node id -> index, for incremental passes
+  bool preemptible_ = false;             // some attempt is interruptible or being preempted
   size_t placements_ = 0;
   Plan plan_;
 };
@@ -443,6 +496,15 @@ Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& qu
 
 Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<const JobRequest*>& queue,
               const market::CostModel& model, ScheduleOptions options) {
+  std::vector<std::shared_ptr<const NodeCapacity>> shared;
+  shared.reserve(nodes.size());
+  for (auto& n : nodes) shared.push_back(std::make_shared<const NodeCapacity>(std::move(n)));
+  return Schedule(std::move(shared), queue, model, options);
+}
+
+Plan Schedule(std::vector<std::shared_ptr<const NodeCapacity>> nodes,
+              const std::vector<const JobRequest*>& queue, const market::CostModel& model,
+              ScheduleOptions options) {
   std::vector<const JobRequest*> order = queue;
   std::stable_sort(order.begin(), order.end(), [](const JobRequest* a, const JobRequest* b) {
     // On-demand work first among equals: it is what may take capacity from interruptible work,

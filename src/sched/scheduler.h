@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,8 @@ struct JobRequest {
   // Nodes not to place on now (a node that just preempted this job, for a cooldown). They still
   // count for "could it ever run".
   std::vector<std::string> avoid_nodes;
+  // ShapeKey(*this), when the caller keeps it between passes; computed by the pass otherwise.
+  std::optional<std::string> shape;
 };
 
 struct Placement {
@@ -100,6 +103,10 @@ struct Plan {
   std::vector<Placement> placements;
   std::vector<Waiting> waiting;
   std::vector<Preemption> preemptions;
+  // The shapes (ShapeKey) some node could run but none could fit when their turn came: as
+  // capacity only shrinks within a pass, no node fits them at its end either. A next pass given
+  // these and the nodes changed since (ScheduleOptions) searches them on those nodes only.
+  std::set<std::string> exhausted_shapes;
 };
 
 // Jobs are considered by priority (high first), on-demand before interruptible, then submission
@@ -126,10 +133,20 @@ struct ScheduleOptions {
   // every node, the original algorithm, kept as the oracle the tests and bench/placement compare
   // against (the plans are identical).
   bool share_shapes = true;
+  // Incremental passes: the previous pass's Plan::exhausted_shapes, and every node whose
+  // capacity, offers or attempts changed since it ended (added nodes included). A node that was
+  // in the previous pass may not be missing from this one: the caller passes neither then.
+  const std::set<std::string>* exhausted_before = nullptr;
+  const std::set<std::string>* changed_nodes = nullptr;
 };
 
 // The same, over a queue the caller keeps (the server's queued jobs are not copied per pass).
 Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<const JobRequest*>& queue,
               const market::CostModel& model, ScheduleOptions options = {});
+// The same, over nodes the caller keeps and shares (never written: the pass copies a node it
+// changes), so a pass does not copy every node.
+Plan Schedule(std::vector<std::shared_ptr<const NodeCapacity>> nodes,
+              const std::vector<const JobRequest*>& queue, const market::CostModel& model,
+              ScheduleOptions options = {});
 
 }  // namespace sluice::sched

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
+#include <set>
 
 namespace sluice::sched {
 namespace {
@@ -356,6 +358,90 @@ TEST(SchedulerTest, SharedShapesGiveTheSamePlanAsScanningEveryNode) {
       EXPECT_EQ(fast.preemptions[i].attempt_ids, slow.preemptions[i].attempt_ids) << round;
     }
   }
+}
+
+void ExpectSamePlan(const Plan& fast, const Plan& slow, int round) {
+  ASSERT_EQ(fast.placements.size(), slow.placements.size()) << "round " << round;
+  for (size_t i = 0; i < fast.placements.size(); ++i) {
+    EXPECT_EQ(fast.placements[i].job_id, slow.placements[i].job_id) << round;
+    EXPECT_EQ(fast.placements[i].node_id, slow.placements[i].node_id) << round;
+    EXPECT_EQ(fast.placements[i].gpus, slow.placements[i].gpus) << round;
+  }
+  ASSERT_EQ(fast.waiting.size(), slow.waiting.size()) << round;
+  for (size_t i = 0; i < fast.waiting.size(); ++i) {
+    EXPECT_EQ(fast.waiting[i].job_id, slow.waiting[i].job_id) << round;
+    EXPECT_EQ(fast.waiting[i].reason, slow.waiting[i].reason) << round;
+  }
+  ASSERT_EQ(fast.preemptions.size(), slow.preemptions.size()) << round;
+}
+
+// An incremental pass (the shapes nothing fitted last time searched only on the nodes changed
+// since) gives the plan a full scan gives, over passes where placements land, attempts end and
+// new jobs arrive.
+TEST(SchedulerTest, IncrementalPassesGiveTheSamePlanAsScanningEveryNode) {
+  std::mt19937 rng(34);
+  int exhausted_seen = 0;
+  for (int round = 0; round < 30; ++round) {
+    int node_count = 1 + static_cast<int>(rng() % 30);
+    std::vector<NodeCapacity> nodes = RandomFleet(rng, node_count);
+    std::vector<JobRequest> queue = RandomQueue(rng, 1 + static_cast<int>(rng() % 150), node_count);
+    Plan last = Schedule(nodes, queue);
+    for (int pass = 0; pass < 5; ++pass) {
+      std::set<std::string> changed;
+      std::map<std::string, NodeCapacity*> by_id;
+      for (auto& n : nodes) by_id[n.node_id] = &n;
+      // The plan takes effect: its placements hold their resources from now on.
+      std::set<std::string> placed;
+      for (const auto& p : last.placements) {
+        NodeCapacity& n = *by_id[p.node_id];
+        const JobRequest* job = nullptr;
+        for (const auto& j : queue) job = j.job_id == p.job_id ? &j : job;
+        ASSERT_NE(job, nullptr);
+        for (auto& g : n.gpus) {
+          if (std::find(p.gpus.begin(), p.gpus.end(), g.index) != p.gpus.end()) g.free = false;
+        }
+        n.free_cpus -= job->cpus;
+        n.free_memory_gb -= job->memory_gb;
+        n.running.push_back(
+            {"att-" + p.job_id, p.gpus, job->cpus, job->memory_gb, job->work.interruptible, false});
+        placed.insert(p.job_id);
+      }
+      // Some attempts end and free their node; those nodes are the changed ones.
+      for (auto& n : nodes) {
+        if (n.running.empty() || rng() % 3 != 0) continue;
+        RunningAttempt r = n.running.back();
+        n.running.pop_back();
+        for (auto& g : n.gpus) {
+          if (std::find(r.gpus.begin(), r.gpus.end(), g.index) != r.gpus.end()) g.free = true;
+        }
+        n.free_cpus += r.cpus;
+        n.free_memory_gb += r.memory_gb;
+        changed.insert(n.node_id);
+      }
+      std::vector<JobRequest> next;
+      for (auto& j : queue) {
+        if (placed.count(j.job_id) == 0) next.push_back(j);
+      }
+      for (auto& j : RandomQueue(rng, static_cast<int>(rng() % 20), node_count)) {
+        j.job_id += "-" + std::to_string(pass);
+        j.order += 1000 * (pass + 1);
+        next.push_back(j);
+      }
+      queue = std::move(next);
+      std::vector<const JobRequest*> ptrs;
+      for (const auto& j : queue) ptrs.push_back(&j);
+      exhausted_seen += static_cast<int>(last.exhausted_shapes.size());
+      ScheduleOptions incremental;
+      incremental.exhausted_before = &last.exhausted_shapes;
+      incremental.changed_nodes = &changed;
+      Plan fast = Schedule(nodes, ptrs, {}, incremental);
+      Plan slow = Schedule(nodes, ptrs, {}, {.share_shapes = false});
+      ExpectSamePlan(fast, slow, round * 10 + pass);
+      if (HasFatalFailure()) return;
+      last = std::move(fast);
+    }
+  }
+  EXPECT_GT(exhausted_seen, 100);  // the incremental path was taken, often
 }
 
 TEST(SchedulerTest, ShapeKeyTellsApartWhatPlacementReads) {

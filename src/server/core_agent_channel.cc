@@ -68,8 +68,10 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   std::map<std::string, const proto::AttemptReport*> reported;
   for (const auto& r : hello.attempts) reported[r.attempt_id] = &r;
   std::vector<std::string> to_cancel, to_kill, to_ack;  // attempt ids
-  for (const auto& [aid, att] : active_attempts_) {
-    if (att.node_id != node_id) continue;
+  for (const auto& aid : AttemptsOnLocked(node_id)) {
+    auto live = active_attempts_.find(aid);
+    if (live == active_attempts_.end()) continue;  // the index and the map change together
+    const AttemptRecord& att = live->second;
     auto rep = reported.find(aid);
     if (rep == reported.end() || rep->second->lost) {
       FinishAttemptLocked(aid, AttemptState::kLost, std::nullopt,
@@ -102,6 +104,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   live.record = std::move(record);
   live.inventory = std::make_shared<const Inventory>(hello.inventory);
   live.idle.reset();
+  nodes_changed_ = true;
   if (trust.changed) live.has_verdict = false;  // its usable software is unknown until re-verified
   live.online_since_ms = online_since;
   // A second agent for one node: the newest wins.
@@ -131,8 +134,10 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   // Tell the agent where each surviving attempt's logs stand, so it resends only what we lack.
   // A preemption the server started may not have reached the agent before the link (or the
   // server) went down: ask again; stopping a process twice is harmless.
-  for (const auto& [aid, att] : active_attempts_) {
-    if (att.node_id != node_id) continue;
+  for (const auto& aid : AttemptsOnLocked(node_id)) {
+    auto live = active_attempts_.find(aid);
+    if (live == active_attempts_.end()) continue;  // the index and the map change together
+    const AttemptRecord& att = live->second;
     link->Send(proto::ToJson(proto::LogAck{aid, max_log_seq_[aid]}));
     if (att.cause.rfind(kPreemptingPrefix, 0) == 0) {
       auto js = jobs_.find(att.job_id);
@@ -171,9 +176,8 @@ Status ServerCore::OnHeartbeatLocked(NodeState& ns, const proto::Heartbeat& hb) 
   // agent runs that is not listed is not ours there any more (docs/design-notes.md "Leases and
   // fencing"). The seq is echoed so the agent counts the lease from when it sent the heartbeat.
   proto::Lease lease{hb.seq, options_.lease_ms, {}};
-  for (const auto& [aid, att] : active_attempts_) {
-    if (att.node_id == ns.record.id) lease.attempts.push_back(aid);
-  }
+  const auto& on = AttemptsOnLocked(ns.record.id);
+  lease.attempts.assign(on.begin(), on.end());
   ns.link->Send(proto::ToJson(lease));
   return Status::Ok();
 }

@@ -171,8 +171,7 @@ Status ServerCore::LoseNodeLocked(const std::string& node_id, const std::string&
   node.record.state = st::NodeState::kLost;
   edit.batch.nodes.push_back(node.record);
   CloseUptimeLocked(node, edit.batch);
-  for (const auto& [aid, att] : active_attempts_) {
-    if (att.node_id != node_id) continue;
+  for (const auto& aid : AttemptsOnLocked(node_id)) {
     FinishAttemptLocked(aid, AttemptState::kLost, std::nullopt,
                         "node " + node.record.name + " lost: " + why, edit);
   }
@@ -226,8 +225,10 @@ Result<std::vector<std::string>> ServerCore::ReclaimNode(const std::string& node
   }
   if (found == nullptr) return Status::NotFound("no node " + node);
   std::vector<std::string> preempted;
-  for (const auto& [aid, att] : active_attempts_) {
-    if (att.node_id != found->record.id) continue;
+  for (const auto& aid : AttemptsOnLocked(found->record.id)) {
+    auto live = active_attempts_.find(aid);
+    if (live == active_attempts_.end()) continue;  // the index and the map change together
+    const AttemptRecord& att = live->second;
     bool hit = gpus.empty();
     for (int g : gpus) hit |= std::find(att.gpus.begin(), att.gpus.end(), g) != att.gpus.end();
     if (hit) preempted.push_back(aid);

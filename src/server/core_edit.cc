@@ -82,6 +82,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
     jobs_[id] = std::move(js);
     IndexJobLocked(id);
   }
+  if (!edit.nodes.empty()) nodes_changed_ = true;
   for (auto& [id, ns] : edit.nodes) {
     ns.idle.reset();  // staged from the live entry: its idle capacity may describe the old one
     nodes_[id] = std::move(ns);
@@ -98,9 +99,25 @@ void ServerCore::ApplyLocked(Edit& edit) {
   }
   for (auto& [id, seq] : edit.max_log_seq) max_log_seq_[id] = seq;
   for (auto& [id, att] : edit.attempts) {
+    // The nodes it was and is on: their capacity now differs.
+    for (const std::string* node :
+         {active_attempts_.count(id) > 0 ? &active_attempts_.at(id).node_id : nullptr,
+          att ? &att->node_id : nullptr}) {
+      if (node == nullptr) continue;
+      changed_nodes_.insert(*node);
+      if (auto n = nodes_.find(*node); n != nodes_.end()) n->second.now.reset();
+    }
     if (att) {
+      attempts_by_node_[att->node_id].insert(id);
       active_attempts_[id] = std::move(*att);
     } else {
+      if (auto live = active_attempts_.find(id); live != active_attempts_.end()) {
+        auto on = attempts_by_node_.find(live->second.node_id);
+        if (on != attempts_by_node_.end()) {
+          on->second.erase(id);
+          if (on->second.empty()) attempts_by_node_.erase(on);
+        }
+      }
       active_attempts_.erase(id);
       max_log_seq_.erase(id);
       log_bytes_.erase(id);
@@ -111,7 +128,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
 void ServerCore::IndexJobLocked(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it != jobs_.end() && it->second.record.state == store::JobState::kQueued) {
-    queued_.insert(job_id);
+    queued_.insert_or_assign(job_id, &it->second);
   } else {
     queued_.erase(job_id);
   }
@@ -172,7 +189,13 @@ Json ServerCore::StateDump() {
               {"log_bytes", log_bytes_},
               {"checkpoints", std::move(checkpoints)},
               {"avoid", avoid_},
-              {"queued", queued_},
+              {"queued",
+               [this] {
+                 Json ids = Json::array();
+                 for (const auto& [id, js] : queued_) ids.push_back(id);
+                 return ids;
+               }()},
+              {"attempts_by_node", attempts_by_node_},
               {"next_order", next_order_}};
 }
 

@@ -150,8 +150,7 @@ Result<st::NodeRecord> ServerCore::RevokeNode(const std::string& node) {
   CloseUptimeLocked(staged, edit.batch);
   staged.awaiting_report = false;
   staged.report_nonces.clear();
-  for (const auto& [aid, att] : active_attempts_) {
-    if (att.node_id != id) continue;
+  for (const auto& aid : AttemptsOnLocked(id)) {
     FinishAttemptLocked(aid, st::AttemptState::kLost, std::nullopt,
                         "node " + staged.record.name + " lost: revoked by its provider or an admin",
                         edit);

@@ -17,9 +17,7 @@ std::vector<NodeView> ServerCore::ListNodes() {
   std::lock_guard<std::mutex> lock(mu_);
   auto caps = CapacityLocked();
   std::map<std::string_view, const sched::NodeCapacity*> cap_of;
-  for (const auto& c : caps) cap_of[c.node_id] = &c;
-  std::map<std::string_view, int> running_on;  // a node out of the market may still run work
-  for (const auto& [aid, att] : active_attempts_) ++running_on[att.node_id];
+  for (const auto& c : caps) cap_of[c->node_id] = c.get();
   std::vector<NodeView> out;
   out.reserve(nodes_.size());
   for (const auto& [id, ns] : nodes_) {
@@ -33,7 +31,8 @@ std::vector<NodeView> ServerCore::ListNodes() {
       v.cpus_free = c->second->free_cpus;
       v.memory_free_gb = c->second->free_memory_gb;
     }
-    if (auto r = running_on.find(id); r != running_on.end()) v.running_attempts = r->second;
+    // A node out of the market may still run work.
+    v.running_attempts = static_cast<int>(AttemptsOnLocked(id).size());
     out.push_back(std::move(v));
   }
   return out;
@@ -50,7 +49,8 @@ std::vector<market::Offer> ServerCore::ListOffers() {
 
 std::vector<market::Offer> ServerCore::AgentOffersLocked() const {
   std::vector<market::Offer> out;
-  for (const auto& cap : CapacityLocked()) {
+  for (const auto& shared : CapacityLocked()) {
+    const sched::NodeCapacity& cap = *shared;
     if (!cap.online) continue;  // offers from disconnected or lost nodes are withdrawn
     for (market::Offer o : cap.Offers()) {
       // As free right now.

@@ -1,8 +1,11 @@
 // Placement: what every node has free, the scheduler's plan turned into attempts, and when an
 // interruptible job may fall back to on-demand capacity. Members of ServerCore.
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "common/inventory.h"
 #include "market/gpu_labels.h"
@@ -78,8 +81,9 @@ std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inven
 
 }  // namespace
 
-std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
-  std::vector<sched::NodeCapacity> out;
+std::vector<std::shared_ptr<const sched::NodeCapacity>> ServerCore::CapacityLocked() const {
+  std::vector<std::shared_ptr<const sched::NodeCapacity>> out;
+  out.reserve(nodes_.size());
   for (const auto& [id, ns] : nodes_) {
     if (ns.record.state == st::NodeState::kLost || ns.record.revoked) continue;
     // Only verified nodes take work (issue 5). One whose verification is under way still counts
@@ -88,6 +92,7 @@ std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
     if (!verified && !ns.awaiting_report) continue;
     if (!ns.inventory) continue;  // unreadable: never placeable
     if (!ns.idle) {
+      ns.now.reset();
       const Inventory* inv = ns.inventory.get();
       auto idle = std::make_shared<sched::NodeCapacity>();
       sched::NodeCapacity& cap = *idle;
@@ -103,25 +108,36 @@ std::vector<sched::NodeCapacity> ServerCore::CapacityLocked() const {
           ns.record, *inv, cap, ns.has_verdict ? &ns.verdict : nullptr, ns.reliability.score));
       ns.idle = std::move(idle);
     }
-    out.push_back(*ns.idle);
-    out.back().online = ns.record.state == st::NodeState::kOnline && ns.link != nullptr && verified;
-  }
-  // Each attempt charged to its node through an index: O(nodes + attempts), not their product.
-  std::map<std::string_view, sched::NodeCapacity*> by_node;
-  for (auto& cap : out) by_node[cap.node_id] = &cap;
-  for (const auto& [aid, att] : active_attempts_) {
-    auto it = by_node.find(att.node_id);
-    if (it == by_node.end()) continue;
-    sched::NodeCapacity& cap = *it->second;
-    cap.running.push_back({aid, att.gpus, att.cpus, att.memory_gb, att.interruptible,
-                           att.cause.rfind(kPreemptingPrefix, 0) == 0});
-    for (auto& g : cap.gpus) {
-      if (std::find(att.gpus.begin(), att.gpus.end(), g.index) != att.gpus.end()) g.free = false;
+    const bool online = ns.record.state == st::NodeState::kOnline && ns.link != nullptr && verified;
+    if (!ns.now || ns.now->online != online) {
+      auto now = std::make_shared<sched::NodeCapacity>(*ns.idle);
+      now->online = online;
+      // Each of its attempts charged through the node's index: O(its attempts), not all.
+      for (const auto& aid : AttemptsOnLocked(id)) {
+        auto a = active_attempts_.find(aid);
+        if (a == active_attempts_.end()) continue;
+        const AttemptRecord& att = a->second;
+        now->running.push_back({aid, att.gpus, att.cpus, att.memory_gb, att.interruptible,
+                                att.cause.rfind(kPreemptingPrefix, 0) == 0});
+        for (auto& g : now->gpus) {
+          if (std::find(att.gpus.begin(), att.gpus.end(), g.index) != att.gpus.end()) {
+            g.free = false;
+          }
+        }
+        now->free_cpus -= att.cpus;
+        now->free_memory_gb -= att.memory_gb;
+      }
+      ns.now = std::move(now);
     }
-    cap.free_cpus -= att.cpus;
-    cap.free_memory_gb -= att.memory_gb;
+    out.push_back(ns.now);
   }
   return out;
+}
+
+const std::set<std::string>& ServerCore::AttemptsOnLocked(const std::string& node_id) const {
+  static const std::set<std::string> kNone;
+  auto it = attempts_by_node_.find(node_id);
+  return it == attempts_by_node_.end() ? kNone : it->second;
 }
 
 Status ServerCore::ScheduleLocked() {
@@ -158,7 +174,16 @@ void ServerCore::SchedulerLoop() {
   while (true) {
     scheduler_wake_.wait(lock, [this] { return schedule_due_ || scheduler_stop_; });
     if (scheduler_stop_) return;
+    auto started = std::chrono::steady_clock::now();
     if (Status s = ScheduleLocked(); !s.ok()) DegradedLocked("schedule", "a scheduling pass", s);
+    // Then as long again (at least 1 ms) with the lock free: the agents' messages are handled
+    // meanwhile and share the next pass, instead of each waking a pass of its own, and passes
+    // never hold the lock more than about half the time. A pacing of throughput, not a timeout
+    // of any logic: nothing is decided by how long this takes.
+    auto took = std::chrono::steady_clock::now() - started;
+    scheduler_wake_.wait_for(
+        lock, std::max<std::chrono::steady_clock::duration>(took, std::chrono::milliseconds(1)),
+        [this] { return scheduler_stop_; });
   }
 }
 
@@ -181,12 +206,14 @@ std::shared_ptr<const sched::JobRequest> ServerCore::RequestLocked(const std::st
     if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand) {
       r->work.fallback_on_demand = fallback;
     }
+    r->shape = sched::ShapeKey(*r);
     js.request = std::move(r);
   }
   auto avoid = avoid_.find(id);
   if (avoid == avoid_.end()) return js.request;
-  // Cooldowns change by the second: a copy for this pass, never cached.
+  // Cooldowns change by the second: a copy for this pass, never cached, searched on its own.
   auto r = std::make_shared<sched::JobRequest>(*js.request);
+  r->shape.reset();
   for (const auto& [node, until] : avoid->second) {
     if (until > clock_->MonotonicMillis()) r->avoid_nodes.push_back(node);
   }
@@ -196,15 +223,17 @@ std::shared_ptr<const sched::JobRequest> ServerCore::RequestLocked(const std::st
 Status ServerCore::PlaceLocked(const std::string* only) {
   Edit edit;
   WriteBatch& batch = edit.batch;
-  std::set<std::string> one;
-  if (only) one.insert(*only);
-  const std::set<std::string>& candidates = only ? one : queued_;
+  std::map<std::string, JobState*> one;
+  if (only) {
+    auto it = queued_.find(*only);
+    if (it != queued_.end()) one.insert(*it);
+  }
+  const std::map<std::string, JobState*>& candidates = only ? one : queued_;
   // Interruptible-then-on-demand jobs that have waited or been preempted enough may now use
   // on-demand capacity; the switch is an event, never silent (DESIGN.md §6).
-  for (const auto& id : candidates) {
-    const JobState& js = jobs_.at(id);
-    if (js.fell_back) continue;
-    std::string why = FallbackReasonLocked(js);
+  for (const auto& [id, live] : candidates) {
+    if (live->fell_back) continue;
+    std::string why = FallbackReasonLocked(*live);
     if (why.empty()) continue;
     StagedJobLocked(edit, id).fell_back = true;
     batch.events.push_back(
@@ -212,14 +241,32 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   }
   std::vector<std::shared_ptr<const sched::JobRequest>> requests;
   std::vector<const sched::JobRequest*> queue;
+  // Each queued job as this edit sees it, by id, for the answers below.
+  std::unordered_map<std::string_view, const JobState*> view;
   requests.reserve(candidates.size());
   queue.reserve(candidates.size());
-  for (const auto& id : candidates) {
-    requests.push_back(RequestLocked(id, *ViewJobLocked(edit, id)));
+  view.reserve(candidates.size());
+  for (const auto& [id, live] : candidates) {
+    auto staged = edit.jobs.find(id);
+    const JobState* js = staged != edit.jobs.end() ? &staged->second : live;
+    view.emplace(id, js);
+    requests.push_back(RequestLocked(id, *js));
     queue.push_back(requests.back().get());
   }
   if (queue.empty()) return CommitLocked(edit);
-  sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model);
+  // A full pass searches only the nodes changed since the last one for the shapes nothing fitted
+  // then, unless a node's offers or presence changed; every 10 s it searches everything anyway,
+  // so a change this bookkeeping missed cannot strand a job (docs/design-notes.md "Placement at
+  // scale").
+  const int64_t now_mono = clock_->MonotonicMillis();
+  const bool incremental = only == nullptr && !nodes_changed_ && !exhausted_shapes_.empty() &&
+                           now_mono - last_full_search_mono_ < 10'000;
+  sched::ScheduleOptions how;
+  if (incremental) {
+    how.exhausted_before = &exhausted_shapes_;
+    how.changed_nodes = &changed_nodes_;
+  }
+  sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model, how);
 
   int64_t now = clock_->NowMillis();
   for (const auto& p : plan.placements) {
@@ -281,8 +328,12 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     edit.max_log_seq[att.id] = 0;
     edit.attempts[att.id] = std::move(att);
   }
-  for (sched::Waiting w : plan.waiting) {
-    const JobState& js = *ViewJobLocked(edit, w.job_id);
+  for (sched::Waiting& w : plan.waiting) {
+    // Every waiting job is a candidate; the view of one staged since is looked up afresh.
+    auto seen = view.find(w.job_id);
+    const JobState& js = edit.jobs.count(w.job_id) > 0 || seen == view.end()
+                             ? *ViewJobLocked(edit, w.job_id)
+                             : *seen->second;
     if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand && !js.fell_back) {
       // Not for ever: it may use on-demand capacity later.
       const auto& lc = js.spec.lifecycle;
@@ -304,7 +355,17 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     staged.never_fits = w.never_fits;
   }
   // The allocation exists in memory, and its assignments are sent, only once it is durable.
-  SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
+  if (Status s = CommitLocked(edit); !s.ok()) {
+    if (only == nullptr) exhausted_shapes_.clear();  // the next pass searches everything
+    return s;
+  }
+  if (only == nullptr) {
+    // What the plan saw is now the state: the next pass starts from it.
+    exhausted_shapes_ = std::move(plan.exhausted_shapes);
+    changed_nodes_.clear();
+    nodes_changed_ = false;
+    if (!incremental) last_full_search_mono_ = now_mono;
+  }
   // On-demand work displacing interruptible attempts (DESIGN.md §6); the job is placed once
   // they have stopped and freed the room.
   for (const auto& pre : plan.preemptions) {

@@ -80,6 +80,7 @@ bool ServerCore::ApplyReliabilityLocked(const ReliabilityHistory& h) {
     if (r.score != ns.reliability.score) {
       ns.idle.reset();  // offers carry the score
       changed = true;
+      nodes_changed_ = true;
     }
     ns.reliability = r;
   }

@@ -64,7 +64,7 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
     probe.query = js.market.query;
     probe.max_price_per_hour = js.market.max_price_per_hour;
     probe.work = js.market.work;
-    sched::Plan plan = sched::Schedule(CapacityLocked(), {probe}, options_.cost_model);
+    sched::Plan plan = sched::Schedule(CapacityLocked(), {&probe}, options_.cost_model);
     if (!plan.waiting.empty() && plan.waiting[0].never_fits) {
       return Status::FailedPrecondition(UnschedulableMessageLocked(js.market, plan.waiting[0]));
     }
@@ -156,8 +156,10 @@ Result<st::NodeRecord> ServerCore::FindNode(const std::string& id_or_name) {
 
 bool ServerCore::NodeNeedsBlob(const std::string& node_id, const std::string& digest) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [aid, att] : active_attempts_) {
-    if (att.node_id != node_id) continue;
+  for (const auto& aid : AttemptsOnLocked(node_id)) {
+    auto live = active_attempts_.find(aid);
+    if (live == active_attempts_.end()) continue;  // the index and the map change together
+    const st::AttemptRecord& att = live->second;
     auto js = jobs_.find(att.job_id);
     if (js != jobs_.end() && js->second.record.workdir_blob == digest) return true;
     if (att.checkpoint_restored.empty()) continue;

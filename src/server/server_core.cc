@@ -85,6 +85,7 @@ Status ServerCore::Load() {
   for (auto& a : attempts) {
     SLUICE_ASSIGN_OR_RETURN(int64_t seq, store_->MaxLogSeq(a.id));
     max_log_seq_[a.id] = seq;
+    attempts_by_node_[a.node_id].insert(a.id);
     active_attempts_[a.id] = std::move(a);
   }
   RefreshReliabilityLocked();
@@ -229,9 +230,8 @@ bool ServerCore::TickState() {
     }
     job = job->second.empty() ? avoid_.erase(job) : std::next(job);
   }
-  for (const auto& id : queued_) {
-    const JobState& js = jobs_.at(id);
-    if (!js.fell_back && !FallbackReasonLocked(js).empty()) {
+  for (const auto& [id, js] : queued_) {
+    if (!js->fell_back && !FallbackReasonLocked(*js).empty()) {
       expired = true;  // a job may fall back to on-demand capacity now
     }
   }

@@ -286,6 +286,10 @@ class ServerCore {
     // change to the record, verdict or reliability (each of those resets it): placement reads
     // it on every submit and exit, and building offers for every node each time was the cost.
     mutable std::shared_ptr<const sched::NodeCapacity> idle;
+    // The same less what its active attempts hold, with whether it takes work now: built on
+    // first use after its idle capacity, its attempts or its online state change (ApplyLocked
+    // resets it), and shared with every pass and listing until then.
+    mutable std::shared_ptr<const sched::NodeCapacity> now;
     std::shared_ptr<AgentLink> link;  // null while disconnected
     int64_t last_seen_mono = 0;       // Clock::MonotonicMillis of the last sign of life
     // Trust: a conformance run was asked for and its report has not come; the server's verdict
@@ -388,7 +392,9 @@ class ServerCore {
   // What placement reads of a job, built once and kept while it does not change.
   std::shared_ptr<const sched::JobRequest> RequestLocked(const std::string& id,
                                                          const JobState& js) const;
-  std::vector<sched::NodeCapacity> CapacityLocked() const;
+  std::vector<std::shared_ptr<const sched::NodeCapacity>> CapacityLocked() const;
+  // The ids of the active attempts placed on the node (attempts_by_node_).
+  const std::set<std::string>& AttemptsOnLocked(const std::string& node_id) const;
   // One offer per GPU label (or one CPU offer) for each online node, as free right now.
   std::vector<market::Offer> AgentOffersLocked() const;
   // starting -> running for the attempt and its job, with the `started` event.
@@ -474,12 +480,22 @@ class ServerCore {
   // Guarded by mu_.
   std::map<std::string, NodeState> nodes_;
   std::map<std::string, JobState> jobs_;
-  // The ids of queued jobs (IndexJobLocked keeps it): placement and the tick walk the queue,
-  // not every job ever submitted.
-  std::set<std::string> queued_;
+  // The queued jobs by id (IndexJobLocked keeps it): placement and the tick walk the queue, not
+  // every job ever submitted. The pointers are into jobs_, whose entries stay put until erased.
+  std::map<std::string, JobState*> queued_;
   std::map<std::string, store::AttemptRecord> active_attempts_;  // starting/running only
-  std::map<std::string, int64_t> max_log_seq_;                   // per active attempt
-  std::map<std::string, int64_t> log_bytes_;  // stored log bytes per active attempt (lazy)
+  // The same attempts' ids by node (kept with active_attempts_ by ApplyLocked and Load): a
+  // heartbeat, hello or node loss touches its node's attempts, not every attempt.
+  std::map<std::string, std::set<std::string>> attempts_by_node_;
+  // Incremental placement (sched::ScheduleOptions): the last full pass's exhausted shapes, the
+  // nodes whose attempts changed since, and whether any node's offers or presence changed since
+  // (then the next pass searches every node for every shape).
+  std::set<std::string> exhausted_shapes_;
+  std::set<std::string> changed_nodes_;
+  bool nodes_changed_ = true;
+  int64_t last_full_search_mono_ = 0;
+  std::map<std::string, int64_t> max_log_seq_;  // per active attempt
+  std::map<std::string, int64_t> log_bytes_;    // stored log bytes per active attempt (lazy)
   std::map<uint64_t, Subscriber> subscribers_;
   std::map<std::string, std::vector<market::Offer>> catalog_offers_;  // by provider
   // The same catalog offers, indexed for queries (DESIGN.md §8: the store is the source of
