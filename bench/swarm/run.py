@@ -174,7 +174,7 @@ class Agent:
         self.writer = None
         self.held = {}          # attempt id -> job id: started, not exited (hold mode)
         self.silent = False     # stops writing (heartbeats, pongs, replies); keeps reading
-        self.last_sent = 0.0    # monotonic time of its last heartbeat
+        self.last_sent = 0.0    # monotonic time of its last message (the core's sign of life)
         self.closed_at = None   # monotonic time the server closed the connection
         self.welcomes = 0
 
@@ -202,6 +202,7 @@ class Swarm:
     def write(self, a, msg):
         if not a.silent and a.writer is not None:
             a.writer.write(frame(json.dumps(msg)))
+            a.last_sent = time.monotonic()
 
     def release(self):
         """Every held attempt exits now, and later ones exit as soon as they start."""
@@ -226,7 +227,7 @@ class Swarm:
                     if not self.stop.is_set() and not a.silent:
                         self.errors.append(f"agent {a.i}: connection lost ({e})")
                     return
-            if not reconnect:
+            if not reconnect or a.silent:
                 return
             await asyncio.sleep(random.uniform(0, delay))
             delay = min(delay * 2, 8)
@@ -264,7 +265,6 @@ class Swarm:
                 if not a.silent:
                     seq += 1
                     self.write(a, {"type": "heartbeat", "seq": seq})
-                    a.last_sent = time.monotonic()
                 await asyncio.sleep(self.interval)
 
         beat = None
@@ -274,7 +274,7 @@ class Swarm:
                 if op == 0x9:  # ping: answer with a masked pong
                     if not a.silent:
                         pong = bytearray([0x8A, 0x80 | len(payload)]) + b"\0\0\0\0" + payload
-                        writer.write(bytes(pong))
+                        writer.write(bytes(pong))  # not a sign of life the core counts
                     continue
                 if op == 0x8:
                     raise ConnectionError("closed by the server")
@@ -449,6 +449,131 @@ async def queued_placements(args, swarm, port, admin_token):
             "complete": swarm.started - start0 >= args.queued}
 
 
+class Server:
+    """The `sluice server` under test: started, killed with SIGKILL, started again on the same
+    port and data dir."""
+
+    def __init__(self, args, tmp):
+        self.args = args
+        self.tmp = tmp
+        self.data = os.path.join(tmp, "server")
+        self.proc = None
+        self.starts = 0
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def first(self, name):
+        return open(os.path.join(self.data, name)).read().split("\n", 1)[0].strip()
+
+    def start(self, listen):
+        """Starts it; returns the port once it listens, or None."""
+        a = self.args
+        cmd = [a.sluice, "server", "--listen", listen, "--data-dir", self.data, "--tls",
+               "--heartbeat-interval", str(a.interval), "--heartbeat-grace", str(3 * a.interval),
+               "--max-nodes-per-provider", str(a.agents + 10)]
+        self.starts += 1
+        url_file = os.path.join(self.data, "server.url")
+        if os.path.exists(url_file):
+            os.unlink(url_file)  # a killed server leaves its own behind
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(
+            os.path.join(self.tmp, f"server-{self.starts}.log"), "w"))
+        end = time.monotonic() + 60
+        while not os.path.exists(url_file):
+            if self.proc.poll() is not None or time.monotonic() > end:
+                return None
+            time.sleep(0.01)
+        return int(open(url_file).read().strip().rsplit(":", 1)[1].split("/")[0])
+
+    def kill9(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+async def dead_nodes(args, swarm, api):
+    """Silences args.silence random agents (no heartbeat, no pong, nothing written; the socket
+    stays open) and waits for the server to declare each lost and close its connection. The
+    delay counted is from the last message an agent wrote (a heartbeat, a job's exit; WebSocket
+    pongs are not messages) to that close."""
+    victims = random.Random(11).sample(swarm.agents, min(args.silence, len(swarm.agents)))
+    for a in victims:
+        a.closed_at = None
+        a.silent = True
+    grace = 3 * args.interval
+    t0 = time.monotonic()
+    while any(a.closed_at is None for a in victims) and time.monotonic() - t0 < grace + 60:
+        await asyncio.sleep(0.05)
+    delays = [a.closed_at - a.last_sent for a in victims if a.closed_at is not None]
+    log("dead-node delays (s): " + " ".join(f"{d:.2f}" for d in sorted(delays)))
+    status, body = await asyncio.get_running_loop().run_in_executor(
+        None, api.call, "GET", "/v1/nodes")
+    state = {n["id"]: n.get("state") for n in json.loads(body)["nodes"]} if status == 200 else {}
+    lost = sum(1 for a in victims if state.get(a.node_id) == "lost")
+    return {"silenced": len(victims), "detected": len(delays), "lost": lost,
+            "worst": max(delays) if delays else float("nan"),
+            "median": percentile(delays, 50) if delays else float("nan"), "grace": grace}
+
+
+async def reconnect_storm(args, swarm, server, port, admin_token):
+    """kill -9 of the server with every agent connected and args.storm_jobs jobs running (held
+    by the agents), then a restart on the same port and data dir: the time until every live
+    agent is welcomed again, the suites asked for meanwhile (unchanged fingerprints need none),
+    and whether every running job survives, runs once and then succeeds."""
+    live = [a for a in swarm.agents if not a.silent]
+    swarm.hold = True
+    api = Api(port, admin_token)
+    started0 = swarm.started
+    n = min(args.storm_jobs, len(live))
+    await asyncio.get_running_loop().run_in_executor(
+        None, submit_all, port, admin_token,
+        [{"spec": {"name": f"storm{k}", "run": "true",
+                   "resources": {"cpus": 1, "memory_gb": 1}}} for k in range(n)], 4)
+    while swarm.started - started0 < n:
+        await asyncio.sleep(0.05)
+    welcomes0 = {a.i: a.welcomes for a in live}
+    reported0 = swarm.reported
+    server.kill9()
+    t_kill = time.monotonic()
+    restarted = await asyncio.get_running_loop().run_in_executor(
+        None, server.start, f"127.0.0.1:{port}")
+    if restarted is None:
+        raise RuntimeError("the server did not restart on its port")
+    t0 = time.monotonic()
+    while True:
+        back = sum(1 for a in live if a.welcomes > welcomes0[a.i])
+        if back == len(live) or time.monotonic() - t0 > args.timeout:
+            break
+        await asyncio.sleep(0.05)
+    back_s = time.monotonic() - t0
+    suites = swarm.reported - reported0
+    # The held jobs: still placed where they ran, then finished once each.
+    await asyncio.sleep(1)
+    swarm.release()
+    api = Api(port, admin_token)
+    t1 = time.monotonic()
+    while True:
+        status, body = api.call("GET", "/v1/jobs?limit=10000")
+        jobs = [j for j in json.loads(body)["jobs"] if j["name"].startswith("storm")]
+        done = sum(1 for j in jobs if j["state"] == "succeeded")
+        if done == n or time.monotonic() - t1 > 120:
+            break
+        await asyncio.sleep(0.5)
+    twice = sum(1 for j in jobs if swarm.assigned_jobs.get(j["id"], 0) > 1)
+    return {"agents": len(live), "back": back, "back_s": back_s,
+            "restart_s": t0 - t_kill, "suites": suites, "jobs": n, "succeeded": done,
+            "twice": twice}
+
+
 def verified_nodes(api):
     status, body = api.call("GET", "/v1/nodes")
     return sum(1 for n in json.loads(body)["nodes"] if n.get("verification") == "verified")
@@ -470,7 +595,7 @@ async def run(args, server, port, join_token, admin_token):
     swarm.agents = [Agent(i, swarm.rng) for i in range(args.agents)]
     gate = asyncio.Semaphore(64)
     t0 = time.monotonic()
-    tasks = [asyncio.ensure_future(swarm.agent(a, gate)) for a in swarm.agents]
+    tasks = [asyncio.ensure_future(swarm.agent(a, gate, reconnect=True)) for a in swarm.agents]
     while swarm.welcomed < args.agents:
         await asyncio.sleep(0.5)
         for t in tasks:
@@ -522,6 +647,10 @@ async def run(args, server, port, join_token, admin_token):
     deep = None
     if args.queued > 0:
         deep = await queued_placements(args, swarm, port, admin_token)
+    dead = await dead_nodes(args, swarm, api) if args.silence > 0 else None
+    storm = None
+    if args.storm:
+        storm = await reconnect_storm(args, swarm, server, port, admin_token)
     swarm.stop.set()
     for t in tasks:
         t.cancel()
@@ -553,6 +682,19 @@ async def run(args, server, port, join_token, admin_token):
               f"{deep['queued']} (target 5,000/s: {deep['rate'] / 5000:.2f}x); "
               f"{'all placed' if deep['complete'] else 'NOT all placed before --timeout'}; "
               f"jobs assigned twice: {deep['twice']}")
+    if dead:
+        print(f"dead nodes: {dead['silenced']} agents silenced (socket left open): "
+              f"{dead['detected']} detected, {dead['lost']} shown lost; delay from the last "
+              f"message: median {dead['median']:.2f} s, worst {dead['worst']:.2f} s "
+              f"(target grace {dead['grace']:g} s + 1 s: "
+              f"{'met' if dead['worst'] <= dead['grace'] + 1 else 'NOT met'})")
+    if storm:
+        print(f"reconnect storm: kill -9 with {storm['agents']} agents connected and "
+              f"{storm['jobs']} jobs running; restarted in {storm['restart_s']:.1f} s; "
+              f"{storm['back']} of {storm['agents']} back online {storm['back_s']:.1f} s after "
+              f"the restart (target 60 s); suites asked for: {storm['suites']} (target 0); "
+              f"running jobs that then succeeded: {storm['succeeded']} of {storm['jobs']}, "
+              f"run twice: {storm['twice']}")
     return 0
 
 
@@ -567,6 +709,11 @@ def main():
     ap.add_argument("--queued", type=int, default=-1,
                     help="jobs for the deep-queue placement rate (default 10 per agent; 0: skip)")
     ap.add_argument("--submit-threads", type=int, default=4)
+    ap.add_argument("--silence", type=int, default=100, help="agents silenced for dead-node "
+                    "detection (0: skip)")
+    ap.add_argument("--storm", type=int, default=1, help="1: measure the reconnect storm")
+    ap.add_argument("--storm-jobs", type=int, default=1000,
+                    help="jobs running through the storm")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--keep-tmp", action="store_true")
     args = ap.parse_args()
@@ -582,40 +729,25 @@ def main():
         log(f"no sluice binary at {args.sluice} (build it, or pass --sluice)")
         return 2
     tmp = tempfile.mkdtemp(prefix="sluice-swarm-")
-    data = os.path.join(tmp, "server")
-    grace = 3 * args.interval
-    cmd = [args.sluice, "server", "--listen", "127.0.0.1:0", "--data-dir", data, "--tls",
-           "--heartbeat-interval", str(args.interval), "--heartbeat-grace", str(grace),
-           "--max-nodes-per-provider", str(args.agents + 10)]
-    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
-                              stderr=open(os.path.join(tmp, "server.log"), "w"))
+    server = Server(args, tmp)
     try:
-        url_file = os.path.join(data, "server.url")
-        end = time.monotonic() + 30
-        while not os.path.exists(url_file):
-            if server.poll() is not None or time.monotonic() > end:
-                log("the server did not start; see " + os.path.join(tmp, "server.log"))
-                args.keep_tmp = True
-                return 2
-            time.sleep(0.05)
-        port = int(open(url_file).read().strip().rsplit(":", 1)[1].split("/")[0])
-        first = lambda name: open(os.path.join(data, name)).read().split("\n", 1)[0].strip()
-        return asyncio.run(run(args, server, port, first("join.token"), first("admin.token")))
+        port = server.start("127.0.0.1:0")
+        if port is None:
+            log("the server did not start; see " + os.path.join(tmp, "server.log"))
+            args.keep_tmp = True
+            return 2
+        return asyncio.run(run(args, server, port, server.first("join.token"),
+                               server.first("admin.token")))
     except Exception as e:  # noqa: BLE001 - a bench reports, it does not trace
         log(f"swarm failed: {e}")
         args.keep_tmp = True
         return 1
     finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        server.stop()
         if args.keep_tmp:
             log("kept " + tmp)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -163,7 +163,8 @@ int RunServer(const ServerOptions& opt) {
     return 2;
   }
   core_opt.cancel_grace_ms = static_cast<int64_t>(opt.cancel_grace_s * 1000);
-  core_opt.stall_credit_after_ms = 2000;  // ten missed ticks (the tick runs every 200 ms)
+  core_opt.stall_credit_after_ms = 2000;
+  core_opt.reliability_in_background = true;  // ten missed ticks (the tick runs every 200 ms)
   core_opt.cost_model.storage_price_per_gb_month = opt.storage_price_per_gb_month;
   core_opt.cost_model.prior_interruptions_per_hour = opt.interruption_prior_per_hour;
   core_opt.preempt_cooldown_ms = static_cast<int64_t>(opt.preempt_cooldown_s * 1000);

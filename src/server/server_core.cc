@@ -3,6 +3,7 @@
 #include "server/server_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <set>
 
@@ -19,6 +20,7 @@ ServerCore::ServerCore(store::Store* store, const Clock* clock, CoreOptions opti
     : store_(store), clock_(clock), options_(options) {}
 
 ServerCore::~ServerCore() {
+  if (reliability_read_.valid()) reliability_read_.wait();  // it reads through store_
   {
     std::lock_guard<std::mutex> lock(mu_);
     scheduler_stop_ = true;
@@ -160,15 +162,25 @@ void ServerCore::SendLocked(const std::string& node_id, const Json& msg) {
 }
 
 void ServerCore::Tick() {
-  if (TickState()) {
-    // Reliability reads 30 days of history: from the store without the lock, applied under it.
-    ReliabilityHistory history = ReadReliabilityHistory();
-    std::lock_guard<std::mutex> lock(mu_);
-    // A query may name reliability (`reliability>=0.99`): a waiting job may fit now.
-    if (ApplyReliabilityLocked(history) && !queued_.empty()) {
-      if (Status s = RequestScheduleLocked(); !s.ok())
-        DegradedLocked("schedule", "scheduling after a reliability refresh", s);
-    }
+  if (reliability_read_.valid() &&
+      reliability_read_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    ApplyReliability(reliability_read_.get());
+  }
+  if (!TickState()) return;
+  // Reliability reads 30 days of history: from the store without the lock, applied under it.
+  if (!options_.reliability_in_background) {
+    ApplyReliability(ReadReliabilityHistory());
+  } else if (!reliability_read_.valid()) {
+    reliability_read_ = std::async(std::launch::async, [this] { return ReadReliabilityHistory(); });
+  }
+}
+
+void ServerCore::ApplyReliability(const ReliabilityHistory& history) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A query may name reliability (`reliability>=0.99`): a waiting job may fit now.
+  if (ApplyReliabilityLocked(history) && !queued_.empty()) {
+    if (Status s = RequestScheduleLocked(); !s.ok())
+      DegradedLocked("schedule", "scheduling after a reliability refresh", s);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -97,6 +98,10 @@ struct CoreOptions {
   int max_active_jobs_per_account = 1000;           // queued + starting + running
   int max_nodes_per_provider = 1000;                // registered, not revoked
   int64_t max_log_bytes_per_attempt = 64LL << 20;   // older lines are dropped past it
+  // Read the minute's reliability history on a thread of its own, applied by a later tick, so
+  // the tick that declares silent nodes lost never waits on 30 days of history (the server
+  // does; unit tests read it inline, as they drive the clock tick by tick).
+  bool reliability_in_background = false;
 };
 
 struct JobDetail {
@@ -422,6 +427,8 @@ class ServerCore {
   ReliabilityHistory ReadReliabilityHistory() const;  // store reads only; mu_ not needed
   // True when a node's score changed (its offers, and so placement, with it).
   bool ApplyReliabilityLocked(const ReliabilityHistory& history);
+  // Applies a history read, and asks for another schedule pass when a score changed.
+  void ApplyReliability(const ReliabilityHistory& history);
   void RefreshReliabilityLocked();
   // Asks the agent to run its conformance suite (`why`: registration, scheduled, on demand), or
   // queues the request while options_.max_concurrent_verifications suites already run.
@@ -521,6 +528,8 @@ class ServerCore {
   bool scheduler_stop_ = false;
   std::condition_variable scheduler_wake_;
   std::thread scheduler_;
+  // The background read (CoreOptions::reliability_in_background); touched only by Tick's caller.
+  std::future<ReliabilityHistory> reliability_read_;
   SigningIdentity signing_;
 };
 
