@@ -39,6 +39,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PER_ADDRESS = 200
+RESULTS = {"submit_rate": float("nan"), "placement_rate": float("nan")}  # for Slurm's ratios
 
 
 def log(msg):
@@ -574,6 +575,70 @@ async def reconnect_storm(args, swarm, server, port, admin_token):
             "twice": twice}
 
 
+def load_slurm_harness():
+    """bench/submit_latency's Slurm harness (a private munged, slurmctld and slurmd on
+    localhost), loaded by path: both benches are scripts named run.py."""
+    import importlib.util
+    path = os.path.join(REPO, "bench", "submit_latency", "run.py")
+    spec = importlib.util.spec_from_file_location("submit_latency_run", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def slurm_baseline(args):
+    """Slurm on this machine, where it has a counterpart: `sbatch` acceptance rate over the same
+    number of connections (processes) as the swarm's submits, and jobs started per second, with
+    its one node declared with 1024 CPUs (config_overrides: oversubscribed, so the node is never
+    what a job waits for) and the tuned scheduler (no batch delay, no minimum interval)."""
+    mod = load_slurm_harness()
+    mod.ensure_slurm_installed(not args.no_install)
+    mem_mb = mod.node_resources()[1]
+    mod.node_resources = lambda: (1024, mem_mb)
+    mod.SLURM_CONF = mod.SLURM_CONF.replace(
+        "MpiDefault=none", "MpiDefault=none\nSlurmdParameters=config_overrides\nMaxJobCount=100000")
+    procs = mod.Procs()
+    slurm = mod.Slurm(procs, sched_params=mod.SLURM_PROFILES["tuned"])
+    import concurrent.futures
+    try:
+        slurm.start()
+        stamps = os.path.join(slurm.d, "jobs")
+        n = args.slurm_jobs
+
+        def one(k):
+            wrap = f"date +%s.%N > {stamps}/s-{k}"
+            r = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", "-n", "1", "-c", "1",
+                                "--mem=1M", "--wrap", wrap], env=slurm.env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               timeout=60)
+            if r.returncode != 0:
+                raise RuntimeError(f"sbatch failed: {r.stderr.strip()}")
+
+        t0 = time.time()
+        with concurrent.futures.ThreadPoolExecutor(args.submit_threads) as pool:
+            for f in [pool.submit(one, k) for k in range(n)]:
+                f.result()
+        accept_s = time.time() - t0
+        end = time.monotonic() + args.timeout
+        while len(os.listdir(stamps)) < n and time.monotonic() < end:
+            time.sleep(0.2)
+        starts = []
+        for name in os.listdir(stamps):
+            try:
+                starts.append(float(open(os.path.join(stamps, name)).read().strip()))
+            except ValueError:
+                pass
+        starts.sort()
+        span = starts[-1] - starts[0] if len(starts) > 1 else float("nan")
+        slurm.drain(60)
+        return {"jobs": n, "accept_rate": n / accept_s, "started": len(starts),
+                "start_rate": (len(starts) - 1) / span if span > 0 else float("nan"),
+                "version": slurm.config_summary.get("SLURM_VERSION", "?")}
+    finally:
+        procs.stop_all()
+        slurm.stop()
+
+
 def verified_nodes(api):
     status, body = api.call("GET", "/v1/nodes")
     return sum(1 for n in json.loads(body)["nodes"] if n.get("verification") == "verified")
@@ -674,6 +739,8 @@ async def run(args, server, port, join_token, admin_token):
     print(f"placements: {args.jobs} jobs submitted and run to success in {placed_s:.2f} s: "
           f"{args.jobs / placed_s:.0f}/s end to end (submit, commit, assign, started, exited)")
     if deep:
+        RESULTS["submit_rate"] = args.queued / deep["submit_s"]
+        RESULTS["placement_rate"] = deep["rate"]
         print(f"queued placements: {args.queued} jobs of {deep['shapes']} shapes submitted in "
               f"{deep['submit_s']:.1f} s ({args.queued / deep['submit_s']:.0f}/s); "
               f"{deep['held']} placed and held, {deep['queued']} queued")
@@ -712,6 +779,10 @@ def main():
     ap.add_argument("--silence", type=int, default=100, help="agents silenced for dead-node "
                     "detection (0: skip)")
     ap.add_argument("--storm", type=int, default=1, help="1: measure the reconnect storm")
+    ap.add_argument("--slurm-jobs", type=int, default=2000,
+                    help="jobs for Slurm's rates, measured in the same run (0: skip)")
+    ap.add_argument("--no-install", action="store_true",
+                    help="do not apt-get install Slurm when it is missing")
     ap.add_argument("--storm-jobs", type=int, default=1000,
                     help="jobs running through the storm")
     ap.add_argument("--timeout", type=float, default=600.0)
@@ -736,8 +807,19 @@ def main():
             log("the server did not start; see " + os.path.join(tmp, "server.log"))
             args.keep_tmp = True
             return 2
-        return asyncio.run(run(args, server, port, server.first("join.token"),
-                               server.first("admin.token")))
+        rc = asyncio.run(run(args, server, port, server.first("join.token"),
+                             server.first("admin.token")))
+        server.stop()  # Slurm measures on a quiet machine, as the swarm did
+        if rc == 0 and args.slurm_jobs > 0:
+            sl = slurm_baseline(args)
+            print(f"slurm {sl['version']} (tuned, one node declared with 1024 CPUs): sbatch "
+                  f"accepted {sl['accept_rate']:.0f}/s over {args.submit_threads} "
+                  f"processes; {sl['started']} of {sl['jobs']} jobs started at "
+                  f"{sl['start_rate']:.0f}/s")
+            print(f"ratios: submits accepted {RESULTS['submit_rate'] / sl['accept_rate']:.2f}x "
+                  f"Slurm's sbatch; placements {RESULTS['placement_rate'] / sl['start_rate']:.2f}x"
+                  f" Slurm's jobs started per second (target 10x)")
+        return rc
     except Exception as e:  # noqa: BLE001 - a bench reports, it does not trace
         log(f"swarm failed: {e}")
         args.keep_tmp = True
