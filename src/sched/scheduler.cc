@@ -175,18 +175,24 @@ struct Candidate {
 };
 
 // The job on `idle` as the node stands now, when the query matches and the counts fit: only free
-// GPUs, CPUs and memory count.
+// GPUs, CPUs and memory count. Called only where CouldUse(idle) holds: the terms on what a node
+// has free (gpus_available, cpus, memory) are then the only ones that can differ, so only they
+// are checked again, on the free counts, without copying the offer; and the estimate, which
+// reads no free count, is the idle offer's.
 std::optional<Candidate> FitNow(const NodeCapacity& n, size_t index, const market::Offer& idle,
                                 const JobRequest& job, const market::Workload& work,
                                 const market::CostModel& model) {
-  market::Offer now = idle;
+  if (n.free_cpus < job.cpus || n.free_memory_gb + 1e-9 < job.memory_gb) return std::nullopt;
   std::vector<int> free = FreeGpus(n, idle);
+  if (static_cast<int>(free.size()) < job.gpus) return std::nullopt;
+  market::Offer now;  // the free counts only
   now.gpus_available = static_cast<int>(free.size());
   now.cpus = n.free_cpus;
   now.memory_gb = n.free_memory_gb;
-  if (!market::Matches(job.query, now) || static_cast<int>(free.size()) < job.gpus ||
-      n.free_cpus < job.cpus || n.free_memory_gb + 1e-9 < job.memory_gb) {
-    return std::nullopt;
+  for (const auto& term : job.query.terms) {
+    const bool on_free = term.field == market::Field::kGpus || term.field == market::Field::kCpus ||
+                         term.field == market::Field::kMemory;
+    if (on_free && !market::MatchesTerm(term, now)) return std::nullopt;
   }
   int free_total = 0;
   for (const auto& g : n.gpus) free_total += g.free ? 1 : 0;
@@ -194,7 +200,7 @@ std::optional<Candidate> FitNow(const NodeCapacity& n, size_t index, const marke
   return Candidate{index,
                    &idle,
                    std::move(free),
-                   market::EstimateCost(now, work, model),
+                   market::EstimateCost(idle, work, model),
                    free_total - job.gpus,
                    n.free_cpus - job.cpus};
 }

@@ -134,6 +134,20 @@ std::vector<std::shared_ptr<const sched::NodeCapacity>> ServerCore::CapacityLock
   return out;
 }
 
+sched::ScheduleOptions ServerCore::IncrementalLocked() const {
+  // Only the nodes changed since the last full pass for the shapes nothing fitted then, unless a
+  // node's offers or presence changed; 10 s after the last full search everything is searched
+  // again, so a change this bookkeeping missed cannot strand a job (docs/design-notes.md
+  // "Placement at scale").
+  sched::ScheduleOptions how;
+  if (!nodes_changed_ && !exhausted_shapes_.empty() &&
+      clock_->MonotonicMillis() - last_full_search_mono_ < 10'000) {
+    how.exhausted_before = &exhausted_shapes_;
+    how.changed_nodes = &changed_nodes_;
+  }
+  return how;
+}
+
 const std::set<std::string>& ServerCore::AttemptsOnLocked(const std::string& node_id) const {
   static const std::set<std::string> kNone;
   auto it = attempts_by_node_.find(node_id);
@@ -254,18 +268,9 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     queue.push_back(requests.back().get());
   }
   if (queue.empty()) return CommitLocked(edit);
-  // A full pass searches only the nodes changed since the last one for the shapes nothing fitted
-  // then, unless a node's offers or presence changed; every 10 s it searches everything anyway,
-  // so a change this bookkeeping missed cannot strand a job (docs/design-notes.md "Placement at
-  // scale").
   const int64_t now_mono = clock_->MonotonicMillis();
-  const bool incremental = only == nullptr && !nodes_changed_ && !exhausted_shapes_.empty() &&
-                           now_mono - last_full_search_mono_ < 10'000;
-  sched::ScheduleOptions how;
-  if (incremental) {
-    how.exhausted_before = &exhausted_shapes_;
-    how.changed_nodes = &changed_nodes_;
-  }
+  const sched::ScheduleOptions how = IncrementalLocked();
+  const bool incremental = how.exhausted_before != nullptr;
   sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model, how);
 
   int64_t now = clock_->NowMillis();

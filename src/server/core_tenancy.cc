@@ -64,7 +64,11 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
     probe.query = js.market.query;
     probe.max_price_per_hour = js.market.max_price_per_hour;
     probe.work = js.market.work;
-    sched::Plan plan = sched::Schedule(CapacityLocked(), {&probe}, options_.cost_model);
+    probe.objective = js.market.objective;
+    // A shape nothing fitted in the last pass could run somewhere then, and no node's offers
+    // changed since: only the nodes changed since are searched.
+    sched::Plan plan =
+        sched::Schedule(CapacityLocked(), {&probe}, options_.cost_model, IncrementalLocked());
     if (!plan.waiting.empty() && plan.waiting[0].never_fits) {
       return Status::FailedPrecondition(UnschedulableMessageLocked(js.market, plan.waiting[0]));
     }

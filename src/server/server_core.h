@@ -398,6 +398,8 @@ class ServerCore {
   std::shared_ptr<const sched::JobRequest> RequestLocked(const std::string& id,
                                                          const JobState& js) const;
   std::vector<std::shared_ptr<const sched::NodeCapacity>> CapacityLocked() const;
+  // How much a pass (or a submit's probe) may skip: see exhausted_shapes_.
+  sched::ScheduleOptions IncrementalLocked() const;
   // The ids of the active attempts placed on the node (attempts_by_node_).
   const std::set<std::string>& AttemptsOnLocked(const std::string& node_id) const;
   // One offer per GPU label (or one CPU offer) for each online node, as free right now.
