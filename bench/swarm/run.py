@@ -100,21 +100,6 @@ async def read_frame(reader):
     return b0 & 0x0F, await reader.readexactly(n)
 
 
-def passing_report(nonce, inv):
-    mem = float(inv["memory_mib"])
-    checks = [
-        ("cpu", {"cores": inv["cpu_cores"], "ops_per_s": 1e9}),
-        ("memory", {"total_mib": mem, "available_mib": mem / 2, "touched_mib": 256,
-                    "touch_mib_s": 4000}),
-        ("disk", {"write_mib_s": 500, "fsync_ms": 2, "read_mib_s": 900, "free_mib": 100000}),
-        ("link", {"rtt_ms": 0.3, "rtt_max_ms": 1, "download_mib_s": 800, "upload_mib_s": 700}),
-    ]
-    report = {"trigger": "registration", "started_ms": 1, "duration_ms": 100,
-              "checks": [{"name": n, "outcome": "pass", "measurements": m, "reason": "simulated"}
-                         for n, m in checks]}
-    return {"type": "conformance", "report": report, "nonce": nonce}
-
-
 # Simulated GPUs: product names as nvidia-smi reports them (so the server labels them as it
 # would a real node), their memory, and a per-GPU-hour price.
 GPU_MODELS = [
