@@ -1,6 +1,8 @@
 // The agent channel's HTTP face: the WebSocket upgrade at /v1/agent/connect, the `hello` that
 // must come first (enrolment or proof of a node credential), then every later message handed to
 // the core. See docs/design-notes.md "Node identity".
+#include <atomic>
+
 #include "server/api.h"
 #include "server/audit_trail.h"
 
@@ -21,11 +23,19 @@ class WsLink final : public AgentLink {
 // One agent connection: the first message must be `hello`; later ones go to the core.
 struct AgentSession {
   std::shared_ptr<WsLink> link;
-  std::string node_id;     // set by hello; touched only from this connection's handler
-  AgentIdentity identity;  // what the upgrade request's token proved
-  std::string actor;       // that token as the audit log names it (Principal::Actor)
-  int errors = 0;
+  std::string node_id;         // set by hello; touched only from this connection's handler
+  AgentIdentity identity;      // what the upgrade request's token proved
+  std::string actor;           // that token as the audit log names it (Principal::Actor)
+  std::atomic<int> errors{0};  // the inbox thread reports outcomes too
 };
+
+// Tells the agent why a message failed; a fatal failure, or too many, close the connection.
+void Fail(const std::shared_ptr<WsConnection>& c, AgentSession& session, const Status& s,
+          bool fatal) {
+  c->Send(DumpJson(
+      proto::ToJson(proto::ErrorMessage{std::string(StatusCodeName(s.code())), s.message()})));
+  if (fatal || ++session.errors > 100) c->Close();
+}
 
 }  // namespace
 
@@ -56,11 +66,7 @@ Result<WsHandler> Api::Upgrade(const HttpRequest& req, const std::shared_ptr<WsC
   WsHandler h;
   ServerCore* core = core_;
   h.on_message = [core, session](const std::shared_ptr<WsConnection>& c, std::string_view text) {
-    auto fail = [&](const Status& s, bool fatal) {
-      c->Send(DumpJson(
-          proto::ToJson(proto::ErrorMessage{std::string(StatusCodeName(s.code())), s.message()})));
-      if (fatal || ++session->errors > 100) c->Close();
-    };
+    auto fail = [&](const Status& s, bool fatal) { Fail(c, *session, s, fatal); };
     auto msg = ParseJson(text);
     if (!msg.ok() || !msg->is_object()) {
       fail(msg.ok() ? Status::InvalidArgument("expected a JSON object") : msg.status(), true);
@@ -101,11 +107,16 @@ Result<WsHandler> Api::Upgrade(const HttpRequest& req, const std::shared_ptr<WsC
     }
     auto typed = proto::AgentMessageFromJson(*msg);
     if (!typed.ok()) return fail(typed.status(), false);
-    Status s = core->AgentMessage(session->node_id, session->link.get(), *typed);
-    if (!s.ok()) fail(s, s.code() == StatusCode::kFailedPrecondition);
+    // Queued for the core; this thread goes back to reading sockets (docs/design-notes.md
+    // "Agent messages: one commit for many"). A link that no longer speaks for the node is closed.
+    Status posted = core->PostAgentMessage(
+        session->node_id, session->link, std::move(*typed), [c, session](const Status& s) {
+          if (!s.ok()) Fail(c, *session, s, s.code() == StatusCode::kFailedPrecondition);
+        });
+    if (!posted.ok()) fail(posted, true);
   };
   h.on_close = [core, session](const std::shared_ptr<WsConnection>&) {
-    if (!session->node_id.empty()) core->AgentDisconnected(session->node_id, session->link.get());
+    if (!session->node_id.empty()) core->PostAgentDisconnected(session->node_id, session->link);
   };
   return h;
 }

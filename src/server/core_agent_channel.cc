@@ -151,26 +151,6 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   return node_id;
 }
 
-Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* link,
-                                const Json& msg) {
-  SLUICE_ASSIGN_OR_RETURN(proto::AgentMessage typed, proto::AgentMessageFromJson(msg));
-  return AgentMessage(node_id, link, typed);
-}
-
-Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* link,
-                                const proto::AgentMessage& msg) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto nit = nodes_.find(node_id);
-  if (nit == nodes_.end() || nit->second.link.get() != link) {
-    return Status::FailedPrecondition("this connection is no longer the node's agent link");
-  }
-  NodeState& ns = nit->second;
-  ns.last_seen_mono = clock_->MonotonicMillis();
-  if (auto* hb = std::get_if<proto::Heartbeat>(&msg)) return OnHeartbeatLocked(ns, *hb);
-  if (auto* c = std::get_if<proto::ConformanceMessage>(&msg)) return OnConformanceLocked(ns, *c);
-  return OnAttemptMessageLocked(ns, msg);
-}
-
 Status ServerCore::OnHeartbeatLocked(NodeState& ns, const proto::Heartbeat& hb) {
   // The reply renews the lease of every attempt we hold placed on this node; an attempt the
   // agent runs that is not listed is not ours there any more (docs/design-notes.md "Leases and
@@ -217,8 +197,9 @@ Status ServerCore::OnConformanceLocked(NodeState& ns, const proto::ConformanceMe
   return RequestScheduleLocked();
 }
 
-Status ServerCore::OnAttemptMessageLocked(NodeState& ns, const proto::AgentMessage& msg) {
-  const std::string node_id = ns.record.id;
+Status ServerCore::StageAttemptMessageLocked(const NodeState& ns, const proto::AgentMessage& msg,
+                                             Edit& edit, bool& exited) {
+  const std::string& node_id = ns.record.id;
   const std::string attempt_id = std::visit(
       [](const auto& m) -> std::string {
         if constexpr (requires { m.attempt_id; }) {
@@ -228,30 +209,35 @@ Status ServerCore::OnAttemptMessageLocked(NodeState& ns, const proto::AgentMessa
         }
       },
       msg);
-  auto ait = active_attempts_.find(attempt_id);
-  bool ours = ait != active_attempts_.end() && ait->second.node_id == node_id;
-  if (std::holds_alternative<proto::Exited>(msg) && !ours) {
-    // Already applied (a resend after reconnect) or never ours: acknowledge so the agent forgets.
-    ns.link->Send(proto::ToJson(proto::ExitAck{attempt_id}));
-    return Status::Ok();
-  }
-  if (!ours) {
+  // As this edit leaves it: an exit earlier in the same edit has ended it already.
+  const AttemptRecord* view = ViewAttemptLocked(edit, attempt_id);
+  if (view == nullptr || view->node_id != node_id) {
+    // Acknowledgements wait for the edit's commit like any other: an exit acknowledged before an
+    // earlier copy of it is durable could be forgotten by the agent and lost with that commit.
+    if (std::holds_alternative<proto::Exited>(msg)) {
+      // Already applied (a resend after reconnect) or never ours: the agent may forget it.
+      edit.sends.emplace_back(node_id, proto::ToJson(proto::ExitAck{attempt_id}));
+      return Status::Ok();
+    }
     if (std::holds_alternative<proto::LogBatch>(msg)) {
       // Lines of an attempt we already closed; tell the agent to drop them.
-      ns.link->Send(proto::ToJson(proto::LogAck{attempt_id, INT64_MAX}));
+      edit.sends.emplace_back(node_id, proto::ToJson(proto::LogAck{attempt_id, INT64_MAX}));
       return Status::Ok();
     }
     return Status::NotFound("attempt " + attempt_id + " is not running on this node");
   }
-  const AttemptRecord& att = ait->second;
+  const AttemptRecord att = *view;  // staging below may replace the entry it points to
   if (std::holds_alternative<proto::Started>(msg)) {
-    Edit edit;
     MarkRunningLocked(attempt_id, ns.record.name, edit);
-    return CommitLocked(edit);
+    return Status::Ok();
   }
   if (const auto* log = std::get_if<proto::LogBatch>(&msg)) {
-    WriteBatch batch;
-    int64_t& max_seq = max_log_seq_[attempt_id];
+    auto staged_seq = edit.max_log_seq.find(attempt_id);
+    auto live_seq = max_log_seq_.find(attempt_id);
+    const int64_t max_seq = staged_seq != edit.max_log_seq.end() ? staged_seq->second
+                            : live_seq != max_log_seq_.end()     ? live_seq->second
+                                                                 : 0;
+    WriteBatch lines;
     for (const auto& l : log->lines) {
       if (l.seq <= max_seq) continue;  // a resend we already hold
       st::LogLine line;
@@ -261,38 +247,52 @@ Status ServerCore::OnAttemptMessageLocked(NodeState& ns, const proto::AgentMessa
       line.stream = l.stream;
       line.ts_ms = l.ts_ms ? l.ts_ms : clock_->NowMillis();
       line.text = l.text;
-      batch.logs.push_back(std::move(line));
+      lines.logs.push_back(std::move(line));
     }
-    if (batch.logs.empty()) return Status::Ok();
-    int64_t new_max = batch.logs.back().seq;
-    SLUICE_ASSIGN_OR_RETURN(int64_t held_after, EnforceLogQuotaLocked(att, batch));
-    SLUICE_RETURN_IF_ERROR(CommitLocked(batch));
-    log_bytes_[attempt_id] = held_after;
-    max_seq = std::max(max_seq, new_max);
-    ns.link->Send(proto::ToJson(proto::LogAck{attempt_id, max_seq}));
+    if (lines.logs.empty()) return Status::Ok();
+    const int64_t new_max = std::max(max_seq, lines.logs.back().seq);
+    std::optional<int64_t> held;
+    if (auto b = edit.log_bytes.find(attempt_id); b != edit.log_bytes.end()) held = b->second;
+    SLUICE_ASSIGN_OR_RETURN(int64_t held_after, EnforceLogQuotaLocked(att, lines, held));
+    for (auto& l : lines.logs) edit.batch.logs.push_back(std::move(l));
+    for (auto& t : lines.log_trims) edit.batch.log_trims.push_back(t);
+    edit.log_bytes[attempt_id] = held_after;
+    edit.max_log_seq[attempt_id] = new_max;
+    edit.sends.emplace_back(node_id, proto::ToJson(proto::LogAck{attempt_id, new_max}));
     return Status::Ok();
   }
-  if (const auto* notice = std::get_if<proto::PreemptNotice>(&msg)) {
-    // The node itself is going (a cloud spot notice, the provider's signal): the agent is
-    // already stopping the job, so nothing is sent back.
-    return PreemptLocked(attempt_id, notice->cause, /*tell_agent=*/false);
-  }
   if (const auto* cp = std::get_if<proto::CheckpointSaved>(&msg)) {
-    Edit edit;
     SaveCheckpointLocked(att, cp->manifest, edit);
-    return CommitLocked(edit);
+    return Status::Ok();
   }
   const auto& ex = std::get<proto::Exited>(msg);
-  Edit edit;
   ApplyExitLocked(attempt_id, ex, edit);
   // Acknowledged only once durable: until then the agent keeps the exit and resends it.
   edit.sends.emplace_back(node_id, proto::ToJson(proto::ExitAck{attempt_id}));
-  SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
-  return RequestScheduleLocked();
+  exited = true;
+  return Status::Ok();
 }
 
-void ServerCore::AgentDisconnected(const std::string& node_id, const AgentLink* link) {
-  std::lock_guard<std::mutex> lock(mu_);
+bool ServerCore::LogTrimNeedsCommitLocked(const Edit& edit, const proto::LogBatch& log) const {
+  const int64_t cap = options_.max_log_bytes_per_attempt;
+  auto staged = edit.log_bytes.find(log.attempt_id);
+  if (cap <= 0 || staged == edit.log_bytes.end()) return false;
+  int64_t incoming = 0;
+  for (const auto& l : log.lines) incoming += static_cast<int64_t>(l.text.size());
+  return staged->second + incoming > cap;
+}
+
+Status ServerCore::OnPreemptNoticeLocked(const NodeState& ns, const proto::PreemptNotice& m) {
+  auto att = active_attempts_.find(m.attempt_id);
+  if (att == active_attempts_.end() || att->second.node_id != ns.record.id) {
+    return Status::NotFound("attempt " + m.attempt_id + " is not running on this node");
+  }
+  // The node itself is going (a cloud spot notice, the provider's signal): the agent is already
+  // stopping the job, so nothing is sent back.
+  return PreemptLocked(m.attempt_id, m.cause, /*tell_agent=*/false);
+}
+
+void ServerCore::DisconnectLocked(const std::string& node_id, const AgentLink* link) {
   auto it = nodes_.find(node_id);
   if (it == nodes_.end() || it->second.link.get() != link) return;  // replaced already
   it->second.link.reset();  // a fact, whatever the store says

@@ -6,7 +6,9 @@
 // thing that stopped it.
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <filesystem>
+#include <optional>
 
 #include "common/crypto.h"
 #include "server/server_core.h"
@@ -302,6 +304,169 @@ TEST_F(CoreCommitTest, AFailedRevocationLeavesTheNodeAndItsWork) {
   ASSERT_TRUE(core_->RevokeNode(node).ok());
   EXPECT_TRUE(link_->closed);
   EXPECT_EQ(JobState(), "queued");
+}
+
+// Agent messages: one commit for many (docs/design-notes.md). Posted messages wait, as they do
+// on a loaded server, until the test handles them together.
+class CoreInboxTest : public CoreCommitTest {
+ protected:
+  void SetUp() override {
+    opt_.hold_agent_messages = true;
+    CoreCommitTest::SetUp();
+  }
+  struct Agent {
+    std::shared_ptr<RecordingLink> link = std::make_shared<RecordingLink>();
+    std::string node, job, attempt;
+  };
+  // A verified 4-CPU node on its own link, running a job that takes all of it.
+  Agent RunningAgent(const std::string& name) {
+    Agent a;
+    proto::Hello h = CpuHello(name);
+    auto node = core_->AgentHello(a.link, h);
+    EXPECT_TRUE(node.ok()) << node.status().ToString();
+    a.node = node.ok() ? *node : "";
+    EXPECT_TRUE(core_
+                    ->AgentMessage(a.node, a.link.get(),
+                                   Json{{"type", "conformance"},
+                                        {"report", ToJson(testing::PassingReport(h.inventory))},
+                                        {"nonce", a.link->Nonce()}})
+                    .ok());
+    auto job = core_->SubmitJob(Spec(), "");
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    a.job = job.ok() ? job->id : "";
+    auto assigns = a.link->OfType("assign");
+    EXPECT_EQ(assigns.size(), 1u) << "the new node is the only one free";
+    a.attempt = assigns.empty() ? "" : assigns.back()["attempt_id"].get<std::string>();
+    EXPECT_TRUE(core_->AgentMessage(a.node, a.link.get(), Msg("started", a.attempt)).ok());
+    return a;
+  }
+  // Queues a message as the agent channel does; its outcome lands in outcomes_.
+  void Post(const Agent& a, proto::AgentMessage m) {
+    const size_t i = outcomes_.size();
+    outcomes_.emplace_back();
+    Status posted = core_->PostAgentMessage(a.node, a.link, std::move(m),
+                                            [this, i](const Status& s) { outcomes_[i] = s; });
+    ASSERT_TRUE(posted.ok()) << posted.ToString();
+  }
+  std::string StateOf(const std::string& job) {
+    auto d = core_->GetJob(job);
+    return d.ok() ? std::string(store::Name(d->job.state)) : d.status().ToString();
+  }
+  std::deque<std::optional<Status>> outcomes_;
+};
+
+TEST_F(CoreInboxTest, MessagesWaitingTogetherAreCommittedAsOneWrite) {
+  Agent a = RunningAgent("a"), b = RunningAgent("b"), c = RunningAgent("c");
+  const int writes = failing_->writes;
+  Post(a, proto::Exited{a.attempt, 0, 0, ""});
+  Post(b, proto::LogBatch{b.attempt, {{1, "stdout", 0, "epoch 1"}, {2, "stdout", 0, "epoch 2"}}});
+  Post(b, proto::Exited{b.attempt, 0, 0, ""});
+  Post(c, proto::Exited{c.attempt, 3, 0, ""});
+  for (const auto& o : outcomes_) EXPECT_FALSE(o.has_value()) << "handled before its turn";
+  EXPECT_EQ(failing_->writes, writes);
+  EXPECT_EQ(StateOf(a.job), "running");
+
+  core_->HandleWaitingAgentMessages();
+  for (const auto& o : outcomes_) {
+    ASSERT_TRUE(o.has_value());
+    EXPECT_TRUE(o->ok()) << o->ToString();
+  }
+  EXPECT_EQ(failing_->writes, writes + 1) << "four messages, one commit";
+  EXPECT_EQ(StateOf(a.job), "succeeded");
+  EXPECT_EQ(StateOf(b.job), "succeeded");
+  EXPECT_EQ(StateOf(c.job), "failed");
+  EXPECT_EQ(a.link->OfType("exit_ack").size(), 1u);
+  EXPECT_EQ(b.link->OfType("exit_ack").size(), 1u);
+  EXPECT_EQ(c.link->OfType("exit_ack").size(), 1u);
+  ASSERT_EQ(b.link->OfType("log_ack").size(), 1u);
+  EXPECT_EQ(b.link->OfType("log_ack")[0]["seq"], 2);
+  auto logs = store_->ReadLogs(b.job, 0, 10);
+  ASSERT_TRUE(logs.ok());
+  EXPECT_EQ(logs->size(), 2u);
+}
+
+TEST_F(CoreInboxTest, AFailedGroupCommitAppliesAndAcknowledgesNoneOfItsMessages) {
+  Agent a = RunningAgent("a"), b = RunningAgent("b");
+  job_ = a.job;
+  Snapshot before = Take();
+  failing_->fail = true;
+  Post(a, proto::Exited{a.attempt, 0, 0, ""});
+  Post(b, proto::LogBatch{b.attempt, {{1, "stdout", 0, "epoch 1"}}});
+  Post(b, proto::Exited{b.attempt, 0, 0, ""});
+  core_->HandleWaitingAgentMessages();
+  EXPECT_EQ(failing_->failed, 1) << "the three were to be one commit";
+  for (const auto& o : outcomes_) {
+    ASSERT_TRUE(o.has_value());
+    EXPECT_FALSE(o->ok()) << "every message of a failed commit fails, and the agent resends it";
+  }
+  ExpectUnchanged(before);
+  EXPECT_TRUE(a.link->OfType("exit_ack").empty()) << "an exit not stored must not be acknowledged";
+  EXPECT_TRUE(b.link->OfType("exit_ack").empty());
+  EXPECT_TRUE(b.link->OfType("log_ack").empty());
+
+  // The store works again and the agents resend: everything goes through, once.
+  failing_->fail = false;
+  outcomes_.clear();
+  Post(a, proto::Exited{a.attempt, 0, 0, ""});
+  Post(b, proto::LogBatch{b.attempt, {{1, "stdout", 0, "epoch 1"}}});
+  Post(b, proto::Exited{b.attempt, 0, 0, ""});
+  core_->HandleWaitingAgentMessages();
+  for (const auto& o : outcomes_) EXPECT_TRUE(o.has_value() && o->ok());
+  EXPECT_EQ(StateOf(a.job), "succeeded");
+  EXPECT_EQ(StateOf(b.job), "succeeded");
+  auto logs = store_->ReadLogs(b.job, 0, 10);
+  ASSERT_TRUE(logs.ok());
+  EXPECT_EQ(logs->size(), 1u);
+}
+
+TEST_F(CoreInboxTest, AnExitResentInTheSameBatchIsAppliedOnceAndAcknowledgedTwice) {
+  Agent a = RunningAgent("a");
+  Post(a, proto::Exited{a.attempt, 0, 0, ""});
+  Post(a, proto::Exited{a.attempt, 0, 0, ""});
+  core_->HandleWaitingAgentMessages();
+  for (const auto& o : outcomes_) EXPECT_TRUE(o.has_value() && o->ok());
+  auto d = core_->GetJob(a.job);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->job.state, store::JobState::kSucceeded);
+  ASSERT_EQ(d->attempts.size(), 1u);
+  int succeeded_events = 0;
+  for (const auto& ev : d->events) succeeded_events += ev.type == "succeeded";
+  EXPECT_EQ(succeeded_events, 1);
+  EXPECT_EQ(a.link->OfType("exit_ack").size(), 2u);
+}
+
+TEST_F(CoreInboxTest, AMessageWaitingBehindABusyServerIsASignOfLife) {
+  Agent a = RunningAgent("a"), b = RunningAgent("b");
+  // a's heartbeat arrives just inside the grace and waits; b says nothing.
+  clock_.Advance(opt_.heartbeat_grace_ms - 1000);
+  Post(a, proto::Heartbeat{7});
+  clock_.Advance(3000);
+  core_->Tick();
+  Json nodes = core_->StateDump()["nodes"];
+  EXPECT_EQ(nodes[b.node]["record"]["state"], "lost") << "silence past the grace is still loss";
+  EXPECT_EQ(nodes[a.node]["record"]["state"], "online")
+      << "a node is not lost for the server's own backlog";
+  EXPECT_EQ(StateOf(a.job), "running");
+  ASSERT_FALSE(outcomes_[0].has_value()) << "the heartbeat is still waiting";
+  core_->HandleWaitingAgentMessages();
+  ASSERT_TRUE(outcomes_[0].has_value() && outcomes_[0]->ok());
+  ASSERT_EQ(a.link->OfType("lease").size(), 1u);
+  EXPECT_EQ(a.link->OfType("lease")[0]["seq"], 7);
+}
+
+TEST_F(CoreInboxTest, ADisconnectIsHandledAfterTheMessagesBeforeIt) {
+  Agent a = RunningAgent("a");
+  Post(a, proto::Exited{a.attempt, 0, 0, ""});
+  core_->PostAgentDisconnected(a.node, a.link);
+  core_->HandleWaitingAgentMessages();
+  ASSERT_TRUE(outcomes_[0].has_value() && outcomes_[0]->ok());
+  EXPECT_EQ(StateOf(a.job), "succeeded") << "the exit came before the connection closed";
+  EXPECT_EQ(core_->StateDump()["nodes"][a.node]["record"]["state"], "offline");
+  // A message on the closed link after that is refused, as one from a replaced link is.
+  Post(a, proto::Heartbeat{1});
+  core_->HandleWaitingAgentMessages();
+  ASSERT_TRUE(outcomes_[1].has_value());
+  EXPECT_EQ(outcomes_[1]->code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

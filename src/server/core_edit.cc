@@ -98,6 +98,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
     for (auto& [node, until] : nodes) avoid_[job][node] = until;
   }
   for (auto& [id, seq] : edit.max_log_seq) max_log_seq_[id] = seq;
+  for (auto& [id, bytes] : edit.log_bytes) log_bytes_[id] = bytes;
   for (auto& [id, att] : edit.attempts) {
     // The nodes it was and is on: their capacity now differs.
     for (const std::string* node :

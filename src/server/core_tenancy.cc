@@ -212,11 +212,14 @@ int ServerCore::ActiveJobsOf(const std::string& account_id) {
 }
 
 Result<int64_t> ServerCore::EnforceLogQuotaLocked(const st::AttemptRecord& att,
-                                                  st::WriteBatch& batch) {
+                                                  st::WriteBatch& batch,
+                                                  std::optional<int64_t> staged) {
   const int64_t cap = options_.max_log_bytes_per_attempt;
   auto known = log_bytes_.find(att.id);
   int64_t held = 0;
-  if (known != log_bytes_.end()) {
+  if (staged) {
+    held = *staged;
+  } else if (known != log_bytes_.end()) {
     held = known->second;
   } else {
     SLUICE_ASSIGN_OR_RETURN(held, store_->LogBytes(att.id));

@@ -193,6 +193,7 @@ int RunServer(const ServerOptions& opt) {
     return 1;
   }
   core.StartScheduler();
+  core.StartInbox();
   ApiOptions api_opt;
   api_opt.max_blob_bytes_per_account =
       static_cast<size_t>(opt.max_upload_gib_per_account * 1024 * 1024 * 1024);

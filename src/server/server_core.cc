@@ -17,10 +17,18 @@ namespace sluice::server {
 using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 
 ServerCore::ServerCore(store::Store* store, const Clock* clock, CoreOptions options)
-    : store_(store), clock_(clock), options_(options) {}
+    : store_(store),
+      clock_(clock),
+      options_(options),
+      inbox_(clock, options.max_agent_messages_waiting) {}
 
 ServerCore::~ServerCore() {
   if (reliability_read_.valid()) reliability_read_.wait();  // it reads through store_
+  // Messages still waiting are refused: an agent resends what was not acknowledged.
+  for (auto& left : inbox_.Stop()) {
+    if (left.done) left.done(Status::Unavailable("the server is stopping"));
+  }
+  if (inbox_thread_.joinable()) inbox_thread_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
     scheduler_stop_ = true;
@@ -204,6 +212,11 @@ bool ServerCore::TickState() {
   for (auto& [id, ns] : nodes_) {
     if (ns.record.state == st::NodeState::kLost) continue;
     int64_t silent = now - ns.last_seen_mono;
+    // A message that came and waits in the inbox is a sign of life too: a node is never lost
+    // for the server's own backlog.
+    if (silent > options_.heartbeat_grace_ms) {
+      silent = std::min(silent, now - inbox_.HeardMono(id));
+    }
     if (silent > options_.heartbeat_grace_ms) {
       Status lost = LoseNodeLocked(id, "no heartbeat for " + std::to_string(silent / 1000) + "s");
       if (!lost.ok()) DegradedLocked("node_loss", "declaring node " + id + " lost", lost);

@@ -35,6 +35,7 @@
 #include "market/query.h"
 #include "market/reliability.h"
 #include "sched/scheduler.h"
+#include "server/agent_inbox.h"
 #include "spec/job_spec.h"
 #include "store/blob_store.h"
 #include "store/store.h"
@@ -102,6 +103,12 @@ struct CoreOptions {
   // the tick that declares silent nodes lost never waits on 30 days of history (the server
   // does; unit tests read it inline, as they drive the clock tick by tick).
   bool reliability_in_background = false;
+  // An agent with more messages than this waiting for the core is disconnected; it reconnects
+  // and resends what was not acknowledged (AgentInbox).
+  size_t max_agent_messages_waiting = 4096;
+  // Tests: posted agent messages wait until HandleWaitingAgentMessages is called (instead of
+  // being handled inline), so a test can line several up as a loaded server would.
+  bool hold_agent_messages = false;
 };
 
 struct JobDetail {
@@ -145,13 +152,18 @@ using StreamSink = std::function<bool(const Json& item)>;
 class ServerCore {
  public:
   ServerCore(store::Store* store, const Clock* clock, CoreOptions options);
-  ~ServerCore();  // stops the scheduler thread, if started
+  ~ServerCore();  // stops the scheduler and inbox threads, if started
 
   // Runs scheduling passes on a thread of their own from now on (the server does; unit tests
   // do not, and get each pass inline): a state change that frees or adds capacity marks a pass
   // due and wakes the thread, so changes arriving while a pass runs share the next one instead
   // of each paying for a pass over the whole queue (docs/design-notes.md "Placement at scale").
   void StartScheduler();
+  // Handles agents' messages on a thread of their own from now on (the server does; unit tests
+  // get each message handled inline): PostAgentMessage returns at once, and the thread handles
+  // the messages waiting, many per lock and per store commit (docs/design-notes.md "Agent
+  // messages: one commit for many").
+  void StartInbox();
 
   // Rebuilds the live state from the store. Nodes start offline with their grace counted from
   // now, so agents have a full grace period to reconnect after a server restart.
@@ -225,7 +237,18 @@ class ServerCore {
   Result<std::string> AgentHello(const std::shared_ptr<AgentLink>& link, const proto::Hello& hello,
                                  const AgentIdentity& who = {});
   // A message from a node that said hello on `link` (heartbeat, conformance, started, log,
-  // checkpoint, preempt_notice, exited).
+  // checkpoint, preempt_notice, exited), queued behind the node's earlier ones. `done` gets its
+  // outcome once handled: inline before this returns, or on the inbox thread (StartInbox). The
+  // returned status refuses the message before it was queued (too many waiting from this node;
+  // the server stopping), and then `done` is never called.
+  Status PostAgentMessage(const std::string& node_id, const std::shared_ptr<AgentLink>& link,
+                          proto::AgentMessage msg, std::function<void(const Status&)> done);
+  // The connection closed: handled after the messages it brought.
+  void PostAgentDisconnected(const std::string& node_id, const std::shared_ptr<AgentLink>& link);
+  // Handles what agents posted, a batch at a time, then calls each entry's `done` (the inbox
+  // thread's loop; inline after each post without one).
+  void HandleWaitingAgentMessages();
+  // The same, waiting for the outcome (tests; `link` must outlive the call).
   Status AgentMessage(const std::string& node_id, const AgentLink* link,
                       const proto::AgentMessage& msg);
   // The same, read from JSON first (InvalidArgument naming the bad field).
@@ -347,6 +370,7 @@ class ServerCore {
     std::map<std::string, std::vector<store::CheckpointRecord>> checkpoints;  // kept, per job
     std::map<std::string, std::map<std::string, int64_t>> avoid;              // cooldowns to add
     std::map<std::string, int64_t> max_log_seq;                               // per attempt
+    std::map<std::string, int64_t> log_bytes;                                 // per attempt
     std::vector<std::pair<std::string, Json>> sends;  // to a node's agent, once applied
     std::vector<std::shared_ptr<AgentLink>> close;    // links to close, once applied
   };
@@ -455,13 +479,28 @@ class ServerCore {
   // The agent channel's messages, one handler each (core_agent_channel.cc).
   Status OnHeartbeatLocked(NodeState& node, const proto::Heartbeat& m);
   Status OnConformanceLocked(NodeState& node, const proto::ConformanceMessage& m);
-  // started, log, checkpoint, preempt_notice, exited: about one attempt of this node.
-  Status OnAttemptMessageLocked(NodeState& node, const proto::AgentMessage& msg);
+  // started, log, checkpoint, exited: about one attempt of this node, staged into `edit` (the
+  // acknowledgements too, sent only once it is committed). True in `exited` for an exit.
+  Status StageAttemptMessageLocked(const NodeState& node, const proto::AgentMessage& msg,
+                                   Edit& edit, bool& exited);
+  // preempt_notice: the node is going, and the agent already stops the attempt.
+  Status OnPreemptNoticeLocked(const NodeState& node, const proto::PreemptNotice& m);
+  // Whether a log batch would trim lines this edit holds uncommitted (the trim applies to the
+  // store before the edit's lines are in it): then the edit is committed first.
+  bool LogTrimNeedsCommitLocked(const Edit& edit, const proto::LogBatch& log) const;
+  void DisconnectLocked(const std::string& node_id, const AgentLink* link);
+  // The inbox (core_inbox.cc): handles the entries in order under one lock, committing the
+  // attempt messages among them together, and returns each one's outcome.
+  std::vector<Status> HandleEntriesLocked(const std::vector<InboxEntry>& entries);
+  // After a post: handles it now unless the inbox thread (or a test) will.
+  void HandleInlineUnlessQueued();
   Json EndItemLocked(const store::JobRecord& job) const;
   // Keeps an attempt's stored log within options_.max_log_bytes_per_attempt: when the lines in
   // `batch` would pass it, the oldest lines (stored, then in the batch) are dropped with a marker
   // line, down to 3/4 of the quota. Returns the attempt's log bytes once `batch` is committed.
-  Result<int64_t> EnforceLogQuotaLocked(const store::AttemptRecord& att, store::WriteBatch& batch);
+  // `held`: the attempt's log bytes as an edit already stages them (else the live count).
+  Result<int64_t> EnforceLogQuotaLocked(const store::AttemptRecord& att, store::WriteBatch& batch,
+                                        std::optional<int64_t> staged = std::nullopt);
   // Tells the agent to stop `att` for `cause`; the exit that follows ends it as preempted.
   // For interruptible-then-on-demand jobs: the reason to fall back to on-demand capacity now
   // (after N preemptions or T without interruptible capacity), or "" when not (yet).
@@ -530,6 +569,8 @@ class ServerCore {
   bool scheduler_stop_ = false;
   std::condition_variable scheduler_wake_;
   std::thread scheduler_;
+  AgentInbox inbox_;
+  std::thread inbox_thread_;
   // The background read (CoreOptions::reliability_in_background); touched only by Tick's caller.
   std::future<ReliabilityHistory> reliability_read_;
   SigningIdentity signing_;

@@ -16,11 +16,13 @@ class FailingStore : public store::Store {
   // Only writes this accepts fail (when `fail` is false): one kind of state change.
   std::function<bool(const store::WriteBatch&)> fail_if;
   int failed = 0;  // writes refused so far
+  int writes = 0;  // writes let through so far
   Status Write(const store::WriteBatch& b) override {
     if (fail || (fail_if && fail_if(b))) {
       ++failed;
       return Status::Unavailable("injected store failure");
     }
+    ++writes;
     return inner_->Write(b);
   }
   Status CheckWritable() override { return inner_->CheckWritable(); }

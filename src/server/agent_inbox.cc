@@ -1,0 +1,81 @@
+#include "server/agent_inbox.h"
+
+#include <utility>
+
+namespace sluice::server {
+
+AgentInbox::AgentInbox(const Clock* clock, size_t max_waiting_per_node)
+    : clock_(clock), max_waiting_per_node_(max_waiting_per_node) {}
+
+Status AgentInbox::Post(InboxEntry entry) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return Status::Unavailable("the server is stopping");
+    size_t& waiting = waiting_[entry.node_id];
+    // A disconnect is always taken: it is the last entry of its connection.
+    if (!entry.disconnected && waiting >= max_waiting_per_node_) {
+      return Status::ResourceExhausted("this agent has " + std::to_string(waiting) +
+                                       " messages waiting for the server; reconnect and resend");
+    }
+    ++waiting;
+    if (!entry.disconnected) heard_[entry.node_id] = clock_->MonotonicMillis();
+    queue_.push_back(std::move(entry));
+  }
+  wake_.notify_one();
+  return Status::Ok();
+}
+
+std::vector<InboxEntry> AgentInbox::Take(size_t max) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<InboxEntry> out;
+  const size_t n = std::min(max, queue_.size() - head_);
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    InboxEntry& e = queue_[head_++];
+    auto w = waiting_.find(e.node_id);
+    if (w != waiting_.end() && --w->second == 0) waiting_.erase(w);
+    out.push_back(std::move(e));
+  }
+  // Compact once the taken prefix dominates, so the queue's memory follows what waits.
+  if (head_ == queue_.size()) {
+    queue_.clear();
+    head_ = 0;
+  } else if (head_ > 1024 && head_ * 2 > queue_.size()) {
+    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
+  }
+  return out;
+}
+
+bool AgentInbox::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  wake_.wait(lock, [this] { return stopped_ || head_ < queue_.size(); });
+  return !stopped_;
+}
+
+std::vector<InboxEntry> AgentInbox::Stop() {
+  std::vector<InboxEntry> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+    for (size_t i = head_; i < queue_.size(); ++i) left.push_back(std::move(queue_[i]));
+    queue_.clear();
+    head_ = 0;
+    waiting_.clear();
+  }
+  wake_.notify_all();
+  return left;
+}
+
+int64_t AgentInbox::HeardMono(const std::string& node_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = heard_.find(node_id);
+  return it == heard_.end() ? 0 : it->second;
+}
+
+size_t AgentInbox::Waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size() - head_;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,171 @@
+// Agent messages: one commit for many (docs/design-notes.md). The io threads post what agents
+// send to the inbox (AgentInbox) and return to their sockets; the messages waiting are handled in
+// order, many under one lock, and the attempt messages among them (started, log, checkpoint,
+// exited) are staged into one edit and committed together. Members of ServerCore.
+#include <future>
+#include <variant>
+
+#include "server/core_internal.h"
+#include "server/server_core.h"
+
+namespace sluice::server {
+
+using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
+
+namespace {
+
+// Messages handled per lock and per commit: enough that a burst of exits costs a few commits,
+// few enough that a request waiting on the lock waits for one batch, not the whole burst.
+constexpr size_t kInboxBatch = 256;
+
+}  // namespace
+
+void ServerCore::StartInbox() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (inbox_thread_.joinable()) return;
+  inbox_thread_ = std::thread([this] {
+    while (inbox_.Wait()) HandleWaitingAgentMessages();
+  });
+}
+
+Status ServerCore::PostAgentMessage(const std::string& node_id,
+                                    const std::shared_ptr<AgentLink>& link, proto::AgentMessage msg,
+                                    std::function<void(const Status&)> done) {
+  InboxEntry entry;
+  entry.node_id = node_id;
+  entry.link = link.get();
+  entry.hold = link;
+  entry.message = std::move(msg);
+  entry.done = std::move(done);
+  SLUICE_RETURN_IF_ERROR(inbox_.Post(std::move(entry)));
+  HandleInlineUnlessQueued();
+  return Status::Ok();
+}
+
+void ServerCore::PostAgentDisconnected(const std::string& node_id,
+                                       const std::shared_ptr<AgentLink>& link) {
+  InboxEntry entry;
+  entry.node_id = node_id;
+  entry.link = link.get();
+  entry.hold = link;
+  entry.disconnected = true;
+  if (!inbox_.Post(std::move(entry)).ok()) return;  // stopping: nothing more is recorded
+  HandleInlineUnlessQueued();
+}
+
+Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* link,
+                                const proto::AgentMessage& msg) {
+  std::promise<Status> outcome;
+  InboxEntry entry;
+  entry.node_id = node_id;
+  entry.link = link;
+  entry.message = msg;
+  entry.done = [&outcome](const Status& s) { outcome.set_value(s); };
+  SLUICE_RETURN_IF_ERROR(inbox_.Post(std::move(entry)));
+  // A caller that waits cannot leave it queued for a test to handle.
+  if (!inbox_thread_.joinable()) HandleWaitingAgentMessages();
+  return outcome.get_future().get();
+}
+
+Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* link,
+                                const Json& msg) {
+  SLUICE_ASSIGN_OR_RETURN(proto::AgentMessage typed, proto::AgentMessageFromJson(msg));
+  return AgentMessage(node_id, link, typed);
+}
+
+void ServerCore::AgentDisconnected(const std::string& node_id, const AgentLink* link) {
+  std::promise<Status> outcome;
+  InboxEntry entry;
+  entry.node_id = node_id;
+  entry.link = link;
+  entry.disconnected = true;
+  entry.done = [&outcome](const Status& s) { outcome.set_value(s); };
+  if (!inbox_.Post(std::move(entry)).ok()) return;
+  if (!inbox_thread_.joinable()) HandleWaitingAgentMessages();
+  (void)outcome.get_future().get();
+}
+
+void ServerCore::HandleInlineUnlessQueued() {
+  if (!inbox_thread_.joinable() && !options_.hold_agent_messages) HandleWaitingAgentMessages();
+}
+
+void ServerCore::HandleWaitingAgentMessages() {
+  while (true) {
+    std::vector<InboxEntry> entries = inbox_.Take(kInboxBatch);
+    if (entries.empty()) return;
+    std::vector<Status> outcomes;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      outcomes = HandleEntriesLocked(entries);
+    }
+    // With the lock free: a caller's reaction (an error sent, a connection closed) may itself
+    // call into the core.
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].done) entries[i].done(outcomes[i]);
+    }
+  }
+}
+
+std::vector<Status> ServerCore::HandleEntriesLocked(const std::vector<InboxEntry>& entries) {
+  std::vector<Status> outcomes(entries.size(), Status::Ok());
+  Edit edit;
+  std::vector<size_t> in_edit;     // entries whose outcome is the edit's commit
+  std::vector<size_t> heartbeats;  // answered last, from the state every commit left
+  bool exited = false;
+  auto commit = [&] {
+    if (in_edit.empty()) return;
+    const Status s = CommitLocked(edit);
+    for (size_t i : in_edit) outcomes[i] = s;
+    edit = Edit{};
+    in_edit.clear();
+  };
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const InboxEntry& e = entries[i];
+    if (e.disconnected) {
+      commit();
+      DisconnectLocked(e.node_id, e.link);
+      continue;
+    }
+    auto nit = nodes_.find(e.node_id);
+    if (nit == nodes_.end() || nit->second.link.get() != e.link) {
+      outcomes[i] =
+          Status::FailedPrecondition("this connection is no longer the node's agent link");
+      continue;
+    }
+    NodeState& ns = nit->second;
+    ns.last_seen_mono = clock_->MonotonicMillis();
+    const proto::AgentMessage& msg = e.message;
+    if (std::holds_alternative<proto::Heartbeat>(msg)) {
+      heartbeats.push_back(i);
+    } else if (const auto* c = std::get_if<proto::ConformanceMessage>(&msg)) {
+      commit();  // the verdict commits on its own, after everything before it
+      outcomes[i] = OnConformanceLocked(ns, *c);
+    } else if (const auto* notice = std::get_if<proto::PreemptNotice>(&msg)) {
+      commit();
+      outcomes[i] = OnPreemptNoticeLocked(ns, *notice);
+    } else {
+      const auto* log = std::get_if<proto::LogBatch>(&msg);
+      if (log != nullptr && LogTrimNeedsCommitLocked(edit, *log)) commit();
+      outcomes[i] = StageAttemptMessageLocked(ns, msg, edit, exited);
+      if (outcomes[i].ok()) in_edit.push_back(i);
+    }
+  }
+  commit();
+  for (size_t i : heartbeats) {
+    auto nit = nodes_.find(entries[i].node_id);
+    if (nit == nodes_.end() || nit->second.link.get() != entries[i].link) {
+      outcomes[i] =
+          Status::FailedPrecondition("this connection is no longer the node's agent link");
+      continue;
+    }
+    outcomes[i] = OnHeartbeatLocked(nit->second, std::get<proto::Heartbeat>(entries[i].message));
+  }
+  if (exited) {
+    if (Status s = RequestScheduleLocked(); !s.ok()) {
+      DegradedLocked("schedule", "scheduling after attempts exited", s);
+    }
+  }
+  return outcomes;
+}
+
+}  // namespace sluice::server
