@@ -66,7 +66,16 @@ Result<WsHandler> Api::Upgrade(const HttpRequest& req, const std::shared_ptr<WsC
   WsHandler h;
   ServerCore* core = core_;
   h.on_message = [core, session](const std::shared_ptr<WsConnection>& c, std::string_view text) {
-    auto fail = [&](const Status& s, bool fatal) { Fail(c, *session, s, fatal); };
+    auto fail = [&](const Status& s, bool fatal) {
+      // After hello, messages are answered by the inbox in order: an error about this one
+      // (and a close) goes out after the answers to those before it.
+      if (session->node_id.empty() ||
+          !core->PostAgentBarrier(session->node_id,
+                                  [c, session, s, fatal] { Fail(c, *session, s, fatal); })
+               .ok()) {
+        Fail(c, *session, s, fatal || !session->node_id.empty());
+      }
+    };
     auto msg = ParseJson(text);
     if (!msg.ok() || !msg->is_object()) {
       fail(msg.ok() ? Status::InvalidArgument("expected a JSON object") : msg.status(), true);
@@ -78,6 +87,10 @@ Result<WsHandler> Api::Upgrade(const HttpRequest& req, const std::shared_ptr<WsC
       if (*type != "hello") return fail(Status::FailedPrecondition("say hello first"), true);
       auto hello = proto::HelloFromJson(*msg);
       if (!hello.ok()) return fail(hello.status(), true);
+      // Only a credential proves which node this is; a join token's hello names any id.
+      if (!session->identity.node_id.empty() && hello->node_id == session->identity.node_id) {
+        core->NoteAgentHello(hello->node_id);
+      }
       auto node = core->AgentHello(session->link, *hello, session->identity);
       // A refused hello is recorded under the token that made it, never under the node it
       // named: that node may be the victim of an impersonation attempt (PermissionDenied).

@@ -18,7 +18,7 @@ Status AgentInbox::Post(InboxEntry entry) {
                                        " messages waiting for the server; reconnect and resend");
     }
     ++waiting;
-    if (!entry.disconnected) heard_[entry.node_id] = clock_->MonotonicMillis();
+    if (!entry.disconnected && !entry.barrier) heard_[entry.node_id] = clock_->MonotonicMillis();
     queue_.push_back(std::move(entry));
   }
   wake_.notify_one();
@@ -65,6 +65,11 @@ std::vector<InboxEntry> AgentInbox::Stop() {
   }
   wake_.notify_all();
   return left;
+}
+
+void AgentInbox::NoteHeard(const std::string& node_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  heard_[node_id] = clock_->MonotonicMillis();
 }
 
 int64_t AgentInbox::HeardMono(const std::string& node_id) const {

@@ -36,6 +36,9 @@ struct InboxEntry {
   const AgentLink* link = nullptr;
   std::shared_ptr<AgentLink> hold;
   bool disconnected = false;  // the connection closed; `message` is unused
+  // No message: only `done`, called once everything posted before it is handled (an error about
+  // a message the channel could not read is sent after the answers to the ones before it).
+  bool barrier = false;
   proto::AgentMessage message;
   // Its outcome, called once with no lock held (may be empty).
   std::function<void(const Status&)> done;
@@ -59,7 +62,10 @@ class AgentInbox {
   // Wakes Wait for good; later posts are refused. Entries still waiting are returned.
   std::vector<InboxEntry> Stop();
 
-  // Monotonic ms of the node's last posted message; 0 when none came.
+  // A sign of life that is not a message to queue: a node's `hello`, proven by its credential,
+  // waiting for the core's lock.
+  void NoteHeard(const std::string& node_id);
+  // Monotonic ms of the node's last posted message or NoteHeard; 0 when none came.
   int64_t HeardMono(const std::string& node_id) const;
   size_t Waiting() const;
 

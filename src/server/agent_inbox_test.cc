@@ -61,6 +61,15 @@ TEST(AgentInboxTest, PostingIsTheNodesSignOfLifeAndADisconnectIsNot) {
   EXPECT_EQ(inbox.HeardMono("a"), heard) << "handled or not, it was heard then";
 }
 
+TEST(AgentInboxTest, AHelloWaitingForTheCoreIsASignOfLifeToo) {
+  FakeClock clock;
+  AgentInbox inbox(&clock, 10);
+  clock.Advance(1000);
+  inbox.NoteHeard("a");
+  EXPECT_EQ(inbox.HeardMono("a"), clock.MonotonicMillis());
+  EXPECT_EQ(inbox.Waiting(), 0u) << "nothing is queued for it";
+}
+
 TEST(AgentInboxTest, StopReturnsWhatWaitsAndRefusesMore) {
   FakeClock clock;
   AgentInbox inbox(&clock, 10);

@@ -469,5 +469,23 @@ TEST_F(CoreInboxTest, ADisconnectIsHandledAfterTheMessagesBeforeIt) {
   EXPECT_EQ(outcomes_[1]->code(), StatusCode::kFailedPrecondition);
 }
 
+TEST_F(CoreInboxTest, AHelloWaitingForTheLockAfterARestartKeepsItsNodeFromBeingLost) {
+  Agent a = RunningAgent("a"), b = RunningAgent("b");
+  // The server restarts: both nodes are offline, with the lease and the grace to come back.
+  core_.reset();
+  core_ = std::make_unique<ServerCore>(failing_.get(), &clock_, opt_);
+  ASSERT_TRUE(core_->Load().ok());
+  // a's hello came (its credential proved it) but waits behind the storm; b's did not come.
+  clock_.Advance(opt_.lease_ms + opt_.heartbeat_grace_ms - 1000);
+  core_->NoteAgentHello(a.node);
+  clock_.Advance(2000);
+  core_->Tick();
+  Json nodes = core_->StateDump()["nodes"];
+  EXPECT_EQ(nodes[b.node]["record"]["state"], "lost");
+  EXPECT_EQ(nodes[a.node]["record"]["state"], "offline") << "waiting for its hello, not lost";
+  EXPECT_EQ(StateOf(a.job), "running");
+  EXPECT_EQ(StateOf(b.job), "queued") << "b's job is requeued; a's stays where it runs";
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -53,6 +53,16 @@ void ServerCore::PostAgentDisconnected(const std::string& node_id,
   HandleInlineUnlessQueued();
 }
 
+Status ServerCore::PostAgentBarrier(const std::string& node_id, std::function<void()> then) {
+  InboxEntry entry;
+  entry.node_id = node_id;
+  entry.barrier = true;
+  entry.done = [then = std::move(then)](const Status&) { then(); };
+  SLUICE_RETURN_IF_ERROR(inbox_.Post(std::move(entry)));
+  HandleInlineUnlessQueued();
+  return Status::Ok();
+}
+
 Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* link,
                                 const proto::AgentMessage& msg) {
   std::promise<Status> outcome;
@@ -121,6 +131,7 @@ std::vector<Status> ServerCore::HandleEntriesLocked(const std::vector<InboxEntry
   };
   for (size_t i = 0; i < entries.size(); ++i) {
     const InboxEntry& e = entries[i];
+    if (e.barrier) continue;
     if (e.disconnected) {
       commit();
       DisconnectLocked(e.node_id, e.link);

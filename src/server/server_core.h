@@ -243,8 +243,14 @@ class ServerCore {
   // the server stopping), and then `done` is never called.
   Status PostAgentMessage(const std::string& node_id, const std::shared_ptr<AgentLink>& link,
                           proto::AgentMessage msg, std::function<void(const Status&)> done);
+  // Runs `then` once every message the node posted before it is handled (the same refusals).
+  Status PostAgentBarrier(const std::string& node_id, std::function<void()> then);
   // The connection closed: handled after the messages it brought.
   void PostAgentDisconnected(const std::string& node_id, const std::shared_ptr<AgentLink>& link);
+  // A node proved by its credential is saying hello: a sign of life before the hello takes the
+  // lock, so after a restart a node whose hello waits behind the reconnect storm is not declared
+  // lost for the wait.
+  void NoteAgentHello(const std::string& node_id) { inbox_.NoteHeard(node_id); }
   // Handles what agents posted, a batch at a time, then calls each entry's `done` (the inbox
   // thread's loop; inline after each post without one).
   void HandleWaitingAgentMessages();
