@@ -10,6 +10,7 @@ packages=(
   openssl  # `openssl cms -verify` checks audit bundles in tests and for users
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 procps
+  pci.ids  # GPU names from PCI device ids, compiled into the market library (issue 13)
   bubblewrap iptables  # the job sandbox (agent/sandbox.h) and its network filter
   python3-torch  # examples/pytorch and its test
 )

@@ -457,7 +457,8 @@ TEST_F(E2ETest, EstimateRanksAgentAndCatalogOffersByExpectedCost) {
       Spec("train", "name: train\nresources: {gpu: h100, gpus: 8}\nexpected_hours: 24\nrun: x\n");
   Json est = cluster_.CliJson({"estimate", spec, "--limit", "50"});
   ASSERT_TRUE(est.is_object()) << cluster_.Cli({"estimate", spec}).err;
-  EXPECT_EQ(est["query"], "gpu=h100-80gb gpus>=8");
+  // h100 covers every H100 variant the registry knows (the 64/94/96 GB ones by PCI id).
+  EXPECT_EQ(est["query"], "gpu in [h100-64gb,h100-80gb,h100-94gb,h100-96gb] gpus>=8");
   EXPECT_EQ(est["hours"], 24.0);
   const Json& offers = est["offers"];
   ASSERT_GE(offers.size(), 2u);

@@ -205,6 +205,9 @@ Status ParseXmlGpu(const pugi::xml_node& g, GpuDraft& d) {
   }
   std::string bus = Trim(ChildText(g.child("pci"), "pci_bus_id"));
   d.info.pci_bus_id = bus.empty() ? Trim(g.attribute("id").value()) : bus;
+  // Zeroed or redacted ids ("000000DE", "[REDACTED]") are unknown, not an error.
+  d.info.pci_device_id = ParsePciId(ChildText(g.child("pci"), "pci_device_id"));
+  d.info.pci_subsystem_id = ParsePciId(ChildText(g.child("pci"), "pci_sub_system_id"));
   if (g.child("serial")) SetSerial(d, ChildText(g, "serial"));
   if (auto mig = g.child("mig_mode").child("current_mig")) {
     SLUICE_RETURN_IF_ERROR(SetMig(d, mig.text().get()));
@@ -267,6 +270,10 @@ Status ApplyTextField(GpuDraft& d, const std::string& path, const std::string& k
     return SetMig(d, value);
   } else if (path == "PCI/Bus Id") {
     if (!value.empty()) d.info.pci_bus_id = value;
+  } else if (path == "PCI/Device Id") {
+    d.info.pci_device_id = ParsePciId(value);
+  } else if (path == "PCI/Sub System Id") {
+    d.info.pci_subsystem_id = ParsePciId(value);
   } else if (path == "FB Memory Usage/Total") {
     return SetMemory(d, value);
   } else if (path.starts_with("GPU Power Readings/") || path.starts_with("Power Readings/")) {

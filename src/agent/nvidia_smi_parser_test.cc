@@ -161,6 +161,55 @@ INSTANTIATE_TEST_SUITE_P(AllFixtures, FixtureTest, ::testing::ValuesIn(kFixtures
                            return n;
                          });
 
+// PCI ids of every fixture as recorded (issue 13 item 1): the server names the GPU from them.
+// 0 where the output has none usable: zeroed by a hypervisor (a10g), redacted when published
+// (rtx3090-1.xml), or trimmed from the file (gtx1070ti).
+TEST(NvidiaSmiParseTest, ReadsThePciIdsOfEveryFixture) {
+  struct Ids {
+    const char* file;
+    uint32_t device, subsystem;
+  };
+  const Ids kIds[] = {
+      {"a10-1.txt", 0x223610DE, 0x148210DE},
+      {"a100-sxm4-80gb-1.txt", 0x20B210DE, 0x147F10DE},
+      {"a100-sxm4-80gb-1.xml", 0x20B210DE, 0x147F10DE},
+      {"a10g-1.xml", 0, 0},
+      {"a40-1.txt", 0x223510DE, 0x145A10DE},
+      {"grid-p4-1q-vgpu-1.xml", 0x1BB310DE, 0x120410DE},
+      {"gtx1050ti-1.txt", 0x1C8210DE, 0x8C961462},
+      {"gtx1070ti-1.xml", 0, 0},
+      {"gtx680-1.txt", 0x118010DE, 0x353C1458},
+      {"h100-nvl-1.txt", 0x232110DE, 0x183910DE},
+      {"h100-sxm5-80gb-1.txt", 0x233010DE, 0x16C110DE},
+      {"l4-1.txt", 0x27B810DE, 0x16CA10DE},
+      {"quadro-p2000-1.xml", 0x1C3010DE, 0x11B31028},
+      {"rtx2000ada-1.txt", 0x28B010DE, 0x187010DE},
+      {"rtx2070-x2-1.xml", 0x1F0210DE, 0x251619DA},
+      {"rtx2080-x2-1.xml", 0x1E8710DE, 0x250019DA},
+      {"rtx3060-1.xml", 0x248710DE, 0x36583842},
+      {"rtx3080-1.txt", 0x221610DE, 0x22161569},
+      {"rtx3080-1.xml", 0x221610DE, 0x161219DA},
+      {"rtx3080-2.xml", 0x221610DE, 0x161219DA},
+      {"rtx3090-1.txt", 0x220410DE, 0x403B1458},
+      {"rtx3090-1.xml", 0, 0},
+      {"rtx3090-2.xml", 0x220410DE, 0x87AD1043},
+      {"rtx4000-sff-ada-1.xml", 0x27B010DE, 0x16FA10DE},
+      {"rtx4000ada-1.txt", 0x27B210DE, 0x181B10DE},
+      {"rtx4060ti-1.txt", 0x280310DE, 0x51741462},
+      {"rtx6000ada-1.txt", 0x26B110DE, 0x16A110DE},
+      {"rtxa6000-1.txt", 0x223010DE, 0x145910DE},
+      {"tesla-t4-1.xml", 0x1EB810DE, 0x12A210DE},
+  };
+  for (const auto& e : kIds) {
+    Result<ProbedGpus> r = ParseNvidiaSmi(ReadFileOrEmpty(NvidiaSmiFixture(e.file)));
+    ASSERT_TRUE(r.ok()) << e.file << ": " << r.status().ToString();
+    for (const GpuInfo& g : r->gpus) {
+      EXPECT_EQ(g.pci_device_id, e.device) << e.file << " GPU " << g.index;
+      EXPECT_EQ(g.pci_subsystem_id, e.subsystem) << e.file << " GPU " << g.index;
+    }
+  }
+}
+
 TEST(NvidiaSmiTextTest, FillsEveryFieldOfTheFirstH100) {
   auto r = ParseNvidiaSmiText(ReadFileOrEmpty(NvidiaSmiFixture("h100-sxm5-80gb-1.txt")));
   ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -112,6 +112,8 @@ Result<GpuInfo> ReadDevice(const Nvml& n, unsigned int i) {
     if (n.pci(dev, &pci) == NVML_SUCCESS) {
       pci.busId[sizeof(pci.busId) - 1] = '\0';
       g.pci_bus_id = pci.busId;
+      g.pci_device_id = UsablePciId(pci.pciDeviceId);
+      g.pci_subsystem_id = UsablePciId(pci.pciSubSystemId);
     }
   }
   g.serial = GetString(n.serial, dev);

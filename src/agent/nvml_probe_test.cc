@@ -21,6 +21,8 @@ TEST(NvmlGpuProbeTest, ReadsBothGpusFromTheFakeLibrary) {
   want0.name = "NVIDIA H100 80GB HBM3";
   want0.memory_mib = 81559;
   want0.pci_bus_id = "00000000:18:00.0";
+  want0.pci_device_id = 0x233010DE;  // as the recorded H100 SXM5 reports them
+  want0.pci_subsystem_id = 0x16C110DE;
   want0.serial = "1654423001593";
   want0.mig_mode = "Disabled";
   want0.compute_capability = "9.0";

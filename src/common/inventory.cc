@@ -1,6 +1,21 @@
 #include "common/inventory.h"
 
+#include <charconv>
+
+#include "common/text.h"
+
 namespace sluice {
+
+uint32_t UsablePciId(uint32_t id) { return (id >> 16) == 0 || (id & 0xffff) == 0 ? 0 : id; }
+
+uint32_t ParsePciId(std::string_view text) {
+  std::string t = ToLower(Trim(text));
+  if (t.starts_with("0x")) t = t.substr(2);
+  uint32_t v = 0;
+  auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v, 16);
+  if (t.empty() || ec != std::errc() || end != t.data() + t.size()) return 0;
+  return UsablePciId(v);
+}
 
 Json ToJson(const GpuInfo& g) {
   return Json{{"index", g.index},
@@ -8,6 +23,8 @@ Json ToJson(const GpuInfo& g) {
               {"name", g.name},
               {"memory_mib", g.memory_mib},
               {"pci_bus_id", g.pci_bus_id},
+              {"pci_device_id", g.pci_device_id},
+              {"pci_subsystem_id", g.pci_subsystem_id},
               {"serial", g.serial},
               {"mig_mode", g.mig_mode},
               {"compute_capability", g.compute_capability},
@@ -79,6 +96,15 @@ Result<GpuInfo> GpuInfoFromJson(const Json& j, std::string_view path) {
   if (mem < 0) return Status::InvalidArgument(std::string(path) + ".memory_mib: negative");
   g.memory_mib = static_cast<uint64_t>(mem);
   SLUICE_ASSIGN_OR_RETURN(g.pci_bus_id, GetStringOr(j, "pci_bus_id", "", path));
+  // Absent from agents older than issue 13: unknown.
+  for (auto [key, field] : {std::pair{"pci_device_id", &g.pci_device_id},
+                            std::pair{"pci_subsystem_id", &g.pci_subsystem_id}}) {
+    SLUICE_ASSIGN_OR_RETURN(int64_t id, GetIntOr(j, key, 0, path));
+    if (id < 0 || id > 0xffffffffLL) {
+      return Status::InvalidArgument(std::string(path) + "." + key + ": not a 32-bit PCI id");
+    }
+    *field = static_cast<uint32_t>(id);
+  }
   SLUICE_ASSIGN_OR_RETURN(g.serial, GetStringOr(j, "serial", "", path));
   SLUICE_ASSIGN_OR_RETURN(g.mig_mode, GetStringOr(j, "mig_mode", "N/A", path));
   SLUICE_ASSIGN_OR_RETURN(g.compute_capability, GetStringOr(j, "compute_capability", "", path));

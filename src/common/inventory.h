@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/json.h"
@@ -13,11 +14,17 @@
 namespace sluice {
 
 struct GpuInfo {
-  int index = 0;                   // NVML / nvidia-smi minor order; what CUDA_VISIBLE_DEVICES uses
-  std::string uuid;                // "GPU-8f3c..."
-  std::string name;                // product name as reported: "NVIDIA H100 80GB HBM3"
-  uint64_t memory_mib = 0;         // total framebuffer memory
-  std::string pci_bus_id;          // "00000000:17:00.0"
+  int index = 0;            // NVML / nvidia-smi minor order; what CUDA_VISIBLE_DEVICES uses
+  std::string uuid;         // "GPU-8f3c..."
+  std::string name;         // product name as reported: "NVIDIA H100 80GB HBM3"
+  uint64_t memory_mib = 0;  // total framebuffer memory
+  std::string pci_bus_id;   // "00000000:17:00.0"
+  // PCI ids in NVML's encoding, (device << 16) | vendor: 0x233010DE is NVIDIA's device 0x2330
+  // (nvmlPciInfo_t.pciDeviceId / pciSubSystemId, nvidia-smi "Device Id" / "Sub System Id").
+  // 0 when unknown (hypervisors zero them; published outputs redact them). The server names
+  // the GPU from them first (market/gpu_identity.h).
+  uint32_t pci_device_id = 0;
+  uint32_t pci_subsystem_id = 0;
   std::string serial;              // may be empty (consumer cards report N/A)
   std::string mig_mode;            // "Enabled", "Disabled" or "N/A"
   std::string compute_capability;  // "9.0" when known, else empty
@@ -26,6 +33,12 @@ struct GpuInfo {
 
   bool operator==(const GpuInfo&) const = default;
 };
+
+// "0x233010DE" (any case, with or without 0x) → 0x233010DE; 0 for anything else, including ids
+// whose device or vendor half is zero ("0x000000DE", "[REDACTED]", "N/A").
+uint32_t ParsePciId(std::string_view text);
+// `id` when both halves are set, else 0 (a hypervisor's zeroed id is no id).
+uint32_t UsablePciId(uint32_t id);
 
 struct Inventory {
   std::string hostname;

@@ -534,7 +534,7 @@ const AliasCase kAliases[] = {
     {"H200", 140.4, "h200-141gb", "", true},
     {"B200", 179.1, "b200-180gb", "", true},
     {"B200", 0, "b200-180gb", "", true},
-    {"GH200", 96, "gh200-96gb", "", true},
+    {"GH200", 96, "gh200-96gb", "superchip", true},
     {"V100", 0, "v100-16gb", "", true},
     {"V100-32GB", 0, "v100-32gb", "", true},
     {"T4", 16, "t4-16gb", "", true},
@@ -546,7 +546,7 @@ const AliasCase kAliases[] = {
     {"RTX4060", 16, "rtx4060ti-16gb", "", true},
     {"RTX4090", 24, "rtx4090-24gb", "", true},
     {"B300", 268.6, "b300-288gb", "", false},
-    {"RTX5090", 31.8, "rtx5090-32gb", "", false},
+    {"RTX5090", 31.8, "rtx5090-32gb", "", true},  // known by its PCI id (gpu_identity.h)
     {"A4000", 0, "rtxa4000-16gb", "", false},
     {"RTX6000", 24, "rtx6000-24gb", "", false},  // Quadro RTX 6000 (Turing), not the Ada card
 };

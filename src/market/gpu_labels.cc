@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/text.h"
+#include "market/gpu_identity.h"
 #include "market/gpu_specs_data.h"
 
 namespace sluice::market {
@@ -98,8 +99,22 @@ ParsedProduct ParseProduct(std::string_view product_name) {
   bool vgpu = false;
   bool hbm3 = false;
   std::vector<std::string> kept;
-  for (const auto& w : words) {
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
     if (std::find(std::begin(kVendorWords), std::end(kVendorWords), w) != std::end(kVendorWords)) {
+      continue;
+    }
+    // Workstation and server parts (issue 13 item 1): "RTX PRO 6000 Blackwell Max-Q Workstation
+    // Edition" is the model rtxpro6000 in the form maxq; the architecture and "Edition" add
+    // nothing once the model is named.
+    if (w == "blackwell" || w == "edition") continue;
+    if (w == "max" && i + 1 < words.size() && words[i + 1] == "q") {
+      p.form_factor = "maxq";
+      ++i;
+      continue;
+    }
+    if (w == "workstation" || w == "server") {
+      if (p.form_factor.empty()) p.form_factor = w;
       continue;
     }
     if (w == "grid") {
@@ -126,6 +141,12 @@ ParsedProduct ParseProduct(std::string_view product_name) {
   }
   // NVIDIA names the SXM5 H100 "H100 80GB HBM3" and the PCIe card "H100 PCIe".
   if (p.form_factor.empty() && hbm3 && p.model == "h100") p.form_factor = "sxm";
+  // A superchip's name gives the module's memory ("GH200 480GB": Grace's LPDDR5X with the
+  // GPU's HBM); a job gets the GPU's, so the label takes the memory the GPU reports.
+  if (p.model == "gh200" || p.model == "gb200" || p.model == "gb300") {
+    p.memory_gb = 0;
+    p.form_factor = "superchip";
+  }
   if (p.model.empty()) p.model = "gpu";
   return p;
 }
@@ -140,32 +161,6 @@ int NominalGb(uint64_t memory_mib) {
 
 std::string Label(const std::string& model, int gb) {
   return model + "-" + std::to_string(gb) + "gb";
-}
-
-// Fields of one CSV line: commas split, double quotes group, "" is a literal quote.
-std::vector<std::string> CsvFields(std::string_view line) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        fields.back() += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        fields.back() += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.emplace_back();
-    } else if (c != '\r') {
-      fields.back() += c;
-    }
-  }
-  return fields;
 }
 
 // Every integer in "16/32" or "96 or 141".
@@ -212,6 +207,10 @@ Registry BuildRegistry() {
   for (const ObservedGpu& g : kObservedGpus) {
     model_label.emplace(ParseProduct(g.product_name).model,
                         CanonicalGpuLabel(g.product_name, g.memory_mib));
+  }
+  // Newer GPUs known by their PCI ids (gpu_identity.h): a node with one produces these labels.
+  for (const std::string& label : SupplementLabels()) {
+    model_label.emplace(label.substr(0, label.rfind('-')), label);
   }
   Registry r;
   for (const auto& [model, label] : model_label) {

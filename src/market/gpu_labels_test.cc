@@ -109,7 +109,10 @@ TEST(ResolveGpuLabel, ShortForms) {
       {"A100", {"a100-40gb", "a100-80gb"}, "a100 covers a100-40gb, a100-80gb"},
       {"a100", {"a100-40gb", "a100-80gb"}, "a100 covers a100-40gb, a100-80gb"},
       {"nvidia a100", {"a100-40gb", "a100-80gb"}, "a100 covers a100-40gb, a100-80gb"},
-      {"h100", {"h100-80gb"}, "h100 covers h100-80gb"},
+      // The 64, 94 and 96 GB SXM5 variants are known by their PCI ids (gpu_identity.h).
+      {"h100",
+       {"h100-64gb", "h100-80gb", "h100-94gb", "h100-96gb"},
+       "h100 covers h100-64gb, h100-80gb, h100-94gb, h100-96gb"},
       {"V100", {"v100-16gb", "v100-32gb"}, "v100 covers v100-16gb, v100-32gb"},
       {"H100-80GB", {"h100-80gb"}, ""},
       {"  T4 ", {"t4-16gb"}, ""},
@@ -136,7 +139,7 @@ TEST(ResolveGpuLabel, MisspellingsGetSuggestions) {
       {"a1000", "unknown GPU `a1000`; did you mean a100-40gb, a100-80gb?"},
       {"rtx-4090", "unknown GPU `rtx-4090`; did you mean rtx4090-24gb?"},
       {"a100-48gb", "unknown GPU `a100-48gb`; did you mean a100-40gb, a100-80gb?"},
-      {"h20", "unknown GPU `h20`; did you mean"},
+      {"h2o", "unknown GPU `h2o`; did you mean"},
   };
   for (const auto& c : cases) {
     auto r = ResolveGpuLabel(c.text);

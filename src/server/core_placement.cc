@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "common/inventory.h"
-#include "market/gpu_labels.h"
+#include "market/gpu_identity.h"
 #include "market/perf.h"
 #include "sched/requeue_policy.h"
 #include "server/core_internal.h"
@@ -66,7 +66,7 @@ std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inven
       o.vram_gb = g.vram_gb;
       for (const auto& gi : inv.gpus) {
         if (gi.index != g.index) continue;
-        o.form_factor = market::FormFactor(gi.name);
+        o.form_factor = market::IdentifyGpu(gi).form_factor;
         o.compute_capability = gi.compute_capability;
       }
       o.perf_score = market::PerfScore(g.label, o.form_factor);
@@ -99,8 +99,7 @@ std::vector<std::shared_ptr<const sched::NodeCapacity>> ServerCore::CapacityLock
       cap.node_id = id;
       cap.name = ns.record.name;
       for (const auto& g : inv->gpus) {
-        cap.gpus.push_back(
-            {g.index, market::CanonicalGpuLabel(g.name, g.memory_mib), GiB(g.memory_mib), true});
+        cap.gpus.push_back({g.index, market::IdentifyGpu(g).label, GiB(g.memory_mib), true});
       }
       cap.total_cpus = cap.free_cpus = inv->cpu_cores;
       cap.total_memory_gb = cap.free_memory_gb = GiB(inv->memory_mib);

@@ -4,7 +4,7 @@
 
 #include "audit/fingerprint.h"
 #include "common/crypto.h"
-#include "market/gpu_labels.h"
+#include "market/gpu_identity.h"
 
 namespace sluice::server {
 namespace {
@@ -38,7 +38,7 @@ std::string SoftwareChange(const Inventory& a, const Inventory& b) {
 
 Status CheckClaims(const std::vector<proto::GpuClaim>& claims, const Inventory& probed) {
   std::map<std::string, int> found;
-  for (const auto& g : probed.gpus) found[market::CanonicalGpuLabel(g.name, g.memory_mib)]++;
+  for (const auto& g : probed.gpus) found[market::IdentifyGpu(g).label]++;
   for (const auto& c : claims) {
     int have = found.count(c.label) ? found[c.label] : 0;
     if (have >= c.count) continue;

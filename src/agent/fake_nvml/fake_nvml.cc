@@ -20,15 +20,19 @@ struct nvmlDevice_st {
   unsigned long long memory_bytes;
   unsigned int mig_mode;
   unsigned int power_mw;
+  unsigned int pci_device_id;  // as the recorded H100 SXM5 reports it (tests/fixtures)
+  unsigned int pci_subsystem_id;
 };
 
 namespace {
 
 nvmlDevice_st kDevices[2] = {
     {"NVIDIA H100 80GB HBM3", "GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1", "00000000:18:00.0",
-     "1654423001593", "96.00.74.00.01", 81559ull << 20, NVML_DEVICE_MIG_DISABLE, 700000},
+     "1654423001593", "96.00.74.00.01", 81559ull << 20, NVML_DEVICE_MIG_DISABLE, 700000, 0x233010DE,
+     0x16C110DE},
     {"NVIDIA H100 80GB HBM3", "GPU-7c3cadbd-17e5-0913-f69b-c618122ea0cd", "00000000:2A:00.0",
-     "1654223054577", "96.00.74.00.01", 81559ull << 20, NVML_DEVICE_MIG_ENABLE, 699500},
+     "1654223054577", "96.00.74.00.01", 81559ull << 20, NVML_DEVICE_MIG_ENABLE, 699500, 0x233010DE,
+     0x16C110DE},
 };
 int g_initialised = 0;
 
@@ -115,6 +119,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvml
   std::memset(p, 0, sizeof *p);
   std::strncpy(p->busId, d->bus_id, sizeof p->busId - 1);
   std::strncpy(p->busIdLegacy, d->bus_id + 4, sizeof p->busIdLegacy - 1);
+  p->pciDeviceId = d->pci_device_id;
+  p->pciSubSystemId = d->pci_subsystem_id;
   return NVML_SUCCESS;
 }
 
