@@ -111,6 +111,8 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   if (live.link && live.link != link) live.link->Close();
   live.link = link;
   live.last_seen_mono = clock_->MonotonicMillis();
+  live.since_restart = false;
+  last_hello_mono_ = live.last_seen_mono;
   proto::Welcome welcome;
   welcome.node_id = node_id;
   welcome.heartbeat_interval_ms = options_.heartbeat_interval_ms;

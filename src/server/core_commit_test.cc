@@ -487,5 +487,34 @@ TEST_F(CoreInboxTest, AHelloWaitingForTheLockAfterARestartKeepsItsNodeFromBeingL
   EXPECT_EQ(StateOf(b.job), "queued") << "b's job is requeued; a's stays where it runs";
 }
 
+TEST_F(CoreInboxTest, AfterARestartNodesStillReconnectingAreNotLostWhileTheStormGoesOn) {
+  Agent a = RunningAgent("a"), b = RunningAgent("b");
+  core_.reset();
+  core_ = std::make_unique<ServerCore>(failing_.get(), &clock_, opt_);
+  ASSERT_TRUE(core_->Load().ok());
+  const int64_t deadline = opt_.lease_ms + opt_.heartbeat_grace_ms;
+  // b comes back just before lease + grace; a's turn in the storm has not come yet.
+  clock_.Advance(deadline - 2000);
+  proto::Hello again = CpuHello("b");
+  again.node_id = b.node;
+  proto::AttemptReport running;
+  running.attempt_id = b.attempt;
+  running.running = true;
+  again.attempts.push_back(running);
+  ASSERT_TRUE(core_->AgentHello(b.link, again).ok());
+  clock_.Advance(3000);  // past lease + grace for a
+  core_->Tick();
+  EXPECT_EQ(core_->StateDump()["nodes"][a.node]["record"]["state"], "offline")
+      << "hellos still arrive: a is queued behind them, not dead";
+  EXPECT_EQ(StateOf(a.job), "running");
+  // No hello for a whole grace: the storm is over, and a did not come back.
+  clock_.Advance(opt_.heartbeat_grace_ms);
+  ASSERT_TRUE(
+      core_->AgentMessage(b.node, b.link.get(), proto::AgentMessage{proto::Heartbeat{1}}).ok());
+  core_->Tick();
+  EXPECT_EQ(core_->StateDump()["nodes"][a.node]["record"]["state"], "lost");
+  EXPECT_EQ(core_->StateDump()["nodes"][b.node]["record"]["state"], "online");
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -55,8 +55,10 @@ Status ServerCore::Load() {
     // Counted from now plus a lease: every agent has its lease to notice we are back and the
     // whole grace to reconnect, so a server outage alone never loses a node (or its work).
     ns.last_seen_mono = now_mono + options_.lease_ms;
+    ns.since_restart = true;
     nodes_[ns.record.id] = std::move(ns);
   }
+  loaded_mono_ = now_mono;
   SLUICE_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
   for (auto& j : jobs) {
     JobState js;
@@ -216,6 +218,12 @@ bool ServerCore::TickState() {
     // for the server's own backlog.
     if (silent > options_.heartbeat_grace_ms) {
       silent = std::min(silent, now - inbox_.HeardMono(id));
+    }
+    // Still coming back after a restart, while the reconnect storm goes on: every node's hello
+    // is a sign that the others are queued behind it (docs/design-notes.md "Agent messages").
+    if (ns.since_restart && silent > options_.heartbeat_grace_ms) {
+      silent = std::min(
+          silent, now - std::min(last_hello_mono_, loaded_mono_ + options_.reconnect_window_ms));
     }
     if (silent > options_.heartbeat_grace_ms) {
       Status lost = LoseNodeLocked(id, "no heartbeat for " + std::to_string(silent / 1000) + "s");

@@ -106,6 +106,10 @@ struct CoreOptions {
   // An agent with more messages than this waiting for the core is disconnected; it reconnects
   // and resends what was not acknowledged (AgentInbox).
   size_t max_agent_messages_waiting = 4096;
+  // After a restart every agent reconnects at once, and on a big fleet that takes longer than
+  // lease + grace. While hellos still arrive (one within the grace), a node that has not come
+  // back yet is not declared lost, for at most this long after the restart.
+  int64_t reconnect_window_ms = 120000;
   // Tests: posted agent messages wait until HandleWaitingAgentMessages is called (instead of
   // being handled inline), so a test can line several up as a loaded server would.
   bool hold_agent_messages = false;
@@ -326,6 +330,7 @@ class ServerCore {
     mutable std::shared_ptr<const sched::NodeCapacity> now;
     std::shared_ptr<AgentLink> link;  // null while disconnected
     int64_t last_seen_mono = 0;       // Clock::MonotonicMillis of the last sign of life
+    bool since_restart = false;       // loaded at start and not back yet (reconnect_window_ms)
     // Trust: a conformance run was asked for and its report has not come; the server's verdict
     // on the last report (its usable toolkits and PyTorch builds go into offers).
     bool awaiting_report = false;
@@ -566,6 +571,8 @@ class ServerCore {
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
   int64_t reliability_refreshed_mono_ = 0;
+  int64_t loaded_mono_ = 0;                  // when Load ran
+  int64_t last_hello_mono_ = 0;              // the last hello applied
   int64_t last_tick_mono_ = 0;               // for CoreOptions::stall_credit_after_ms
   int64_t verify_queue_seq_ = 0;             // NodeState::verify_queue_order
   std::map<std::string, int64_t> degraded_;  // DegradedLocked: failures by kind
