@@ -296,6 +296,31 @@ Result<LabelResolution> ResolveGpuLabel(std::string_view user_text) {
       }
     }
   }
+  // A memory size without its unit ("a100-40", "h100 80", "a100-40g"): the label it almost is.
+  {
+    std::string spaced = text;
+    std::replace(spaced.begin(), spaced.end(), '-', ' ');
+    std::vector<std::string> words;
+    for (const auto& w : Split(spaced, ' ')) {
+      if (!w.empty() && std::find(std::begin(kVendorWords), std::end(kVendorWords), w) ==
+                            std::end(kVendorWords)) {
+        words.push_back(w);
+      }
+    }
+    if (words.size() >= 2) {
+      std::string size = words.back();
+      if (size.ends_with('g')) size.pop_back();
+      if (AllDigits(size) && size.size() <= 4) {
+        std::string near;
+        for (size_t i = 0; i + 1 < words.size(); ++i) near += words[i];
+        near += "-" + std::to_string(std::stoi(size)) + "gb";
+        if (std::binary_search(reg.labels.begin(), reg.labels.end(), near)) {
+          return Status::InvalidArgument("unknown GPU `" + Shown(user_text) + "`; did you mean " +
+                                         near + "? (memory is written with its unit)");
+        }
+      }
+    }
+  }
   // Unknown: suggest every label of the nearest model(s).
   std::string model = s;
   if (size_t dash = model.rfind('-');

@@ -140,6 +140,10 @@ TEST(ResolveGpuLabel, MisspellingsGetSuggestions) {
       {"rtx-4090", "unknown GPU `rtx-4090`; did you mean rtx4090-24gb?"},
       {"a100-48gb", "unknown GPU `a100-48gb`; did you mean a100-40gb, a100-80gb?"},
       {"h2o", "unknown GPU `h2o`; did you mean"},
+      // A memory size without its unit (issue 13 item 4).
+      {"a100-40", "unknown GPU `a100-40`; did you mean a100-40gb? (memory is written"},
+      {"h100 80", "unknown GPU `h100 80`; did you mean h100-80gb?"},
+      {"NVIDIA A100 80G", "did you mean a100-80gb?"},
   };
   for (const auto& c : cases) {
     auto r = ResolveGpuLabel(c.text);

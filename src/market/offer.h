@@ -16,10 +16,11 @@ enum class OfferSource { kAgent, kCatalog };
 enum class VerifiedState { kVerified, kUnverified, kDeverified };
 
 struct Offer {
-  std::string id;        // "<provider>/<node or instance>/<label>" unique per offer
-  std::string provider;  // "aws", "lambda", or the provider name of an agent node
-  std::string node;      // node id for agents; instance type for catalogs
-  std::string region;    // "us-east-1"; free text for some catalogs
+  std::string id;         // "<provider>/<node or instance>/<label>" unique per offer
+  std::string provider;   // "aws", "lambda", or the provider name of an agent node
+  std::string node;       // node id for agents; instance type for catalogs
+  std::string node_name;  // the name `sluice nodes` shows (agents); `node=` matches it too
+  std::string region;     // "us-east-1"; free text for some catalogs
   std::string zone;
   std::string gpu_label;                  // canonical label, e.g. "a100-80gb"; empty = CPU only
   std::string gpu_model;                  // model part of the label, e.g. "a100"

@@ -897,12 +897,15 @@ bool MatchesTerm(const Term& t, const Offer& o) {
   switch (Info(t.field).type) {
     case FieldType::kString: {
       const std::string_view s = TextOf(t.field, o);
+      // `node=` names a node by its id or by the name `sluice nodes` shows (issue 13 item 4).
+      const std::string_view alias = t.field == Field::kNode ? o.node_name : std::string_view();
       bool any = false;
       for (const std::string& v : t.values) {
-        if (t.glob ? GlobMatch(v, s) : EqualsLower(v, s)) {
-          any = true;
-          break;
+        for (std::string_view text : {s, alias}) {
+          if (text.empty() && !s.empty()) continue;
+          if (t.glob ? GlobMatch(v, text) : EqualsLower(v, text)) any = true;
         }
+        if (any) break;
       }
       return any != IsNegated(t.op);
     }

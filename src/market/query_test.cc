@@ -77,6 +77,7 @@ std::vector<Offer> Fleet() {
   h.id = "H";
   h.provider = "home";
   h.node = "n1";
+  h.node_name = "gpu-box-7";  // what `sluice nodes` shows
   h.region = "eu-west-1";
   h.zone = "";
   h.gpu_label = "h100-80gb";
@@ -104,6 +105,7 @@ std::vector<Offer> Fleet() {
   Offer r = h;
   r.id = "R";
   r.node = "my box";
+  r.node_name = "";
   r.region = "us-central1";
   r.zone = "us-central1-a";
   r.gpu_label = "rtx4090-24gb";
@@ -196,6 +198,11 @@ const MatchCase kStringCases[] = {
     {"node=\"my box\"", "R"},
     {"node in ['my box',n1]", "HR"},
     {"node=*box", "R"},
+    // A node's name as `sluice nodes` shows it matches as well as its id (issue 13 item 4).
+    {"node=gpu-box-7", "H"},
+    {"node=GPU-BOX-*", "H"},
+    {"node!=gpu-box-7", "ALR"},
+    {"node in [gpu-box-7,'my box']", "HR"},
     {"id=?", "ALHR"},
     {"id in [a,r]", "AR"},
 };

@@ -29,6 +29,7 @@ std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inven
   market::Offer base;
   base.provider = node.name;
   base.node = cap.node_id;
+  base.node_name = node.name;
   base.region = node.region;
   base.cpus = cap.total_cpus;
   base.memory_gb = cap.total_memory_gb;
