@@ -420,9 +420,15 @@ Result<CatalogImport> ParseCatalog(std::string_view csv_text, std::string_view s
     out.offers.push_back(std::move(o));
   }
   for (const auto& [label_name, n] : unmapped) {
-    out.warnings.push_back(std::string(source_name) + ": GPU " + Quoted(label_name.second) +
-                           " maps to no known label; kept as " + Quoted(label_name.first) + " on " +
-                           std::to_string(n) + (n == 1 ? " offer" : " offers"));
+    std::string closest;
+    for (const auto& l : NearestGpuLabels(label_name.first)) {
+      closest += (closest.empty() ? "" : ", ") + l;
+    }
+    out.warnings.push_back(
+        std::string(source_name) + ": GPU " + Quoted(label_name.second) +
+        " maps to no known label; kept as " + Quoted(label_name.first) + " on " +
+        std::to_string(n) + (n == 1 ? " offer" : " offers") +
+        (closest.empty() ? "; no known label is close" : "; closest known: " + closest));
   }
 
   // Health: the seed formula with no latency or failure history yet, so only the premium over

@@ -156,6 +156,15 @@ TEST(CatalogFiles, UnmappedNamesAreCountedNotDropped) {
   auto aws = ImportCatalogFile(CatalogDir() + "/aws.csv");
   ASSERT_TRUE(aws.ok());
   EXPECT_THAT(aws->warnings, testing::Contains(HasSubstr("\"B300\" maps to no known label")));
+  // With the nearest known labels, so an operator can tell a new model from a misspelling.
+  for (const std::string& w : aws->warnings) {
+    if (w.find("maps to no known label") == std::string::npos) continue;
+    EXPECT_TRUE(w.find("; closest known: ") != std::string::npos ||
+                w.find("; no known label is close") != std::string::npos)
+        << w;
+  }
+  EXPECT_THAT(NearestGpuLabels("rtx4095-24gb"), testing::ElementsAre("rtx4090-24gb"));
+  EXPECT_TRUE(NearestGpuLabels("zzzzzzzzzzzz-8gb").empty());
 }
 
 TEST(CatalogFiles, CheapestEightH100MatchesTheRawCsv) {

@@ -255,6 +255,30 @@ std::string FormFactor(std::string_view product_name) {
 
 std::vector<std::string> KnownGpuLabels() { return GetRegistry().labels; }
 
+std::vector<std::string> NearestGpuLabels(std::string_view label) {
+  const Registry& reg = GetRegistry();
+  std::string model = ToLower(Trim(label));
+  if (size_t dash = model.rfind('-');
+      dash != std::string::npos && MemoryWordGb(model.substr(dash + 1)) > 0) {
+    model.resize(dash);
+  }
+  size_t best = std::numeric_limits<size_t>::max();
+  std::vector<std::string> suggestions;
+  for (const auto& [known, labels] : reg.by_model) {
+    const size_t d = EditDistance(model.substr(0, 64), known);
+    if (d < best) {
+      best = d;
+      suggestions.clear();
+    }
+    if (d == best) suggestions.insert(suggestions.end(), labels.begin(), labels.end());
+  }
+  constexpr size_t kMaxSuggestions = 6;
+  if (best > std::max<size_t>(2, model.size() / 3)) return {};
+  std::sort(suggestions.begin(), suggestions.end());
+  if (suggestions.size() > kMaxSuggestions) suggestions.resize(kMaxSuggestions);
+  return suggestions;
+}
+
 Result<LabelResolution> ResolveGpuLabel(std::string_view user_text) {
   const Registry& reg = GetRegistry();
   const std::string text = ToLower(Trim(user_text));
@@ -322,26 +346,8 @@ Result<LabelResolution> ResolveGpuLabel(std::string_view user_text) {
     }
   }
   // Unknown: suggest every label of the nearest model(s).
-  std::string model = s;
-  if (size_t dash = model.rfind('-');
-      dash != std::string::npos && MemoryWordGb(model.substr(dash + 1)) > 0) {
-    model.resize(dash);
-  }
-  size_t best = std::numeric_limits<size_t>::max();
-  std::vector<std::string> suggestions;
-  for (const auto& [known, labels] : reg.by_model) {
-    const size_t d = EditDistance(model.substr(0, 64), known);
-    if (d < best) {
-      best = d;
-      suggestions.clear();
-    }
-    if (d == best) suggestions.insert(suggestions.end(), labels.begin(), labels.end());
-  }
   std::string msg = "unknown GPU `" + Shown(user_text) + "`";
-  constexpr size_t kMaxSuggestions = 6;
-  if (best <= std::max<size_t>(2, model.size() / 3) && !suggestions.empty()) {
-    std::sort(suggestions.begin(), suggestions.end());
-    if (suggestions.size() > kMaxSuggestions) suggestions.resize(kMaxSuggestions);
+  if (std::vector<std::string> suggestions = NearestGpuLabels(s); !suggestions.empty()) {
     msg += "; did you mean " + JoinLabels(suggestions) + "?";
   } else {
     msg += "; known labels look like a100-80gb (see `sluice offers`)";

@@ -39,4 +39,8 @@ Result<LabelResolution> ResolveGpuLabel(std::string_view user_text);
 // Every known canonical label, sorted.
 std::vector<std::string> KnownGpuLabels();
 
+// The known labels of the model(s) nearest to `label`'s model by edit distance ("rtx4095-24gb" →
+// rtx4090-24gb), at most 6; empty when none is near enough to suggest.
+std::vector<std::string> NearestGpuLabels(std::string_view label);
+
 }  // namespace sluice::market
