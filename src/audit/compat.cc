@@ -8,32 +8,6 @@
 namespace sluice::audit {
 namespace {
 
-// Splits one CSV line: commas separate fields, a double-quoted field may hold commas and "".
-std::vector<std::string> SplitCsvLine(std::string_view line) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        fields.back() += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        fields.back() += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.emplace_back();
-    } else {
-      fields.back() += c;
-    }
-  }
-  return fields;
-}
-
 // Data rows (header dropped, blank lines skipped) with at least `min_fields` fields; a shorter row
 // is skipped rather than crashing; compat_test checks the row counts, so a bad file fails there.
 std::vector<std::vector<std::string>> CsvRows(std::string_view csv, size_t min_fields) {
@@ -46,7 +20,7 @@ std::vector<std::vector<std::string>> CsvRows(std::string_view csv, size_t min_f
       header = false;
       continue;
     }
-    auto f = SplitCsvLine(line);
+    auto f = CsvFields(line);
     if (f.size() >= min_fields) rows.push_back(std::move(f));
   }
   return rows;

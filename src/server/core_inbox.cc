@@ -63,18 +63,22 @@ Status ServerCore::PostAgentBarrier(const std::string& node_id, std::function<vo
   return Status::Ok();
 }
 
-Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* link,
-                                const proto::AgentMessage& msg) {
+Status ServerCore::PostAndWait(InboxEntry entry) {
   std::promise<Status> outcome;
-  InboxEntry entry;
-  entry.node_id = node_id;
-  entry.link = link;
-  entry.message = msg;
   entry.done = [&outcome](const Status& s) { outcome.set_value(s); };
   SLUICE_RETURN_IF_ERROR(inbox_.Post(std::move(entry)));
   // A caller that waits cannot leave it queued for a test to handle.
   if (!inbox_thread_.joinable()) HandleWaitingAgentMessages();
   return outcome.get_future().get();
+}
+
+Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* link,
+                                const proto::AgentMessage& msg) {
+  InboxEntry entry;
+  entry.node_id = node_id;
+  entry.link = link;
+  entry.message = msg;
+  return PostAndWait(std::move(entry));
 }
 
 Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* link,
@@ -84,15 +88,11 @@ Status ServerCore::AgentMessage(const std::string& node_id, const AgentLink* lin
 }
 
 void ServerCore::AgentDisconnected(const std::string& node_id, const AgentLink* link) {
-  std::promise<Status> outcome;
   InboxEntry entry;
   entry.node_id = node_id;
   entry.link = link;
   entry.disconnected = true;
-  entry.done = [&outcome](const Status& s) { outcome.set_value(s); };
-  if (!inbox_.Post(std::move(entry)).ok()) return;
-  if (!inbox_thread_.joinable()) HandleWaitingAgentMessages();
-  (void)outcome.get_future().get();
+  (void)PostAndWait(std::move(entry));  // refused only while stopping: nothing more is recorded
 }
 
 void ServerCore::HandleInlineUnlessQueued() {
@@ -122,6 +122,13 @@ std::vector<Status> ServerCore::HandleEntriesLocked(const std::vector<InboxEntry
   std::vector<size_t> in_edit;     // entries whose outcome is the edit's commit
   std::vector<size_t> heartbeats;  // answered last, from the state every commit left
   bool exited = false;
+  // The node the entry's link still speaks for, or null (the link was replaced or closed).
+  auto speaker = [this](const InboxEntry& e) -> NodeState* {
+    auto nit = nodes_.find(e.node_id);
+    return nit != nodes_.end() && nit->second.link.get() == e.link ? &nit->second : nullptr;
+  };
+  const Status stale =
+      Status::FailedPrecondition("this connection is no longer the node's agent link");
   auto commit = [&] {
     if (in_edit.empty()) return;
     const Status s = CommitLocked(edit);
@@ -137,13 +144,12 @@ std::vector<Status> ServerCore::HandleEntriesLocked(const std::vector<InboxEntry
       DisconnectLocked(e.node_id, e.link);
       continue;
     }
-    auto nit = nodes_.find(e.node_id);
-    if (nit == nodes_.end() || nit->second.link.get() != e.link) {
-      outcomes[i] =
-          Status::FailedPrecondition("this connection is no longer the node's agent link");
+    NodeState* node = speaker(e);
+    if (node == nullptr) {
+      outcomes[i] = stale;
       continue;
     }
-    NodeState& ns = nit->second;
+    NodeState& ns = *node;
     ns.last_seen_mono = clock_->MonotonicMillis();
     const proto::AgentMessage& msg = e.message;
     if (std::holds_alternative<proto::Heartbeat>(msg)) {
@@ -163,13 +169,10 @@ std::vector<Status> ServerCore::HandleEntriesLocked(const std::vector<InboxEntry
   }
   commit();
   for (size_t i : heartbeats) {
-    auto nit = nodes_.find(entries[i].node_id);
-    if (nit == nodes_.end() || nit->second.link.get() != entries[i].link) {
-      outcomes[i] =
-          Status::FailedPrecondition("this connection is no longer the node's agent link");
-      continue;
-    }
-    outcomes[i] = OnHeartbeatLocked(nit->second, std::get<proto::Heartbeat>(entries[i].message));
+    NodeState* node = speaker(entries[i]);
+    outcomes[i] = node == nullptr
+                      ? stale
+                      : OnHeartbeatLocked(*node, std::get<proto::Heartbeat>(entries[i].message));
   }
   if (exited) {
     if (Status s = RequestScheduleLocked(); !s.ok()) {

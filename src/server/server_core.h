@@ -505,6 +505,8 @@ class ServerCore {
   std::vector<Status> HandleEntriesLocked(const std::vector<InboxEntry>& entries);
   // After a post: handles it now unless the inbox thread (or a test) will.
   void HandleInlineUnlessQueued();
+  // Posts `entry` and waits for its outcome (the blocking AgentMessage/AgentDisconnected).
+  Status PostAndWait(InboxEntry entry);
   Json EndItemLocked(const store::JobRecord& job) const;
   // Keeps an attempt's stored log within options_.max_log_bytes_per_attempt: when the lines in
   // `batch` would pass it, the oldest lines (stored, then in the batch) are dropped with a marker
