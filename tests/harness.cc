@@ -286,7 +286,9 @@ Cluster::FakeGpus Cluster::FakeGpuAgent(const std::string& fixture) {
             "--conformance-gpu-mib",
             "16",
             "--conformance-gpu-elements",
-            "65536"};
+            "65536",
+            "--conformance-gpu-perf-ms",
+            "20"};
   CommandResult probe =
       RunCommand({SluiceBinary(), "probe", "--from-nvidia-smi", fixture, "--json"});
   auto inv = ParseJson(probe.out);

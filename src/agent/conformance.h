@@ -42,6 +42,10 @@ struct ConformanceOptions {
   uint64_t gpu_alloc_mib = 1024;      // capped at half of the device's free memory
   uint32_t gpu_elements = 16u << 20;  // kernel size (32-bit words); 2 buffers of 64 MiB
   int gpu_timeout_ms = 30000;         // for the kernel to finish
+  // gpu-perf.N (gpu_perf.h): each of its two measurements (matrix multiply, device memory copy)
+  // grows its work until one timed run lasts at least this long; the copy moves buffers of
+  // gpu_alloc_mib / 4 (at most 256 MiB, at most a quarter of what is free).
+  int gpu_perf_ms = 200;
 };
 
 // Runs every check and returns the report. `link` may be null (the link check is then skipped).
@@ -57,7 +61,7 @@ conformance::Check CheckMemory(const ConformanceOptions& options, const Inventor
                                const Clock& clock);
 conformance::Check CheckDisk(const ConformanceOptions& options, const Clock& clock);
 conformance::Check CheckLink(LinkProbe* link);
-// gpu-memory.N and gpu-compute.N for every GPU in the inventory, or one `gpu` skip without GPUs.
+// gpu-memory.N, gpu-compute.N and gpu-perf.N for every GPU in the inventory, or one `gpu` skip without GPUs.
 // driver-cuda (the driver supports the CUDA version it reports, per NVIDIA's table) and
 // torch-cuda (each PyTorch build's CUDA tag runs on this driver): the agent's own reading for
 // its log and the provider; the server judges the same facts from the inventory itself.

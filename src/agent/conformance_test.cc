@@ -1,4 +1,5 @@
 #include "agent/conformance.h"
+#include "agent/gpu_perf.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -77,6 +78,7 @@ ConformanceOptions SmallOptions(const std::string& dir) {
   o.cuda_library = FAKE_CUDA_PATH;
   o.gpu_alloc_mib = 8;
   o.gpu_elements = 100'003;  // not a multiple of the block size: the tail must be covered too
+  o.gpu_perf_ms = 10;
   return o;
 }
 
@@ -314,7 +316,7 @@ class ConformanceGpuTest : public ::testing::Test {
 
 TEST_F(ConformanceGpuTest, PassesOnEveryGpuMappedByPciBusId) {
   auto checks = Run(TwoGpus());
-  ASSERT_EQ(checks.size(), 4u);
+  ASSERT_EQ(checks.size(), 6u);
   const Check& mem0 = Find(checks, "gpu-memory.0");
   EXPECT_EQ(mem0.outcome, Outcome::kPass) << mem0.reason;
   EXPECT_EQ(mem0.measurements.at("cuda_ordinal"), 1);
@@ -336,6 +338,8 @@ TEST_F(ConformanceGpuTest, PassesOnEveryGpuMappedByPciBusId) {
   EXPECT_GE(comp1.measurements.at("kernel_ms"), 0);
   EXPECT_TRUE(comp1.measurements.count("gelem_s"));
   EXPECT_EQ(Find(checks, "gpu-compute.0").outcome, Outcome::kPass);
+  EXPECT_EQ(Find(checks, "gpu-perf.0").outcome, Outcome::kPass) << Find(checks, "gpu-perf.0").reason;
+  EXPECT_EQ(Find(checks, "gpu-perf.1").outcome, Outcome::kPass);
 }
 
 TEST_F(ConformanceGpuTest, MapsByUuidWithoutAPciBusId) {
@@ -345,7 +349,7 @@ TEST_F(ConformanceGpuTest, MapsByUuidWithoutAPciBusId) {
   g.uuid = "GPU-5a1ce000-0000-0000-0000-000000000001";
   inv.gpus = {g};
   auto checks = Run(inv);
-  ASSERT_EQ(checks.size(), 2u);
+  ASSERT_EQ(checks.size(), 3u);
   EXPECT_EQ(Find(checks, "gpu-memory.3").measurements.at("cuda_ordinal"), 1);
   EXPECT_EQ(Find(checks, "gpu-compute.3").outcome, Outcome::kPass);
 }
@@ -416,6 +420,80 @@ TEST_F(ConformanceGpuTest, AHungKernelFailsWithinTheTimeLimit) {
   baseline_ = 0;
 }
 
+// gpu-perf.N times the GPU itself: the fake plays a GPU of a given speed by taking the time its
+// work would take, so what the agent reports follows what the fake plays. The fake only ever
+// sleeps at least that long, so the figure can be lower on a loaded machine, never higher.
+TEST_F(ConformanceGpuTest, TheSpeedCheckMeasuresWhatTheGpuDoes) {
+  Inventory inv = TwoGpus();
+  inv.gpus.resize(1);
+  for (double tflops : {400.0, 40.0}) {
+    env_.Set("FAKE_CUDA_TFLOPS", std::to_string(tflops).c_str()).Set("FAKE_CUDA_GBPS", "20");
+    const Check c = Find(Run(inv), "gpu-perf.0");
+    ASSERT_EQ(c.outcome, Outcome::kPass) << c.reason;
+    EXPECT_EQ(c.measurements.at("matmul_mode"), 1);  // tensor cores: compute capability 9.0
+    EXPECT_EQ(c.measurements.at("mismatches"), 0);
+    EXPECT_LE(c.measurements.at("matmul_tflops"), tflops * 1.01);
+    EXPECT_GT(c.measurements.at("matmul_tflops"), tflops * 0.2);
+    EXPECT_GE(c.measurements.at("matmul_ms"), 10);  // grown until one run lasts gpu_perf_ms
+    EXPECT_LE(c.measurements.at("mem_gb_s"), 20 * 1.01);
+    EXPECT_GT(c.measurements.at("mem_gb_s"), 20 * 0.2);
+    EXPECT_EQ(c.measurements.at("mem_copy_mib"), 2);  // a quarter of gpu_alloc_mib
+    EXPECT_NE(c.reason.find("FP16 tensor matrix multiply (FP32 accumulate)"), std::string::npos)
+        << c.reason;
+  }
+}
+
+TEST_F(ConformanceGpuTest, GpusWithoutTensorCoresAreTimedWithFp32Fma) {
+  env_.Set("FAKE_CUDA_CC", "6.1").Set("FAKE_CUDA_TFLOPS", "10").Set("FAKE_CUDA_SMS", "20");
+  Inventory inv = TwoGpus();
+  inv.gpus.resize(1);
+  const Check c = Find(Run(inv), "gpu-perf.0");
+  ASSERT_EQ(c.outcome, Outcome::kPass) << c.reason;
+  EXPECT_EQ(c.measurements.at("matmul_mode"), 2);
+  EXPECT_EQ(c.measurements.at("mismatches"), 0);
+  EXPECT_LE(c.measurements.at("matmul_tflops"), 10 * 1.01);
+  EXPECT_NE(c.reason.find("FP32 FMA"), std::string::npos) << c.reason;
+}
+
+// A counterfeit (or a driver that fakes its timing) returns fast and wrong: every element is
+// checked, so it fails rather than looking fast.
+TEST_F(ConformanceGpuTest, ACounterfeitThatSkipsWorkFailsTheSpeedCheck) {
+  env_.Set("FAKE_CUDA_FAIL", "counterfeit");
+  Inventory inv = TwoGpus();
+  inv.gpus.resize(1);
+  for (const char* cc : {"9.0", "6.1"}) {
+    env_.Set("FAKE_CUDA_CC", cc);
+    auto checks = Run(inv);
+    EXPECT_EQ(Find(checks, "gpu-compute.0").outcome, Outcome::kPass);
+    const Check& c = Find(checks, "gpu-perf.0");
+    EXPECT_EQ(c.outcome, Outcome::kFail) << cc;
+    EXPECT_GT(c.measurements.at("mismatches"), 0) << cc;
+    EXPECT_NE(c.reason.find("results wrong, first element "), std::string::npos) << c.reason;
+  }
+}
+
+TEST_F(ConformanceGpuTest, TheSpeedKernelsAreWellFormedPtx) {
+  const std::string& wmma = PerfTensorPtx();
+  EXPECT_EQ(wmma.rfind(".version 6.0\n.target sm_70\n", 0), 0u);
+  EXPECT_NE(wmma.find(".visible .entry sluice_perf_wmma("), std::string::npos);
+  // Eight independent accumulators, each the destination and the source of its own mma.
+  for (int k = 0; k < kPerfTensorAccumulators; ++k) {
+    std::string acc = "{%f" + std::to_string(8 * k) + ", ";
+    EXPECT_NE(wmma.find("m16n16k16.f32.f32 " + acc), std::string::npos) << k;
+  }
+  EXPECT_NE(wmma.find("wmma.store.d.sync.aligned.row.m16n16k16.global.f32 [%rd5], {%f0, %f1, "
+                      "%f2, %f3, %f4, %f5, %f6, %f7}, 16;"),
+            std::string::npos);
+  const std::string& fma = PerfFmaPtx();
+  EXPECT_NE(fma.find(".visible .entry sluice_perf_fma("), std::string::npos);
+  size_t fmas = 0;
+  for (size_t at = fma.find("fma.rn.f32"); at != std::string::npos;
+       at = fma.find("fma.rn.f32", at + 1)) {
+    ++fmas;
+  }
+  EXPECT_EQ(fmas, static_cast<size_t>(kPerfFmaChains * kPerfFmaUnroll));
+}
+
 TEST_F(ConformanceGpuTest, ContextAndInitFailuresFailEveryCheck) {
   env_.Set("FAKE_CUDA_FAIL", "ctx");
   for (const auto& c : Run(TwoGpus())) {
@@ -424,7 +502,7 @@ TEST_F(ConformanceGpuTest, ContextAndInitFailuresFailEveryCheck) {
   }
   env_.Set("FAKE_CUDA_FAIL", "init");
   auto checks = Run(TwoGpus());
-  ASSERT_EQ(checks.size(), 4u);
+  ASSERT_EQ(checks.size(), 6u);
   for (const auto& c : checks) {
     EXPECT_EQ(c.outcome, Outcome::kFail) << c.name;
     EXPECT_EQ(c.reason, "cuInit: CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)");
@@ -455,13 +533,14 @@ TEST_F(ConformanceGpuTest, MigEnabledGpusAreSkipped) {
   EXPECT_EQ(Find(checks, "gpu-compute.0").outcome, Outcome::kPass);
   EXPECT_EQ(Find(checks, "gpu-memory.1").outcome, Outcome::kSkip);
   EXPECT_EQ(Find(checks, "gpu-compute.1").outcome, Outcome::kSkip);
+  EXPECT_EQ(Find(checks, "gpu-perf.1").outcome, Outcome::kSkip);
 }
 
 TEST(ConformanceGpuSkipTest, NoCudaDriverSkipsEveryGpuCheck) {
   ConformanceOptions o;
   o.cuda_library = "/nonexistent/libcuda.so.1";
   auto checks = CheckGpus(o, TwoGpus(), *RealClock::Get());
-  ASSERT_EQ(checks.size(), 4u);
+  ASSERT_EQ(checks.size(), 6u);
   for (const auto& c : checks) {
     EXPECT_EQ(c.outcome, Outcome::kSkip) << c.name;
     EXPECT_EQ(c.reason, "no CUDA driver: /nonexistent/libcuda.so.1 not found (CPU-only host)");
@@ -535,7 +614,7 @@ TEST(ConformanceSuiteTest, OneFailingCheckDoesNotStopTheOthers) {
       .Set("FAKE_CUDA_PCI", "0000:18:00.0,0000:2a:00.0");
   const int baseline = std::max(FakeCudaLiveAllocations(), 0);
   conformance::Report r = RunSuite(o, TwoGpus(), &link, *RealClock::Get());
-  ASSERT_EQ(r.checks.size(), 8u);
+  ASSERT_EQ(r.checks.size(), 10u);
   EXPECT_EQ(r.Find("cpu")->outcome, Outcome::kPass);
   EXPECT_EQ(r.Find("memory")->outcome, Outcome::kPass);
   EXPECT_EQ(r.Find("disk")->outcome, Outcome::kFail);

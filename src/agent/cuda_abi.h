@@ -77,6 +77,7 @@ typedef CUresult (*cuMemAllocHost_v2_fn)(void** host, size_t bytes);
 typedef CUresult (*cuMemFreeHost_fn)(void* host);
 typedef CUresult (*cuMemcpyHtoD_v2_fn)(CUdeviceptr dst, const void* src, size_t bytes);
 typedef CUresult (*cuMemcpyDtoH_v2_fn)(void* dst, CUdeviceptr src, size_t bytes);
+typedef CUresult (*cuMemcpyDtoD_v2_fn)(CUdeviceptr dst, CUdeviceptr src, size_t bytes);
 typedef CUresult (*cuModuleLoadDataEx_fn)(CUmodule* module, const void* image,
                                           unsigned int num_options, CUjit_option* options,
                                           void** option_values);

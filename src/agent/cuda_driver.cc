@@ -89,6 +89,7 @@ Result<std::unique_ptr<CudaDriver>> CudaDriver::Load(const std::string& path) {
   req(a.mem_free, "cuMemFree_v2");
   req(a.memcpy_htod, "cuMemcpyHtoD_v2");
   req(a.memcpy_dtoh, "cuMemcpyDtoH_v2");
+  req(a.memcpy_dtod, "cuMemcpyDtoD_v2");
   req(a.module_load_data_ex, "cuModuleLoadDataEx");
   req(a.module_unload, "cuModuleUnload");
   req(a.module_get_function, "cuModuleGetFunction");

@@ -34,6 +34,7 @@ struct CudaApi {
   cuMemFree_v2_fn mem_free = nullptr;
   cuMemcpyHtoD_v2_fn memcpy_htod = nullptr;
   cuMemcpyDtoH_v2_fn memcpy_dtoh = nullptr;
+  cuMemcpyDtoD_v2_fn memcpy_dtod = nullptr;
   cuModuleLoadDataEx_fn module_load_data_ex = nullptr;
   cuModuleUnload_fn module_unload = nullptr;
   cuModuleGetFunction_fn module_get_function = nullptr;

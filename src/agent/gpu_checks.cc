@@ -9,6 +9,8 @@
 
 #include "agent/conformance.h"
 #include "agent/conformance_util.h"
+#include "agent/cuda_handles.h"
+#include "agent/gpu_perf.h"
 
 namespace sluice {
 
@@ -79,34 +81,6 @@ namespace {
 
 // ---- gpu ----------------------------------------------------------------------------------
 
-// Runs `fn` when the scope ends unless dismissed; CUDA handles have no RAII of their own.
-class Cleanup {
- public:
-  explicit Cleanup(std::function<void()> fn) : fn_(std::move(fn)) {}
-  ~Cleanup() {
-    if (fn_) fn_();
-  }
-  void Dismiss() { fn_ = nullptr; }
-  Cleanup(const Cleanup&) = delete;
-  Cleanup& operator=(const Cleanup&) = delete;
-
- private:
-  std::function<void()> fn_;
-};
-
-// Device memory freed on scope exit.
-struct DeviceBuffer {
-  const CudaDriver& cuda;
-  CUdeviceptr ptr = 0;
-  explicit DeviceBuffer(const CudaDriver& d) : cuda(d) {}
-  ~DeviceBuffer() {
-    if (ptr != 0) cuda.api().mem_free(ptr);
-  }
-  Status Alloc(size_t bytes) {
-    return cuda.Check(cuda.api().mem_alloc(&ptr, bytes), "cuMemAlloc_v2");
-  }
-};
-
 // Host staging memory: pinned when the driver offers it (that is what DMA bandwidth means),
 // pageable otherwise.
 class HostBuffer {
@@ -136,10 +110,6 @@ class HostBuffer {
   void* data_ = nullptr;
 };
 
-std::string Describe(const CudaDevice& d) {
-  return "CUDA device " + std::to_string(d.ordinal) + " (" + d.name + ", " + d.pci_bus_id + ")";
-}
-
 const CudaDevice* FindDevice(const GpuInfo& gpu, const std::vector<CudaDevice>& devices) {
   if (!gpu.pci_bus_id.empty()) {
     for (const auto& d : devices) {
@@ -155,6 +125,10 @@ const CudaDevice* FindDevice(const GpuInfo& gpu, const std::vector<CudaDevice>& 
 }
 
 constexpr size_t kStagingBytes = 64 * kMiB;
+
+// The checks every GPU gets, in the order they run.
+constexpr std::string_view kGpuCheckNames[] = {
+    conformance::kCheckGpuMemory, conformance::kCheckGpuCompute, conformance::kCheckGpuPerf};
 
 Check GpuMemory(const CudaDriver& cuda, const GpuInfo& gpu, const CudaDevice& dev,
                 int driver_version, const ConformanceOptions& options, const Clock& clock) {
@@ -306,22 +280,16 @@ ComputeOutcome GpuCompute(const CudaDriver& cuda, const GpuInfo& gpu, const Cuda
     return fail(s.message());
   }
 
-  CUevent start = nullptr, stop = nullptr;
-  if (Status s = cuda.Check(api.event_create(&start, CU_EVENT_DEFAULT), "cuEventCreate"); !s.ok()) {
-    return fail(s.message());
-  }
-  Cleanup destroy_start([&] { api.event_destroy(start); });
-  if (Status s = cuda.Check(api.event_create(&stop, CU_EVENT_DEFAULT), "cuEventCreate"); !s.ok()) {
-    return fail(s.message());
-  }
-  Cleanup destroy_stop([&] { api.event_destroy(stop); });
+  DeviceEvent start(cuda), stop(cuda);
+  if (Status s = start.Create(); !s.ok()) return fail(s.message());
+  if (Status s = stop.Create(); !s.ok()) return fail(s.message());
 
   constexpr unsigned int kBlock = 256;
   const unsigned int grid = (n + kBlock - 1) / kBlock;
   CUdeviceptr in_ptr = in.ptr, out_ptr = result.ptr;
   uint32_t count = n, key = seed;
   void* params[] = {&in_ptr, &out_ptr, &count, &key};
-  if (Status s = cuda.Check(api.event_record(start, nullptr), "cuEventRecord"); !s.ok()) {
+  if (Status s = cuda.Check(api.event_record(start.event, nullptr), "cuEventRecord"); !s.ok()) {
     return fail(s.message());
   }
   if (Status s =
@@ -330,26 +298,20 @@ ComputeOutcome GpuCompute(const CudaDriver& cuda, const GpuInfo& gpu, const Cuda
       !s.ok()) {
     return fail(s.message());
   }
-  if (Status s = cuda.Check(api.event_record(stop, nullptr), "cuEventRecord"); !s.ok()) {
+  if (Status s = cuda.Check(api.event_record(stop.event, nullptr), "cuEventRecord"); !s.ok()) {
     return fail(s.message());
   }
-  // Polls instead of cuCtxSynchronize so a hung kernel costs gpu_timeout_ms, not the agent.
   Deadline deadline(clock, options.gpu_timeout_ms);
-  for (;;) {
-    CUresult rc = api.event_query(stop);
-    if (rc == CUDA_SUCCESS) break;
-    if (rc != CUDA_ERROR_NOT_READY) return fail(cuda.Check(rc, "cuEventQuery").message());
-    if (deadline.Passed()) {
-      out.hung = true;
+  if (Status s = WaitForEvent(cuda, stop.event, deadline, &out.hung); !s.ok()) {
+    if (out.hung) {
       // Freeing what the kernel may still touch would be worse than leaking it.
-      unload.Dismiss(), destroy_start.Dismiss(), destroy_stop.Dismiss();
-      in.ptr = 0, result.ptr = 0;
-      return fail("kernel " + deadline.Text());
+      unload.Dismiss(), start.Leak(), stop.Leak(), in.Leak(), result.Leak();
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    return fail(s.message());
   }
   float kernel_ms = 0;
-  if (Status s = cuda.Check(api.event_elapsed_time(&kernel_ms, start, stop), "cuEventElapsedTime");
+  if (Status s = cuda.Check(api.event_elapsed_time(&kernel_ms, start.event, stop.event),
+                            "cuEventElapsedTime");
       !s.ok()) {
     return fail(s.message());
   }
@@ -382,7 +344,7 @@ ComputeOutcome GpuCompute(const CudaDriver& cuda, const GpuInfo& gpu, const Cuda
   return out;
 }
 
-// Both checks for one GPU, in a context of their own.
+// The checks of one GPU, in a context of their own.
 std::vector<Check> CheckOneGpu(const CudaDriver& cuda, const GpuInfo& gpu, const CudaDevice& dev,
                                int driver_version, const ConformanceOptions& options,
                                const Clock& clock) {
@@ -391,7 +353,7 @@ std::vector<Check> CheckOneGpu(const CudaDriver& cuda, const GpuInfo& gpu, const
   CUcontext ctx = nullptr;
   if (Status s = cuda.Check(cuda.api().ctx_create(&ctx, 0, dev.handle), "cuCtxCreate_v2");
       !s.ok()) {
-    for (auto name : {conformance::kCheckGpuMemory, conformance::kCheckGpuCompute}) {
+    for (auto name : kGpuCheckNames) {
       Check c = Make(std::string(name) + suffix);
       out.push_back(Set(c, Outcome::kFail, Describe(dev) + ": " + s.message()));
     }
@@ -402,6 +364,16 @@ std::vector<Check> CheckOneGpu(const CudaDriver& cuda, const GpuInfo& gpu, const
                         [&] { return GpuMemory(cuda, gpu, dev, driver_version, options, clock); }));
   out.push_back(Guarded(std::string(conformance::kCheckGpuCompute) + suffix, [&] {
     ComputeOutcome r = GpuCompute(cuda, gpu, dev, options, clock);
+    hung = r.hung;
+    return r.check;
+  }));
+  // After a hung kernel the GPU is not fit to time anything; the speed check says so.
+  out.push_back(Guarded(std::string(conformance::kCheckGpuPerf) + suffix, [&] {
+    if (hung) {
+      Check c = Make(std::string(conformance::kCheckGpuPerf) + suffix);
+      return Set(c, Outcome::kFail, Describe(dev) + ": not measured: the compute check hung");
+    }
+    PerfOutcome r = GpuPerf(cuda, gpu, dev, options, clock);
     hung = r.hung;
     return r.check;
   }));
@@ -417,10 +389,10 @@ std::vector<Check> RunGpus(const ConformanceOptions& options, const Inventory& i
     out.push_back(Set(c, Outcome::kSkip, "no GPU on this host"));
     return out;
   }
-  // The same outcome and reason for both checks of every GPU (no driver, driver broken).
+  // The same outcome and reason for every check of every GPU (no driver, driver broken).
   auto all = [&](Outcome o, const std::string& reason) {
     for (const auto& g : inventory.gpus) {
-      for (auto name : {conformance::kCheckGpuMemory, conformance::kCheckGpuCompute}) {
+      for (auto name : kGpuCheckNames) {
         Check c = Make(std::string(name) + "." + std::to_string(g.index));
         out.push_back(Set(c, o, reason));
       }
@@ -445,7 +417,7 @@ std::vector<Check> RunGpus(const ConformanceOptions& options, const Inventory& i
   for (const auto& gpu : inventory.gpus) {
     const std::string suffix = "." + std::to_string(gpu.index);
     auto both = [&](Outcome o, const std::string& reason) {
-      for (auto name : {conformance::kCheckGpuMemory, conformance::kCheckGpuCompute}) {
+      for (auto name : kGpuCheckNames) {
         Check c = Make(std::string(name) + suffix);
         out.push_back(Set(c, o, reason));
       }

@@ -284,6 +284,12 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1024u, 1u << 30))
       ->capture_default_str();
   agent_cmd
+      ->add_option("--conformance-gpu-perf-ms", aopt.conformance.gpu_perf_ms,
+                   "How long each timed run of the GPU speed check (matrix multiply, memory "
+                   "copy) lasts at least")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  agent_cmd
       ->add_option("--cuda-library", aopt.conformance.cuda_library,
                    "The CUDA driver library the GPU checks load")
       ->capture_default_str();

@@ -27,6 +27,7 @@ inline constexpr std::string_view kCheckDisk = "disk";
 inline constexpr std::string_view kCheckLink = "link";
 inline constexpr std::string_view kCheckGpuMemory = "gpu-memory";    // + "." + index
 inline constexpr std::string_view kCheckGpuCompute = "gpu-compute";  // + "." + index
+inline constexpr std::string_view kCheckGpuPerf = "gpu-perf";        // + "." + index
 inline constexpr std::string_view kCheckDriverCuda = "driver-cuda";
 inline constexpr std::string_view kCheckTorchCuda = "torch-cuda";
 

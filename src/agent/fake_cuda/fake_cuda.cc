@@ -1,19 +1,32 @@
 // A stand-in for libcuda.so.1 that keeps "device" memory in host memory, so CudaDriver's
 // dlopen/dlsym path and the conformance suite's GPU checks run in tests on machines without a
-// GPU. Its "kernel" is the suite's own: it recognises sluice_conformance_hash in the PTX it is
-// given and computes the same function on the host, for the threads the launch asked for.
+// GPU. Its kernels are the suite's own: it recognises sluice_conformance_hash and the speed
+// check's sluice_perf_wmma and sluice_perf_fma (agent/gpu_perf.h) in the PTX it is given and
+// computes the same results on the host, for the threads the launch asked for.
+//
+// It plays a GPU of a given speed: a speed-check kernel or a device-to-device copy takes the
+// time its work would take at FAKE_CUDA_TFLOPS / FAKE_CUDA_GBPS (it sleeps inside the launch,
+// which the events around it see), so the agent times it as it would a real GPU.
 //
 // Read at every call, so a test can change them between checks:
 //   FAKE_CUDA_DEVICES    how many devices (default 1)
 //   FAKE_CUDA_PCI        comma-separated PCI bus ids by ordinal (default "0000:18:00.0",
 //                        "0000:19:00.0", ...)
 //   FAKE_CUDA_TOTAL_MIB  memory per device (default 81559)
-//   FAKE_CUDA_FAIL       init | ctx | alloc | ptx | launch | wrong-result | corrupt | hang
+//   FAKE_CUDA_CC         compute capability, "9.0" (default); below 7.0 the suite uses FMA
+//   FAKE_CUDA_SMS        multiprocessors (default 132)
+//   FAKE_CUDA_TFLOPS     matrix-multiply throughput the speed check sees (default 700)
+//   FAKE_CUDA_GBPS       device memory bandwidth, bytes read + written (default 3000)
+//   FAKE_CUDA_FAIL       init | ctx | alloc | ptx | launch | wrong-result | corrupt | hang |
+//                        counterfeit (the speed kernels do half their work and take half the
+//                        time: fast, and wrong)
 // Device i's UUID is GPU-5a1ce000-0000-0000-0000-0000000000ii (i in hex).
 //
 // Not CUDA entry points: fake_cuda_live_allocations() lets tests check that nothing leaked, and
 // fake_cuda_reset() frees whatever is left.
 #include <chrono>
+#include <cmath>
+#include <thread>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -32,7 +45,7 @@ struct CUctx_st {
   int device;
 };
 struct CUmod_st {
-  bool has_kernel;
+  bool has_hash, has_wmma, has_fma;
 };
 struct CUfunc_st {
   int unused;
@@ -53,7 +66,15 @@ std::set<CUctx_st*> g_ctx_set;
 std::set<CUmod_st*> g_modules;
 std::set<CUevent_st*> g_events;
 CUfunc_st g_kernel = {0};
+CUfunc_st g_wmma_kernel = {0};
+CUfunc_st g_fma_kernel = {0};
 constexpr const char* kKernel = "sluice_conformance_hash";
+// The speed check's kernels and their shape, as agent/gpu_perf.h defines them.
+constexpr const char* kWmmaKernel = "sluice_perf_wmma";
+constexpr const char* kFmaKernel = "sluice_perf_fma";
+constexpr int kWmmaAccumulators = 8;
+constexpr int kFmaChains = 8;
+constexpr int kFmaUnroll = 4;
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -65,6 +86,30 @@ bool Failing(const char* what) { return Env("FAKE_CUDA_FAIL") == what; }
 int DeviceCount() {
   std::string v = Env("FAKE_CUDA_DEVICES");
   return v.empty() ? 1 : std::atoi(v.c_str());
+}
+
+double EnvNumber(const char* name, double fallback) {
+  std::string v = Env(name);
+  if (v.empty()) return fallback;
+  double d = std::strtod(v.c_str(), nullptr);
+  return d > 0 ? d : fallback;
+}
+
+// Returns when `work` at `per_second` would be done, counting from `since` (when the call
+// began, so the host's own copying counts as part of it); outside g_mu.
+void Take(std::chrono::steady_clock::time_point since, double work, double per_second) {
+  std::this_thread::sleep_until(
+      since + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                  std::chrono::duration<double>(work / per_second)));
+}
+
+// IEEE half to float, for the tiles the wmma kernel reads (normal numbers and zero suffice).
+float HalfToFloat(uint16_t h) {
+  const int sign = (h >> 15) ? -1 : 1;
+  const int exp = (h >> 10) & 0x1f;
+  const int frac = h & 0x3ff;
+  if (exp == 0) return sign * std::ldexp(static_cast<float>(frac), -24);
+  return sign * std::ldexp(1.0f + frac / 1024.0f, exp - 15);
 }
 
 uint64_t TotalBytes() {
@@ -263,13 +308,17 @@ EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, CUde
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
   switch (attrib) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
-      *value = 9;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: {
+      std::string cc = Env("FAKE_CUDA_CC");
+      if (cc.empty()) cc = "9.0";
+      size_t dot = cc.find('.');
+      *value = std::atoi(attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+                             ? cc.substr(0, dot).c_str()
+                             : (dot == std::string::npos ? "0" : cc.substr(dot + 1).c_str()));
       return CUDA_SUCCESS;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
-      *value = 0;
-      return CUDA_SUCCESS;
+    }
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-      *value = 132;
+      *value = static_cast<int>(EnvNumber("FAKE_CUDA_SMS", 132));
       return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_INVALID_VALUE;
@@ -388,8 +437,10 @@ EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned
     }
     return CUDA_ERROR_INVALID_PTX;
   }
-  std::string entry = std::string(".entry ") + kKernel + "(";
-  *module = new CUmod_st{std::strstr(ptx, entry.c_str()) != nullptr};
+  auto has = [&](const char* name) {
+    return std::strstr(ptx, (std::string(".entry ") + name + "(").c_str()) != nullptr;
+  };
+  *module = new CUmod_st{has(kKernel), has(kWmmaKernel), has(kFmaKernel)};
   g_modules.insert(*module);
   return CUDA_SUCCESS;
 }
@@ -403,37 +454,127 @@ EXPORT CUresult cuModuleUnload(CUmodule module) {
 
 EXPORT CUresult cuModuleGetFunction(CUfunction* fn, CUmodule module, const char* name) {
   if (module == nullptr || fn == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!module->has_kernel || std::strcmp(name, kKernel) != 0) return CUDA_ERROR_NOT_FOUND;
-  *fn = &g_kernel;
+  if (module->has_hash && std::strcmp(name, kKernel) == 0) {
+    *fn = &g_kernel;
+  } else if (module->has_wmma && std::strcmp(name, kWmmaKernel) == 0) {
+    *fn = &g_wmma_kernel;
+  } else if (module->has_fma && std::strcmp(name, kFmaKernel) == 0) {
+    *fn = &g_fma_kernel;
+  } else {
+    return CUDA_ERROR_NOT_FOUND;
+  }
   return CUDA_SUCCESS;
 }
+
+namespace {
+
+// sluice_perf_wmma(u64 a, u64 b, u64 out, u32 iters): each warp stores 8 · iters · (A·B).
+// Returns the flops the launch stands for. Caller holds g_mu.
+CUresult WmmaKernel(void** params, uint64_t threads, double* flops) {
+  CUdeviceptr a = *static_cast<CUdeviceptr*>(params[0]);
+  CUdeviceptr b = *static_cast<CUdeviceptr*>(params[1]);
+  CUdeviceptr out = *static_cast<CUdeviceptr*>(params[2]);
+  uint32_t iters = *static_cast<uint32_t*>(params[3]);
+  if (threads % 32 != 0) return CUDA_ERROR_INVALID_VALUE;  // wmma needs whole warps
+  const uint64_t warps = threads / 32;
+  if (!InDevice(a, 512) || !InDevice(b, 512) || !InDevice(out, warps * 1024)) {
+    return CUDA_ERROR_LAUNCH_FAILED;
+  }
+  auto* ha = reinterpret_cast<const uint16_t*>(static_cast<uintptr_t>(a));
+  auto* hb = reinterpret_cast<const uint16_t*>(static_cast<uintptr_t>(b));
+  float tile[256];
+  // A counterfeit does half the accumulators' work.
+  const double times = static_cast<double>(iters) * (Failing("counterfeit") ? kWmmaAccumulators / 2
+                                                                           : kWmmaAccumulators);
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 16; ++j) {
+      double sum = 0;
+      for (int k = 0; k < 16; ++k) sum += HalfToFloat(ha[i * 16 + k]) * HalfToFloat(hb[j * 16 + k]);
+      tile[i * 16 + j] = static_cast<float>(sum * times);
+    }
+  }
+  auto* dst = reinterpret_cast<float*>(static_cast<uintptr_t>(out));
+  for (uint64_t w = 0; w < warps; ++w) std::memcpy(dst + w * 256, tile, sizeof tile);
+  *flops = static_cast<double>(warps) * times * 2 * 16 * 16 * 16;
+  return CUDA_SUCCESS;
+}
+
+// sluice_perf_fma(u64 out, u32 iters, f32 a, f32 b): every thread stores the sum of eight
+// chains x_j = j advanced by fma(x, a, b) four times per iteration. Every thread computes the
+// same, so one thread's chains are run and the result stored for all.
+CUresult FmaKernel(void** params, uint64_t threads, double* flops) {
+  CUdeviceptr out = *static_cast<CUdeviceptr*>(params[0]);
+  uint32_t iters = *static_cast<uint32_t*>(params[1]);
+  float a = *static_cast<float*>(params[2]);
+  float b = *static_cast<float*>(params[3]);
+  if (!InDevice(out, threads * 4)) return CUDA_ERROR_LAUNCH_FAILED;
+  if (Failing("counterfeit")) iters /= 2;
+  float sum = 0;
+  for (int j = 0; j < kFmaChains; ++j) {
+    float x = static_cast<float>(j);
+    for (uint64_t i = 0; i < uint64_t{iters} * kFmaUnroll; ++i) x = std::fma(x, a, b);
+    sum += x;
+  }
+  auto* dst = reinterpret_cast<float*>(static_cast<uintptr_t>(out));
+  for (uint64_t t = 0; t < threads; ++t) dst[t] = sum;
+  *flops = static_cast<double>(threads) * iters * kFmaChains * kFmaUnroll * 2;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
 
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int grid_x, unsigned int grid_y,
                                unsigned int grid_z, unsigned int block_x, unsigned int block_y,
                                unsigned int block_z, unsigned int shared_mem_bytes, CUstream stream,
                                void** params, void** extra) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (CUresult rc = ReadyWithContext(); rc != CUDA_SUCCESS) return rc;
-  if (f != &g_kernel || params == nullptr || extra != nullptr || stream != nullptr) {
-    return CUDA_ERROR_INVALID_VALUE;
+  const auto since = std::chrono::steady_clock::now();
+  double flops = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (CUresult rc = ReadyWithContext(); rc != CUDA_SUCCESS) return rc;
+    if ((f != &g_kernel && f != &g_wmma_kernel && f != &g_fma_kernel) || params == nullptr ||
+        extra != nullptr || stream != nullptr) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (grid_x == 0 || grid_y != 1 || grid_z != 1 || block_x == 0 || block_x > 1024 ||
+        block_y != 1 || block_z != 1 || shared_mem_bytes != 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (Failing("launch")) return CUDA_ERROR_LAUNCH_FAILED;
+    const uint64_t threads = uint64_t{grid_x} * block_x;
+    if (f == &g_wmma_kernel || f == &g_fma_kernel) {
+      CUresult rc = f == &g_wmma_kernel ? WmmaKernel(params, threads, &flops)
+                                        : FmaKernel(params, threads, &flops);
+      if (rc != CUDA_SUCCESS) return rc;
+    } else {
+      // The hash kernel's parameters, in PTX order: u64 in, u64 out, u32 n, u32 seed.
+      CUdeviceptr in = *static_cast<CUdeviceptr*>(params[0]);
+      CUdeviceptr out = *static_cast<CUdeviceptr*>(params[1]);
+      uint32_t n = *static_cast<uint32_t*>(params[2]);
+      uint32_t seed = *static_cast<uint32_t*>(params[3]);
+      uint64_t count = n < threads ? n : threads;
+      if (!InDevice(in, count * 4) || !InDevice(out, count * 4)) return CUDA_ERROR_LAUNCH_FAILED;
+      auto* src = reinterpret_cast<const uint32_t*>(static_cast<uintptr_t>(in));
+      auto* dst = reinterpret_cast<uint32_t*>(static_cast<uintptr_t>(out));
+      for (uint64_t i = 0; i < count; ++i) dst[i] = Hash(src[i], seed);
+      if (Failing("wrong-result") && count > 0) dst[count / 2] ^= 1;
+      return CUDA_SUCCESS;
+    }
   }
-  if (grid_x == 0 || grid_y != 1 || grid_z != 1 || block_x == 0 || block_x > 1024 || block_y != 1 ||
-      block_z != 1 || shared_mem_bytes != 0) {
-    return CUDA_ERROR_INVALID_VALUE;
+  Take(since, flops, EnvNumber("FAKE_CUDA_TFLOPS", 700) * 1e12);
+  return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  const auto since = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (CUresult rc = ReadyWithContext(); rc != CUDA_SUCCESS) return rc;
+    if (!InDevice(dst, bytes) || !InDevice(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    std::memmove(reinterpret_cast<void*>(static_cast<uintptr_t>(dst)),
+                 reinterpret_cast<const void*>(static_cast<uintptr_t>(src)), bytes);
   }
-  if (Failing("launch")) return CUDA_ERROR_LAUNCH_FAILED;
-  // The kernel's parameters, in PTX order: u64 in, u64 out, u32 n, u32 seed.
-  CUdeviceptr in = *static_cast<CUdeviceptr*>(params[0]);
-  CUdeviceptr out = *static_cast<CUdeviceptr*>(params[1]);
-  uint32_t n = *static_cast<uint32_t*>(params[2]);
-  uint32_t seed = *static_cast<uint32_t*>(params[3]);
-  uint64_t threads = uint64_t{grid_x} * block_x;
-  uint64_t count = n < threads ? n : threads;
-  if (!InDevice(in, count * 4) || !InDevice(out, count * 4)) return CUDA_ERROR_LAUNCH_FAILED;
-  auto* src = reinterpret_cast<const uint32_t*>(static_cast<uintptr_t>(in));
-  auto* dst = reinterpret_cast<uint32_t*>(static_cast<uintptr_t>(out));
-  for (uint64_t i = 0; i < count; ++i) dst[i] = Hash(src[i], seed);
-  if (Failing("wrong-result") && count > 0) dst[count / 2] ^= 1;
+  Take(since, 2.0 * static_cast<double>(bytes), EnvNumber("FAKE_CUDA_GBPS", 3000) * 1e9);
   return CUDA_SUCCESS;
 }
 
