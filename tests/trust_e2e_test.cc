@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -166,6 +167,73 @@ TEST_F(TrustE2ETest, ASoftwareChangeUnderARunningAgentIsCaughtAtTheNextVerificat
   // The server's side of it is on record: a second hello, and the suite's verdict after it.
   CommandResult log = cluster_.Cli({"audit-log", "--csv"});
   EXPECT_TRUE(Contains(log.out, "560.35.03")) << log.out;
+}
+
+// Speed measured on the node (issue 13 item 3). Two recorded A100 machines on the fake CUDA
+// driver: one plays a healthy A100 (its spec: 312 TFLOPS, 2000 GB/s), the other one at 100
+// TFLOPS, a third of its spec. Both are verified; the slow one is flagged, its offer carries
+// what it measured, and `sluice estimate` ranks it after the healthy one at the same price.
+// Below the floor a GPU is not verified, with the reason; a counterfeit is not verified either.
+TEST_F(TrustE2ETest, AGpuIsJudgedByTheSpeedItMeasures) {
+  auto start = [&](const std::string& name, const std::map<std::string, std::string>& play,
+                   bool wait_verified) {
+    Cluster::FakeGpus fake = cluster_.FakeGpuAgent(Fixture("a100-sxm4-80gb-1.txt"));
+    fake.args.insert(fake.args.end(), {"--price-per-gpu-hour", "1.5"});
+    for (const auto& [k, v] : play) fake.env[k] = v;
+    return cluster_.StartAgent(name, fake.args, wait_verified, fake.env);
+  };
+  start("healthy", {{"FAKE_CUDA_TFLOPS", "290"}, {"FAKE_CUDA_GBPS", "1900"}}, true);
+  start("throttled", {{"FAKE_CUDA_TFLOPS", "100"}, {"FAKE_CUDA_GBPS", "1900"}}, true);
+
+  Json offers = cluster_.CliJson({"offers", "gpu=a100-80gb"});
+  ASSERT_EQ(offers.size(), 2u) << offers.dump();
+  Json healthy, throttled;
+  for (const auto& o : offers) (o.value("provider", "") == "healthy" ? healthy : throttled) = o;
+  EXPECT_DOUBLE_EQ(healthy.value("spec_perf", 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(healthy.value("perf_score", 0.0), 1.0);  // ranked by its spec
+  EXPECT_GT(healthy.value("measured_perf", 0.0), 0.5);
+  EXPECT_LE(healthy.value("measured_perf", 0.0), 290.0 / 312 * 1.01);
+  EXPECT_EQ(healthy.value("perf_flag", "x"), "");
+  // The fake only ever takes longer than it plays, so the measured figure is at most 100/312.
+  EXPECT_LE(throttled.value("perf_score", 0.0), 100.0 / 312 * 1.01);
+  EXPECT_GE(throttled.value("perf_score", 0.0), 0.25);  // still above the floor
+  EXPECT_DOUBLE_EQ(throttled.value("perf_score", 0.0), throttled.value("measured_perf", 0.0));
+  EXPECT_TRUE(Contains(throttled.value("perf_flag", ""), "of the a100-80gb spec (matrix multiply"))
+      << throttled.dump();
+  CommandResult table = cluster_.Cli({"offers", "gpu=a100-80gb"});
+  EXPECT_TRUE(Contains(table.out, "(measured)")) << table.out;
+  EXPECT_TRUE(Contains(table.out, "slow: ")) << table.out;
+  EXPECT_TRUE(Contains(cluster_.Cli({"node", "status", "throttled"}).out, "flagged")) << "status";
+
+  std::string spec = cluster_.WriteFile(
+      "a100.yaml", "name: t\nresources: {gpu: a100-80gb, gpus: 4}\nexpected_hours: 10\nrun: x\n");
+  Json est = cluster_.CliJson({"estimate", spec});
+  ASSERT_TRUE(est.is_object()) << cluster_.Cli({"estimate", spec}).err;
+  ASSERT_EQ(est["offers"].size(), 2u);
+  EXPECT_EQ(est["offers"][0]["offer"].value("provider", ""), "healthy");
+  EXPECT_EQ(est["offers"][1]["offer"].value("provider", ""), "throttled");
+  EXPECT_GT(est["offers"][1]["estimate"].value("expected_hours", 0.0),
+            3 * est["offers"][0]["estimate"].value("expected_hours", 0.0));
+  CommandResult text = cluster_.Cli({"estimate", spec});
+  EXPECT_TRUE(Contains(text.out, "perf is what the node measured")) << text.out;
+
+  // Below the floor (a fifth of the spec): not verified, and the reason says why.
+  start("broken", {{"FAKE_CUDA_TFLOPS", "60"}, {"FAKE_CUDA_GBPS", "1900"}}, false);
+  // A counterfeit: fast and wrong.
+  start("fake", {{"FAKE_CUDA_FAIL", "counterfeit"}}, false);
+  for (const char* name : {"broken", "fake"}) {
+    ASSERT_TRUE(WaitUntil([&] {
+      Json n = Node(name);
+      return n.value("state", "") == "online" && n.value("verification", "") == "unverified" &&
+             !n.value("verifying", true);
+    })) << name << "\n" << cluster_.Cli({"node", "status", name}).out;
+  }
+  CommandResult broken = cluster_.Cli({"node", "status", "broken"});
+  EXPECT_TRUE(Contains(broken.out, "of the a100-80gb spec")) << broken.out;
+  EXPECT_TRUE(Contains(broken.out, "the floor is 25%")) << broken.out;
+  CommandResult fake = cluster_.Cli({"node", "status", "fake"});
+  EXPECT_TRUE(Contains(fake.out, "gpu-perf.0: mismatches")) << fake.out;
+  EXPECT_EQ(cluster_.CliJson({"offers", "gpu=a100-80gb"}).size(), 2u);
 }
 
 TEST_F(TrustE2ETest, AuditLogRecordsMutationsWithoutSecrets) {

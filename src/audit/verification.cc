@@ -1,5 +1,6 @@
 #include "audit/verification.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -214,6 +215,74 @@ void JudgeGpu(Judge& j, const GpuInfo& g, const VerificationRules& r) {
   }
 }
 
+// gpu-perf.N: right answers first, then speed against the spec.
+void JudgeGpuPerf(Judge& j, const GpuInfo& g, const VerificationRules& r,
+                  const GpuSpecSpeed* spec, Verdict& v) {
+  const std::string name = std::string(conformance::kCheckGpuPerf) + "." + std::to_string(g.index);
+  const Check* c = j.Require(name);
+  if (!c) return;
+  j.AtMost(*c, "mismatches", r.max_gpu_mismatches, "");
+  auto mode = j.Get(*c, "matmul_mode");
+  auto tflops = j.Get(*c, "matmul_tflops");
+  auto gb_s = j.Get(*c, "mem_gb_s");
+  if (!mode || !tflops || !gb_s) return;
+  if (*mode != 1 && *mode != 2) {
+    j.Fail(*c, "matmul_mode " + Num(*mode) + " is not one the server knows (1 or 2)");
+    return;
+  }
+  if (*tflops <= 0 || *gb_s <= 0) {
+    j.Fail(*c, "nothing was measured (matmul_tflops " + Num(*tflops) + ", mem_gb_s " +
+                   Num(*gb_s) + ")");
+    return;
+  }
+  GpuSpeed s;
+  s.index = g.index;
+  s.matmul_mode = static_cast<int>(*mode);
+  s.measured_tflops = *tflops;
+  s.measured_gb_s = *gb_s;
+  const std::string label = spec && !spec->label.empty() ? spec->label : "its model";
+  if (*tflops > r.max_gpu_tflops) {
+    j.Note(name + ": matmul_tflops " + Num(*tflops) + " is not credible (above " +
+           Num(r.max_gpu_tflops) + "); not used to rank the GPU");
+    s.measured_tflops = 0;
+  }
+  // Each ratio that can be judged: the tensor figure only against a tensor spec (an FP32 FMA
+  // figure has no spec column to meet), bandwidth whenever the spec has one.
+  std::vector<std::pair<double, std::string>> ratios;
+  if (spec && spec->tensor_tflops > 0 && s.matmul_mode == 1 && s.measured_tflops > 0) {
+    s.spec_tflops = spec->tensor_tflops;
+    ratios.push_back({s.measured_tflops / spec->tensor_tflops,
+                      "matrix multiply " + Num(s.measured_tflops) + " of " +
+                          Num(spec->tensor_tflops) + " TFLOPS"});
+  }
+  if (spec && spec->mem_gb_s > 0) {
+    s.spec_gb_s = spec->mem_gb_s;
+    ratios.push_back({*gb_s / spec->mem_gb_s,
+                      "memory " + Num(*gb_s) + " of " + Num(spec->mem_gb_s) + " GB/s"});
+  }
+  if (ratios.empty()) {
+    if (spec) j.Note(name + ": no spec figure for " + label + " to compare with; measured " +
+           Num(*tflops) + " TFLOPS, " + Num(*gb_s) + " GB/s");
+    v.gpu_speeds.push_back(s);
+    return;
+  }
+  auto worst = std::min_element(ratios.begin(), ratios.end());
+  s.ratio = worst->first;
+  std::string what;
+  for (const auto& [ratio, text] : ratios) what += (what.empty() ? "" : ", ") + text;
+  const std::string pct = Num(std::round(s.ratio * 100)) + "%";
+  if (s.ratio < r.gpu_perf_floor_ratio) {
+    j.Fail(*c, "measures " + pct + " of the " + label + " spec (" + what + "); the floor is " +
+                   Num(r.gpu_perf_floor_ratio * 100) + "%");
+  } else if (s.ratio < r.gpu_perf_flag_ratio) {
+    s.flagged = true;
+    s.note = "measures " + pct + " of the " + label + " spec (" + what + ")";
+    j.Note(name + ": flagged: " + s.note + ", below " + Num(r.gpu_perf_flag_ratio * 100) +
+           "%; its offers are ranked by what it measured");
+  }
+  v.gpu_speeds.push_back(s);
+}
+
 // The driver against the CUDA version it reports, and what software it can run.
 void JudgeCompat(Judge& j, const Inventory& inv, Verdict& v) {
   if (!inv.gpus.empty() && inv.driver_version.empty()) {
@@ -256,14 +325,18 @@ void JudgeCompat(Judge& j, const Inventory& inv, Verdict& v) {
 }  // namespace
 
 Verdict Evaluate(const Inventory& inv, const conformance::Report& report,
-                 const VerificationRules& rules) {
+                 const VerificationRules& rules, const std::map<int, GpuSpecSpeed>& specs) {
   Verdict v;
   Judge j(report, v);
   JudgeCpu(j, inv, rules);
   JudgeMemory(j, inv, rules);
   JudgeDisk(j, rules);
   JudgeLink(j, rules);
-  for (const GpuInfo& g : inv.gpus) JudgeGpu(j, g, rules);
+  for (const GpuInfo& g : inv.gpus) {
+    JudgeGpu(j, g, rules);
+    auto spec = specs.find(g.index);
+    JudgeGpuPerf(j, g, rules, spec == specs.end() ? nullptr : &spec->second, v);
+  }
   JudgeCompat(j, inv, v);
   j.NoteTheRest();
   v.verified = v.failures.empty();

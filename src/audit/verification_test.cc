@@ -1,6 +1,7 @@
 #include "audit/verification.h"
 
 #include <gmock/gmock.h>
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "agent/nvidia_smi_parser.h"
@@ -17,6 +18,7 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 // A small CI VM: 2 cores, 7.7 GiB, no GPU.
 Inventory CpuOnly() {
@@ -55,6 +57,10 @@ Report GoodReport(const Inventory& inv) {
                                       {"h2d_gib_s", 11.8}}));
     r.checks.push_back(MakeCheck("gpu-compute." + n,
                                  {{"elements", 1 << 24}, {"kernel_ms", 0.8}, {"mismatches", 0}}));
+    r.checks.push_back(MakeCheck("gpu-perf." + n, {{"matmul_mode", 1},
+                                                   {"matmul_tflops", 700},
+                                                   {"mismatches", 0},
+                                                   {"mem_gb_s", 3000}}));
   }
   return r;
 }
@@ -327,6 +333,114 @@ TEST(VerificationTest, SoftwareTheDriverCannotRunIsLeftOutNotFailed) {
   EXPECT_THAT(v.usable_torch_builds, ElementsAre("2.1.0+cpu"));
   EXPECT_THAT(v.notes,
               Contains(AllOf(HasSubstr("toolkit 12.1 left out"), HasSubstr("no NVIDIA driver"))));
+}
+
+
+// gpu-perf.N: right answers, then speed against the model's spec. The lower of the two ratios
+// (tensor TFLOPS, memory GB/s) decides: below half the GPU is flagged (verified, ranked by what
+// it measured), below a quarter it is not verified.
+TEST(VerificationTest, GpuSpeedIsJudgedAgainstTheModelsSpec) {
+  Inventory inv = FromFixture("a100-sxm4-80gb-1.txt");
+  inv.gpus.resize(1);
+  const std::map<int, GpuSpecSpeed> specs = {{0, {"a100-80gb", 312, 2039}}};
+  struct Case {
+    double tflops, gb_s;
+    bool verified, flagged;
+    double ratio;
+    std::string line;  // the failure, or the note
+  };
+  const std::vector<Case> cases = {
+      {280, 1800, true, false, 1800.0 / 2039, ""},  // the lower ratio: memory
+      {140, 1800, true, true, 140.0 / 312,
+       "gpu-perf.0: flagged: measures 45% of the a100-80gb spec (matrix multiply 140 of 312 "
+       "TFLOPS, memory 1800 of 2039 GB/s), below 50%; its offers are ranked by what it measured"},
+      // A memory system at a third of its spec flags the GPU however fast it multiplies.
+      {300, 680, true, true, 680.0 / 2039, "memory 680 of 2039 GB/s"},
+      {60, 1800, false, false, 60.0 / 312,
+       "gpu-perf.0: measures 19% of the a100-80gb spec (matrix multiply 60 of 312 TFLOPS, memory "
+       "1800 of 2039 GB/s); the floor is 25%"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.tflops) + " TFLOPS, " + std::to_string(c.gb_s) + " GB/s");
+    Report r = GoodReport(inv);
+    Find(r, "gpu-perf.0")->measurements["matmul_tflops"] = c.tflops;
+    Find(r, "gpu-perf.0")->measurements["mem_gb_s"] = c.gb_s;
+    Verdict v = Evaluate(inv, r, {}, specs);
+    EXPECT_EQ(v.verified, c.verified) << ::testing::PrintToString(v.failures);
+    if (!c.verified) {
+      EXPECT_THAT(v.failures, ElementsAre(c.line));
+      continue;
+    }
+    ASSERT_EQ(v.gpu_speeds.size(), 1u);
+    const GpuSpeed& s = v.gpu_speeds[0];
+    EXPECT_EQ(s.flagged, c.flagged);
+    EXPECT_DOUBLE_EQ(s.ratio, c.ratio);
+    EXPECT_EQ(s.measured_tflops, c.tflops);
+    EXPECT_EQ(s.spec_tflops, 312);
+    EXPECT_EQ(s.spec_gb_s, 2039);
+    if (c.flagged) {
+      EXPECT_THAT(v.notes, Contains(HasSubstr(c.line)));
+      EXPECT_THAT(s.note, HasSubstr("of the a100-80gb spec"));
+    } else {
+      EXPECT_THAT(v.notes, Not(Contains(HasSubstr("gpu-perf"))));
+    }
+  }
+}
+
+TEST(VerificationTest, GpuSpeedFailuresAndFiguresNotToBelieve) {
+  Inventory inv = FromFixture("a100-sxm4-80gb-1.txt");
+  inv.gpus.resize(1);
+  const std::map<int, GpuSpecSpeed> specs = {{0, {"a100-80gb", 312, 2039}}};
+
+  // Wrong answers (a counterfeit, or a driver faking its work) fail however fast they came.
+  Report wrong = GoodReport(inv);
+  Find(wrong, "gpu-perf.0")->measurements["mismatches"] = 1024;
+  EXPECT_THAT(Evaluate(inv, wrong, {}, specs).failures,
+              ElementsAre("gpu-perf.0: mismatches 1024 is above the maximum 0"));
+
+  Report missing = GoodReport(inv);
+  missing.checks.erase(std::remove_if(missing.checks.begin(), missing.checks.end(),
+                                      [](const Check& c) { return c.name == "gpu-perf.0"; }),
+                       missing.checks.end());
+  EXPECT_THAT(Evaluate(inv, missing, {}, specs).failures,
+              ElementsAre("check `gpu-perf.0` missing from the report"));
+
+  Report nothing = GoodReport(inv);
+  Find(nothing, "gpu-perf.0")->measurements["mem_gb_s"] = 0;
+  EXPECT_THAT(Evaluate(inv, nothing, {}, specs).failures,
+              ElementsAre(HasSubstr("nothing was measured")));
+
+  Report mode = GoodReport(inv);
+  Find(mode, "gpu-perf.0")->measurements["matmul_mode"] = 7;
+  EXPECT_THAT(Evaluate(inv, mode, {}, specs).failures,
+              ElementsAre(HasSubstr("matmul_mode 7 is not one the server knows")));
+
+  // An absurd figure is noted and not used; the GPU is judged on what is left (memory).
+  Report absurd = GoodReport(inv);
+  Find(absurd, "gpu-perf.0")->measurements["matmul_tflops"] = 1e12;
+  Verdict v = Evaluate(inv, absurd, {}, specs);
+  EXPECT_TRUE(v.verified);
+  EXPECT_THAT(v.notes, Contains(HasSubstr("is not credible")));
+  ASSERT_EQ(v.gpu_speeds.size(), 1u);
+  EXPECT_EQ(v.gpu_speeds[0].measured_tflops, 0);
+
+  // An FP32 FMA figure (a GPU without tensor cores) meets no tensor spec: memory alone judges.
+  Report fma = GoodReport(inv);
+  Find(fma, "gpu-perf.0")->measurements["matmul_mode"] = 2;
+  Find(fma, "gpu-perf.0")->measurements["matmul_tflops"] = 9;
+  v = Evaluate(inv, fma, {}, specs);
+  EXPECT_TRUE(v.verified);
+  ASSERT_EQ(v.gpu_speeds.size(), 1u);
+  EXPECT_EQ(v.gpu_speeds[0].spec_tflops, 0);
+  EXPECT_DOUBLE_EQ(v.gpu_speeds[0].ratio, 3000.0 / 2039);
+
+  // A model without spec figures: the measured figures are kept and said to be uncompared.
+  v = Evaluate(inv, GoodReport(inv), {}, {{0, {"rtx5090-32gb", 0, 0}}});
+  EXPECT_TRUE(v.verified);
+  EXPECT_THAT(v.notes, Contains("gpu-perf.0: no spec figure for rtx5090-32gb to compare with; "
+                                "measured 700 TFLOPS, 3000 GB/s"));
+  ASSERT_EQ(v.gpu_speeds.size(), 1u);
+  EXPECT_EQ(v.gpu_speeds[0].ratio, 0);
 }
 
 }  // namespace

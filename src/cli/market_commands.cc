@@ -71,7 +71,8 @@ int OffersCommand(const GlobalFlags& g, const std::string& query, const std::str
     return 0;
   }
   Table t({"PROVIDER", "NODE/TYPE", "REGION", "GPU", "GPUS", "VRAM", "CPUS", "$/GPU-H",
-           "SPOT $/GPU-H", "CUDA", "PERF", "SOURCE"});
+           "SPOT $/GPU-H", "CUDA", "PERF", "MEASURED", "SOURCE"});
+  std::vector<std::string> flagged;  // "node/label: why it ranks by what it measured"
   for (const auto& o : (*resp)["offers"]) {
     std::string gpu = o.value("gpu_label", "");
     double spot = o.value("interruptible_price_per_gpu_hour", 0.0);
@@ -83,8 +84,11 @@ int OffersCommand(const GlobalFlags& g, const std::string& query, const std::str
            gpu.empty() ? "-" : Dollars(o.value("price_per_gpu_hour", 0.0)),
            spot > 0 ? Dollars(spot) : "-",
            o.value("cuda_version", "").empty() ? "-" : o.value("cuda_version", ""),
-           Gb(o.value("perf_score", 0.0)),
+           PerfText(o), MeasuredPerfText(o),
            o.value("source", "") + (o.value("sandbox", "") == "none" ? " (sandbox: none)" : "")});
+    if (!o.value("perf_flag", "").empty()) {
+      flagged.push_back(o.value("id", "") + ": " + o.value("perf_flag", ""));
+    }
   }
   size_t matched = (*resp).value("matched", size_t{0});
   if (t.empty()) {
@@ -98,6 +102,9 @@ int OffersCommand(const GlobalFlags& g, const std::string& query, const std::str
     return 0;
   }
   t.Print(std::cout);
+  for (const auto& f : flagged) {
+    std::cout << "slow: " << f << "; PERF is what it measured\n";
+  }
   if (matched > t.size()) {
     std::cout << "(" << t.size() << " of " << matched << " matching offers; --limit shows more)\n";
   }

@@ -72,14 +72,19 @@ void PrintEstimate(std::ostream& out, const Json& est) {
     t.Add({std::to_string(++rank), o.value("provider", ""), o.value("node", ""),
            o.value("region", "").empty() ? "-" : o.value("region", ""),
            gpu.empty() ? "(cpu only)" : gpu + " x" + std::to_string(o.value("gpus_available", 0)),
-           e.value("capacity", ""), Dollars(e.value("price_per_hour", 0.0)), NumberOr(e, "perf", 2),
+           e.value("capacity", ""), Dollars(e.value("price_per_hour", 0.0)),
+           NumberOr(e, "perf", 2) + (o.value("perf_flag", "").empty() ? "" : " (measured)"),
            NumberOr(e, "expected_hours", 2), NumberOr(e, "expected_cost", 2, "$"),
            r.value("launchable", false) ? "yes" : "catalog"});
   }
   t.Print(out);
   out << "why:\n";
   rank = 0;
-  for (const auto& r : offers) out << "  " << ++rank << ". " << r.value("why", "") << "\n";
+  for (const auto& r : offers) {
+    out << "  " << ++rank << ". " << r.value("why", "") << "\n";
+    const std::string flag = r["offer"].value("perf_flag", "");
+    if (!flag.empty()) out << "     perf is what the node measured: it " << flag << "\n";
+  }
   size_t matched = est.value("matched", size_t{0});
   if (matched > offers.size()) {
     out << "(" << offers.size() << " of " << matched << " matching offers; --limit shows more)\n";
@@ -87,6 +92,24 @@ void PrintEstimate(std::ostream& out, const Json& est) {
   if (size_t over = est.value("over_budget", size_t{0}); over > 0) {
     out << "(" << over << " more match the resources but cost more than max_price_per_hour)\n";
   }
+}
+
+std::string PerfText(const Json& offer) {
+  const double perf = offer.value("perf_score", 0.0);
+  if (!(perf > 0)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", perf);
+  const bool measured = !offer.value("perf_flag", "").empty() ||
+                        (offer.value("spec_perf", 0.0) <= 0 && offer.contains("measured_perf") &&
+                         offer["measured_perf"].is_number());
+  return std::string(buf) + (measured ? " (measured)" : "");
+}
+
+std::string MeasuredPerfText(const Json& offer) {
+  if (!offer.contains("measured_perf") || !offer["measured_perf"].is_number()) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", offer["measured_perf"].get<double>());
+  return buf;
 }
 
 }  // namespace sluice::cli

@@ -413,6 +413,7 @@ Result<CatalogImport> ParseCatalog(std::string_view csv_text, std::string_view s
     o.interruptible_price_per_gpu_hour = row.spot_price.value_or(0) / row.count;
     o.reliability = 1.0;
     o.perf_score = PerfScore(gpu.label, o.form_factor);
+    o.spec_perf = o.perf_score;
     if (!gpu.known) {
       ++out.unmapped_gpu_names;
       ++unmapped[{gpu.label, row.accelerator_name}];

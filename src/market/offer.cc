@@ -74,6 +74,13 @@ Json ToJson(const Offer& o) {
   j["failure_rate"] = o.failure_rate;
   j["health_score"] = o.health_score;
   j["perf_score"] = o.perf_score;
+  j["spec_perf"] = o.spec_perf;
+  if (o.measured_perf > 0) {
+    j["measured_perf"] = o.measured_perf;
+  } else {
+    j["measured_perf"] = nullptr;
+  }
+  j["perf_flag"] = o.perf_flag;
   j["verified"] = std::string(Name(o.verified));
   j["source"] = std::string(Name(o.source));
   return j;

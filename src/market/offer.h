@@ -53,6 +53,13 @@ struct Offer {
   double failure_rate = 0;    // 0..1 start failures / preemptions share
   double health_score = 100;  // see HealthScore()
   double perf_score = 1.0;    // throughput relative to the reference GPU (a100-80gb = 1)
+  // For agents' GPUs, the two figures perf_score was chosen from (docs/design-notes.md, "GPU
+  // speed"): the model's spec, and what the node's slowest GPU of this label measured in its
+  // last verification (0 = not measured). perf_flag says why the measured figure ranks the
+  // offer ("measures 31% of the h100-80gb spec (...)"), "" when the spec does.
+  double spec_perf = 0;
+  double measured_perf = 0;
+  std::string perf_flag;
   VerifiedState verified = VerifiedState::kUnverified;
   OfferSource source = OfferSource::kAgent;
 

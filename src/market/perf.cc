@@ -18,6 +18,7 @@ namespace {
 struct CardTflops {
   std::string form_factor;  // of the spec row's card: "sxm", "pcie", ""
   double tflops = 0;        // dense BF16, else FP16; 0 = no figure
+  double mem_gb_s = 0;      // memory bandwidth; 0 = no figure
 };
 
 using PerfTable = std::map<std::string, std::vector<CardTflops>, std::less<>>;
@@ -62,8 +63,11 @@ PerfTable BuildTable() {
   const int memory_col = column("memory_gb");
   const int fp16_col = column("fp16_dense_tflops");
   const int bf16_col = column("bf16_dense_tflops");
-  if (model_col < 0 || memory_col < 0 || fp16_col < 0 || bf16_col < 0) return table;
-  const size_t need = std::max({model_col, memory_col, fp16_col, bf16_col}) + 1;
+  const int bandwidth_col = column("mem_bandwidth_gbps");
+  if (model_col < 0 || memory_col < 0 || fp16_col < 0 || bf16_col < 0 || bandwidth_col < 0) {
+    return table;
+  }
+  const size_t need = std::max({model_col, memory_col, fp16_col, bf16_col, bandwidth_col}) + 1;
   for (size_t r = 1; r < records->size(); ++r) {
     const std::vector<std::string>& f = (*records)[r].fields;
     if (f.size() < need) continue;
@@ -72,7 +76,7 @@ PerfTable BuildTable() {
     const std::string& model = f[model_col];
     for (int gb : MemorySizes(f[memory_col])) {
       table[CanonicalGpuLabel(model, static_cast<uint64_t>(gb) * 1024)].push_back(
-          {FormFactor(model), tflops});
+          {FormFactor(model), tflops, ParseTflops(f[bandwidth_col])});
     }
   }
   return table;
@@ -83,25 +87,47 @@ const PerfTable& Table() {
   return *kTable;
 }
 
-double Tflops(std::string_view label, std::string_view form_factor) {
+// The figure `field` picks from the card matching `form_factor`, else the lowest of the label's
+// cards (so a figure never overstates a GPU); 0 when none has one.
+double Figure(std::string_view label, std::string_view form_factor,
+              double CardTflops::*field) {
   const PerfTable& table = Table();
   auto it = table.find(label);
   if (it == table.end()) return 0;
   double lowest = 0;
   for (const CardTflops& card : it->second) {
-    if (card.tflops <= 0) continue;
-    if (!form_factor.empty() && card.form_factor == form_factor) return card.tflops;
-    if (lowest == 0 || card.tflops < lowest) lowest = card.tflops;
+    if (card.*field <= 0) continue;
+    if (!form_factor.empty() && card.form_factor == form_factor) return card.*field;
+    if (lowest == 0 || card.*field < lowest) lowest = card.*field;
   }
   return lowest;
+}
+
+double Tflops(std::string_view label, std::string_view form_factor) {
+  return Figure(label, form_factor, &CardTflops::tflops);
+}
+
+double ReferenceTflops() {
+  static const double kReference = Tflops(kPerfReferenceLabel, "");
+  return kReference;
 }
 
 }  // namespace
 
 double PerfScore(std::string_view gpu_label, std::string_view form_factor) {
-  static const double kReference = Tflops(kPerfReferenceLabel, "");
-  if (kReference <= 0) return 0;
-  return Tflops(ToLower(Trim(gpu_label)), ToLower(Trim(form_factor))) / kReference;
+  if (ReferenceTflops() <= 0) return 0;
+  return Tflops(ToLower(Trim(gpu_label)), ToLower(Trim(form_factor))) / ReferenceTflops();
+}
+
+SpecSpeed SpecSpeedOf(std::string_view gpu_label, std::string_view form_factor) {
+  const std::string label = ToLower(Trim(gpu_label));
+  const std::string form = ToLower(Trim(form_factor));
+  return {Tflops(label, form), Figure(label, form, &CardTflops::mem_gb_s)};
+}
+
+double PerfFromTflops(double tflops) {
+  if (ReferenceTflops() <= 0 || !(tflops > 0)) return 0;
+  return tflops / ReferenceTflops();
 }
 
 }  // namespace sluice::market

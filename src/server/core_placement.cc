@@ -21,6 +21,38 @@ using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 
 namespace {
 
+// What GPU `index` measured in the node's last verification, folded into its label's offer
+// (docs/design-notes.md, "GPU speed"). The offer carries its slowest GPU's figure. It ranks by
+// the spec unless a GPU was flagged (measured below half its spec: ranked by spec × the measured
+// ratio) or the spec has no figure (ranked by what was measured).
+void ApplyMeasuredSpeed(market::Offer& o, int index, const audit::Verdict& verdict, bool first) {
+  const audit::GpuSpeed* speed = nullptr;
+  for (const auto& s : verdict.gpu_speeds) {
+    if (s.index == index) speed = &s;
+  }
+  // One GPU of the label without a measurement leaves the whole offer unmeasured.
+  double measured = 0;
+  if (speed != nullptr) {
+    if (speed->matmul_mode == 1 && speed->measured_tflops > 0) {
+      measured = market::PerfFromTflops(speed->measured_tflops);
+    } else if (speed->ratio > 0) {
+      measured = o.spec_perf * speed->ratio;  // an FMA figure, judged by its memory ratio
+    }
+  }
+  if (first) {
+    o.measured_perf = measured;
+  } else if (o.measured_perf > 0) {
+    o.measured_perf = measured > 0 ? std::min(o.measured_perf, measured) : 0;
+  }
+  double rank = o.spec_perf;
+  if (speed != nullptr && speed->flagged) {
+    rank = o.spec_perf * speed->ratio;
+    if (o.perf_flag.empty()) o.perf_flag = speed->note;
+  }
+  if (o.spec_perf <= 0) rank = o.measured_perf;
+  o.perf_score = first ? rank : std::min(o.perf_score, rank);
+}
+
 // What a node sells when idle (sched::NodeCapacity::offers): one offer per GPU label, or one CPU
 // offer. Every label and capability comes from the probed inventory, never from a claim.
 std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inventory& inv,
@@ -70,8 +102,10 @@ std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inven
         o.form_factor = market::IdentifyGpu(gi).form_factor;
         o.compute_capability = gi.compute_capability;
       }
-      o.perf_score = market::PerfScore(g.label, o.form_factor);
+      o.spec_perf = market::PerfScore(g.label, o.form_factor);
+      o.perf_score = o.spec_perf;
     }
+    if (verdict) ApplyMeasuredSpeed(o, g.index, *verdict, o.gpus == 0);
     o.gpus++;
     o.gpus_available++;
   }

@@ -5,6 +5,7 @@
 #include "audit/fingerprint.h"
 #include "common/crypto.h"
 #include "market/gpu_identity.h"
+#include "market/perf.h"
 
 namespace sluice::server {
 namespace {
@@ -88,10 +89,21 @@ HelloTrust ApplyHelloTrust(store::NodeRecord& node, const Inventory& previous,
   return out;
 }
 
+audit::Verdict JudgeReport(const Inventory& inv, const conformance::Report& report,
+                           const audit::VerificationRules& rules) {
+  std::map<int, audit::GpuSpecSpeed> specs;
+  for (const GpuInfo& g : inv.gpus) {
+    const market::GpuIdentity id = market::IdentifyGpu(g);
+    const market::SpecSpeed spec = market::SpecSpeedOf(id.label, id.form_factor);
+    specs[g.index] = {id.label, spec.tensor_tflops, spec.mem_gb_s};
+  }
+  return audit::Evaluate(inv, report, rules, specs);
+}
+
 audit::Verdict ApplyReport(store::NodeRecord& node, const Inventory& inv,
                            const conformance::Report& report, const audit::VerificationRules& rules,
                            int64_t now_ms) {
-  audit::Verdict v = audit::Evaluate(inv, report, rules);
+  audit::Verdict v = JudgeReport(inv, report, rules);
   bool was_verified = node.verification == kVerified;
   if (v.verified) {
     node.verification = std::string(kVerified);

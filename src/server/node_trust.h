@@ -35,6 +35,11 @@ struct HelloTrust {
 HelloTrust ApplyHelloTrust(store::NodeRecord& node, const Inventory& previous,
                            const Inventory& probed);
 
+// The server's verdict on `report`: audit::Evaluate with each GPU's spec speed (its label from
+// market::IdentifyGpu, its figures from data/gpu_specs.csv) for judging gpu-perf.N.
+audit::Verdict JudgeReport(const Inventory& inv, const conformance::Report& report,
+                           const audit::VerificationRules& rules);
+
 // Evaluates `report` for `node` (whose inventory is current) and records the verdict, the
 // report and `now_ms`. Returns the verdict.
 audit::Verdict ApplyReport(store::NodeRecord& node, const Inventory& inv,

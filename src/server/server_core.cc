@@ -47,7 +47,7 @@ Status ServerCore::Load() {
     auto inv = InventoryFromJson(n.inventory);
     auto report = conformance::ReportFromJson(n.conformance);
     if (inv.ok() && report.ok() && n.verified_ms > 0) {
-      ns.verdict = audit::Evaluate(*inv, *report, options_.verification_rules);
+      ns.verdict = JudgeReport(*inv, *report, options_.verification_rules);
       ns.has_verdict = true;
     }
     if (inv.ok()) ns.inventory = std::make_shared<const Inventory>(*std::move(inv));

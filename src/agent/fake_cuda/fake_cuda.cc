@@ -4,9 +4,10 @@
 // check's sluice_perf_wmma and sluice_perf_fma (agent/gpu_perf.h) in the PTX it is given and
 // computes the same results on the host, for the threads the launch asked for.
 //
-// It plays a GPU of a given speed: a speed-check kernel or a device-to-device copy takes the
-// time its work would take at FAKE_CUDA_TFLOPS / FAKE_CUDA_GBPS (it sleeps inside the launch,
-// which the events around it see), so the agent times it as it would a real GPU.
+// It plays a GPU of a given speed: a speed-check kernel or a device-to-device copy occupies the
+// device's timeline (g_free_at) for the time its work would take at FAKE_CUDA_TFLOPS /
+// FAKE_CUDA_GBPS, and events are stamped on that timeline, so the agent times it as it would a
+// real GPU.
 //
 // Read at every call, so a test can change them between checks:
 //   FAKE_CUDA_DEVICES    how many devices (default 1)
@@ -25,6 +26,7 @@
 // Not CUDA entry points: fake_cuda_live_allocations() lets tests check that nothing leaked, and
 // fake_cuda_reset() frees whatever is left.
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <thread>
 #include <cstdint>
@@ -95,12 +97,29 @@ double EnvNumber(const char* name, double fallback) {
   return d > 0 ? d : fallback;
 }
 
-// Returns when `work` at `per_second` would be done, counting from `since` (when the call
-// began, so the host's own copying counts as part of it); outside g_mu.
-void Take(std::chrono::steady_clock::time_point since, double work, double per_second) {
-  std::this_thread::sleep_until(
-      since + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                  std::chrono::duration<double>(work / per_second)));
+// The device's timeline, as the real driver's stream would run it: work is queued, not waited
+// for. A speed-check kernel or a device-to-device copy occupies the device for the time its work
+// takes at the played speed, starting when the device is free; an event is stamped when the
+// device reaches it; calls that synchronise (copies to or from the host, cuCtxSynchronize,
+// frees) wait until the device is idle. So the agent's events see exactly the played speed,
+// whatever the host's own cost of simulating the work. Guarded by g_mu.
+std::chrono::steady_clock::time_point g_free_at;
+
+// Queues `work` at `per_second` on the device. Caller holds g_mu.
+void Enqueue(double work, double per_second) {
+  const auto start = std::max(std::chrono::steady_clock::now(), g_free_at);
+  g_free_at = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(work / per_second));
+}
+
+// Returns once everything queued so far is done. Caller does not hold g_mu.
+void WaitIdle() {
+  std::chrono::steady_clock::time_point until;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    until = g_free_at;
+  }
+  std::this_thread::sleep_until(until);
 }
 
 // IEEE half to float, for the tiles the wmma kernel reads (normal numbers and zero suffice).
@@ -143,6 +162,24 @@ bool InDevice(CUdeviceptr p, size_t n) {
   if (it == g_device_allocs.begin()) return false;
   --it;
   return p >= it->first && p + n <= it->first + it->second;
+}
+
+// Device-to-device copies not yet carried out. A copy only has to be done before anything
+// reads or writes device memory, and the same copy repeated with nothing in between is done
+// once: so a timed loop of copies costs the host one memmove, and the fake can play a memory
+// system faster than the host's. Caller holds g_mu.
+struct PendingCopy {
+  CUdeviceptr dst, src;
+  size_t bytes;
+};
+std::vector<PendingCopy> g_pending;
+
+void FlushCopies() {
+  for (const PendingCopy& c : g_pending) {
+    std::memmove(reinterpret_cast<void*>(static_cast<uintptr_t>(c.dst)),
+                 reinterpret_cast<const void*>(static_cast<uintptr_t>(c.src)), c.bytes);
+  }
+  g_pending.clear();
 }
 
 CUresult Ready() {
@@ -211,6 +248,7 @@ EXPORT int fake_cuda_live_allocations() {
 // leak on purpose (a hung kernel's context).
 EXPORT int fake_cuda_reset() {
   std::lock_guard<std::mutex> lock(g_mu);
+  g_pending.clear();
   for (const auto& [p, n] : g_device_allocs) std::free(reinterpret_cast<void*>(p));
   for (const auto& [p, n] : g_host_allocs) std::free(p);
   for (auto* c : g_ctx_set) delete c;
@@ -337,6 +375,7 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice dev)
 }
 
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  WaitIdle();
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_ctx_set.erase(ctx) == 0) return CUDA_ERROR_INVALID_CONTEXT;
   delete ctx;
@@ -344,6 +383,7 @@ EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
 }
 
 EXPORT CUresult cuCtxSynchronize(void) {
+  WaitIdle();
   std::lock_guard<std::mutex> lock(g_mu);
   return ReadyWithContext();
 }
@@ -371,7 +411,9 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  WaitIdle();
   std::lock_guard<std::mutex> lock(g_mu);
+  FlushCopies();
   auto it = g_device_allocs.find(dptr);
   if (it == g_device_allocs.end()) return CUDA_ERROR_INVALID_VALUE;
   std::free(reinterpret_cast<void*>(static_cast<uintptr_t>(dptr)));
@@ -397,17 +439,21 @@ EXPORT CUresult cuMemFreeHost(void* host) {
 }
 
 EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
+  WaitIdle();
   std::lock_guard<std::mutex> lock(g_mu);
   if (CUresult rc = ReadyWithContext(); rc != CUDA_SUCCESS) return rc;
   if (!InDevice(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  FlushCopies();
   std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(dst)), src, bytes);
   return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
+  WaitIdle();
   std::lock_guard<std::mutex> lock(g_mu);
   if (CUresult rc = ReadyWithContext(); rc != CUDA_SUCCESS) return rc;
   if (!InDevice(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  FlushCopies();
   std::memcpy(dst, reinterpret_cast<const void*>(static_cast<uintptr_t>(src)), bytes);
   if (Failing("corrupt") && bytes >= 8) static_cast<unsigned char*>(dst)[bytes / 2] ^= 0x10;
   return CUDA_SUCCESS;
@@ -527,7 +573,6 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int grid_x, unsigned int g
                                unsigned int grid_z, unsigned int block_x, unsigned int block_y,
                                unsigned int block_z, unsigned int shared_mem_bytes, CUstream stream,
                                void** params, void** extra) {
-  const auto since = std::chrono::steady_clock::now();
   double flops = 0;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -541,11 +586,14 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int grid_x, unsigned int g
       return CUDA_ERROR_INVALID_VALUE;
     }
     if (Failing("launch")) return CUDA_ERROR_LAUNCH_FAILED;
+    FlushCopies();
     const uint64_t threads = uint64_t{grid_x} * block_x;
     if (f == &g_wmma_kernel || f == &g_fma_kernel) {
       CUresult rc = f == &g_wmma_kernel ? WmmaKernel(params, threads, &flops)
                                         : FmaKernel(params, threads, &flops);
       if (rc != CUDA_SUCCESS) return rc;
+      Enqueue(flops, EnvNumber("FAKE_CUDA_TFLOPS", 700) * 1e12);
+      return CUDA_SUCCESS;
     } else {
       // The hash kernel's parameters, in PTX order: u64 in, u64 out, u32 n, u32 seed.
       CUdeviceptr in = *static_cast<CUdeviceptr*>(params[0]);
@@ -561,20 +609,18 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int grid_x, unsigned int g
       return CUDA_SUCCESS;
     }
   }
-  Take(since, flops, EnvNumber("FAKE_CUDA_TFLOPS", 700) * 1e12);
-  return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
-  const auto since = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(g_mu);
   {
-    std::lock_guard<std::mutex> lock(g_mu);
     if (CUresult rc = ReadyWithContext(); rc != CUDA_SUCCESS) return rc;
     if (!InDevice(dst, bytes) || !InDevice(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
-    std::memmove(reinterpret_cast<void*>(static_cast<uintptr_t>(dst)),
-                 reinterpret_cast<const void*>(static_cast<uintptr_t>(src)), bytes);
+    const bool same = !g_pending.empty() && g_pending.back().dst == dst &&
+                      g_pending.back().src == src && g_pending.back().bytes == bytes;
+    if (!same) g_pending.push_back({dst, src, bytes});
   }
-  Take(since, 2.0 * static_cast<double>(bytes), EnvNumber("FAKE_CUDA_GBPS", 3000) * 1e9);
+  Enqueue(2.0 * static_cast<double>(bytes), EnvNumber("FAKE_CUDA_GBPS", 3000) * 1e9);
   return CUDA_SUCCESS;
 }
 
@@ -589,7 +635,8 @@ EXPORT CUresult cuEventCreate(CUevent* event, unsigned int flags) {
 
 EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
   if (event == nullptr || stream != nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  event->at = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(g_mu);
+  event->at = std::max(std::chrono::steady_clock::now(), g_free_at);
   event->recorded = true;
   return CUDA_SUCCESS;
 }
@@ -597,6 +644,8 @@ EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
 EXPORT CUresult cuEventQuery(CUevent event) {
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (Failing("hang")) return CUDA_ERROR_NOT_READY;
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (event->recorded && std::chrono::steady_clock::now() < event->at) return CUDA_ERROR_NOT_READY;
   return CUDA_SUCCESS;
 }
 
