@@ -5,8 +5,8 @@
 #include <signal.h>
 
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -226,7 +226,9 @@ TEST_F(TrustE2ETest, AGpuIsJudgedByTheSpeedItMeasures) {
       Json n = Node(name);
       return n.value("state", "") == "online" && n.value("verification", "") == "unverified" &&
              !n.value("verifying", true);
-    })) << name << "\n" << cluster_.Cli({"node", "status", name}).out;
+    })) << name
+        << "\n"
+        << cluster_.Cli({"node", "status", name}).out;
   }
   CommandResult broken = cluster_.Cli({"node", "status", "broken"});
   EXPECT_TRUE(Contains(broken.out, "of the a100-80gb spec")) << broken.out;

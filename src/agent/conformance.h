@@ -61,9 +61,9 @@ conformance::Check CheckMemory(const ConformanceOptions& options, const Inventor
                                const Clock& clock);
 conformance::Check CheckDisk(const ConformanceOptions& options, const Clock& clock);
 conformance::Check CheckLink(LinkProbe* link);
-// gpu-memory.N, gpu-compute.N and gpu-perf.N for every GPU in the inventory, or one `gpu` skip without GPUs.
-// driver-cuda (the driver supports the CUDA version it reports, per NVIDIA's table) and
-// torch-cuda (each PyTorch build's CUDA tag runs on this driver): the agent's own reading for
+// gpu-memory.N, gpu-compute.N and gpu-perf.N for every GPU in the inventory, or one `gpu` skip
+// without GPUs. driver-cuda (the driver supports the CUDA version it reports, per NVIDIA's table)
+// and torch-cuda (each PyTorch build's CUDA tag runs on this driver): the agent's own reading for
 // its log and the provider; the server judges the same facts from the inventory itself.
 std::vector<conformance::Check> CheckCompatibility(const Inventory& inventory);
 std::vector<conformance::Check> CheckGpus(const ConformanceOptions& options,

@@ -1,5 +1,4 @@
 #include "agent/conformance.h"
-#include "agent/gpu_perf.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -10,6 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+
+#include "agent/gpu_perf.h"
 
 namespace sluice {
 namespace {
@@ -338,7 +339,8 @@ TEST_F(ConformanceGpuTest, PassesOnEveryGpuMappedByPciBusId) {
   EXPECT_GE(comp1.measurements.at("kernel_ms"), 0);
   EXPECT_TRUE(comp1.measurements.count("gelem_s"));
   EXPECT_EQ(Find(checks, "gpu-compute.0").outcome, Outcome::kPass);
-  EXPECT_EQ(Find(checks, "gpu-perf.0").outcome, Outcome::kPass) << Find(checks, "gpu-perf.0").reason;
+  EXPECT_EQ(Find(checks, "gpu-perf.0").outcome, Outcome::kPass)
+      << Find(checks, "gpu-perf.0").reason;
   EXPECT_EQ(Find(checks, "gpu-perf.1").outcome, Outcome::kPass);
 }
 
@@ -472,7 +474,7 @@ TEST_F(ConformanceGpuTest, ACounterfeitThatSkipsWorkFailsTheSpeedCheck) {
   }
 }
 
-TEST_F(ConformanceGpuTest, TheSpeedKernelsAreWellFormedPtx) {
+TEST(ConformancePtxTest, TheSpeedKernelsAreWellFormedPtx) {
   const std::string& wmma = PerfTensorPtx();
   EXPECT_EQ(wmma.rfind(".version 6.0\n.target sm_70\n", 0), 0u);
   EXPECT_NE(wmma.find(".visible .entry sluice_perf_wmma("), std::string::npos);

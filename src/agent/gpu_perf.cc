@@ -128,7 +128,8 @@ std::string BuildFmaPtx() {
     }
   }
   p += "\tadd.u32 %r2, %r2, 1;\n\tsetp.lt.u32 %p1, %r2, %r1;\n\t@%p1 bra LOOP;\nDONE:\n";
-  for (int j = 1; j < kPerfFmaChains; ++j) p += "\tadd.f32 %f0, %f0, %f" + std::to_string(j) + ";\n";
+  for (int j = 1; j < kPerfFmaChains; ++j)
+    p += "\tadd.f32 %f0, %f0, %f" + std::to_string(j) + ";\n";
   p += R"(	mov.u32 %r3, %ctaid.x;
 	mov.u32 %r4, %ntid.x;
 	mov.u32 %r5, %tid.x;
@@ -173,9 +174,9 @@ class PerfKernel {
     char log[4096] = {};
     CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void* values[] = {log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof log))};
-    if (Status s = cuda_.Check(
-            cuda_.api().module_load_data_ex(&module_, ptx.c_str(), 2, opts, values),
-            "cuModuleLoadDataEx");
+    if (Status s =
+            cuda_.Check(cuda_.api().module_load_data_ex(&module_, ptx.c_str(), 2, opts, values),
+                        "cuModuleLoadDataEx");
         !s.ok()) {
       module_ = nullptr;
       log[sizeof log - 1] = '\0';
@@ -198,10 +199,9 @@ class PerfKernel {
     const CudaApi& api = cuda_.api();
     t.status = cuda_.Check(api.event_record(start_.event, nullptr), "cuEventRecord");
     if (t.status.ok()) {
-      t.status =
-          cuda_.Check(api.launch_kernel(fn_, grid, 1, 1, kPerfBlockThreads, 1, 1, 0, nullptr,
-                                        params, nullptr),
-                      "cuLaunchKernel");
+      t.status = cuda_.Check(
+          api.launch_kernel(fn_, grid, 1, 1, kPerfBlockThreads, 1, 1, 0, nullptr, params, nullptr),
+          "cuLaunchKernel");
     }
     if (t.status.ok()) {
       t.status = cuda_.Check(api.event_record(stop_.event, nullptr), "cuEventRecord");
@@ -210,8 +210,8 @@ class PerfKernel {
     if (t.hung) Leak();
     if (!t.status.ok()) return t;
     float ms = 0;
-    t.status = cuda_.Check(api.event_elapsed_time(&ms, start_.event, stop_.event),
-                           "cuEventElapsedTime");
+    t.status =
+        cuda_.Check(api.event_elapsed_time(&ms, start_.event, stop_.event), "cuEventElapsedTime");
     t.ms = ms;
     return t;
   }
@@ -256,8 +256,8 @@ MatmulResult Matmul(const CudaDriver& cuda, const CudaDevice& dev,
   MatmulResult r;
   r.mode = dev.cc_major >= 7 ? PerfMode::kTensorFp16 : PerfMode::kFp32Fma;
   const bool tensor = r.mode == PerfMode::kTensorFp16;
-  const unsigned int sms = dev.multiprocessors > 0 ? static_cast<unsigned int>(dev.multiprocessors)
-                                                   : 16u;
+  const unsigned int sms =
+      dev.multiprocessors > 0 ? static_cast<unsigned int>(dev.multiprocessors) : 16u;
   const unsigned int grid = sms * kPerfBlocksPerSm;
   const uint64_t threads = uint64_t{grid} * kPerfBlockThreads;
   const uint64_t warps = threads / 32;
@@ -354,8 +354,8 @@ struct CopyResult {
   bool wrong = false;
 };
 
-CopyResult MemoryCopy(const CudaDriver& cuda, const ConformanceOptions& options,
-                      const Clock& clock, uint64_t seed) {
+CopyResult MemoryCopy(const CudaDriver& cuda, const ConformanceOptions& options, const Clock& clock,
+                      uint64_t seed) {
   CopyResult r;
   const CudaApi& api = cuda.api();
   uint64_t mib = std::clamp<uint64_t>(options.gpu_alloc_mib / 4, 1, 256);
@@ -386,8 +386,8 @@ CopyResult MemoryCopy(const CudaDriver& cuda, const ConformanceOptions& options,
   };
   for (uint64_t m = 0; m < mib; ++m) {
     fill(m);
-    if (Status s = cuda.Check(api.memcpy_htod(src.ptr + m * kMiB, block.data(), kMiB),
-                              "cuMemcpyHtoD_v2");
+    if (Status s =
+            cuda.Check(api.memcpy_htod(src.ptr + m * kMiB, block.data(), kMiB), "cuMemcpyHtoD_v2");
         !s.ok()) {
       r.timed.status = s;
       return r;
@@ -401,11 +401,13 @@ CopyResult MemoryCopy(const CudaDriver& cuda, const ConformanceOptions& options,
     for (uint64_t i = 0; i < n && t.status.ok(); ++i) {
       t.status = cuda.Check(api.memcpy_dtod(dst.ptr, src.ptr, bytes), "cuMemcpyDtoD_v2");
     }
-    if (t.status.ok()) t.status = cuda.Check(api.event_record(stop.event, nullptr), "cuEventRecord");
+    if (t.status.ok())
+      t.status = cuda.Check(api.event_record(stop.event, nullptr), "cuEventRecord");
     if (t.status.ok()) t.status = WaitForEvent(cuda, stop.event, deadline, &t.hung);
     if (!t.status.ok()) return t;
     float ms = 0;
-    t.status = cuda.Check(api.event_elapsed_time(&ms, start.event, stop.event), "cuEventElapsedTime");
+    t.status =
+        cuda.Check(api.event_elapsed_time(&ms, start.event, stop.event), "cuEventElapsedTime");
     t.ms = ms;
     return t;
   });
@@ -418,8 +420,8 @@ CopyResult MemoryCopy(const CudaDriver& cuda, const ConformanceOptions& options,
   // The first and the last MiB of the copy must hold what the source does.
   for (uint64_t m : {uint64_t{0}, mib - 1}) {
     std::vector<uint64_t> got(block.size());
-    if (Status s = cuda.Check(api.memcpy_dtoh(got.data(), dst.ptr + m * kMiB, kMiB),
-                              "cuMemcpyDtoH_v2");
+    if (Status s =
+            cuda.Check(api.memcpy_dtoh(got.data(), dst.ptr + m * kMiB, kMiB), "cuMemcpyDtoH_v2");
         !s.ok()) {
       r.timed.status = s;
       return r;
@@ -476,9 +478,9 @@ PerfOutcome GpuPerf(const CudaDriver& cuda, const GpuInfo& gpu, const CudaDevice
   c.measurements["mem_ms"] = cp.timed.ms;
   c.measurements["mem_gb_s"] = cp.bytes / (cp_ms / 1000.0) / 1e9;
 
-  std::string text = Describe(dev) + ": " + what + " " +
-                     Fixed(c.measurements["matmul_tflops"]) + " TFLOPS (" + Fixed(mm.timed.ms) +
-                     " ms), device memory copy " + Fixed(c.measurements["mem_gb_s"]) + " GB/s";
+  std::string text = Describe(dev) + ": " + what + " " + Fixed(c.measurements["matmul_tflops"]) +
+                     " TFLOPS (" + Fixed(mm.timed.ms) + " ms), device memory copy " +
+                     Fixed(c.measurements["mem_gb_s"]) + " GB/s";
   if (mm.mismatches > 0) {
     Set(c, Outcome::kFail,
         text + "; " + std::to_string(mm.mismatches) + " results wrong, first " + mm.first_wrong);

@@ -216,8 +216,8 @@ void JudgeGpu(Judge& j, const GpuInfo& g, const VerificationRules& r) {
 }
 
 // gpu-perf.N: right answers first, then speed against the spec.
-void JudgeGpuPerf(Judge& j, const GpuInfo& g, const VerificationRules& r,
-                  const GpuSpecSpeed* spec, Verdict& v) {
+void JudgeGpuPerf(Judge& j, const GpuInfo& g, const VerificationRules& r, const GpuSpecSpeed* spec,
+                  Verdict& v) {
   const std::string name = std::string(conformance::kCheckGpuPerf) + "." + std::to_string(g.index);
   const Check* c = j.Require(name);
   if (!c) return;
@@ -231,8 +231,8 @@ void JudgeGpuPerf(Judge& j, const GpuInfo& g, const VerificationRules& r,
     return;
   }
   if (*tflops <= 0 || *gb_s <= 0) {
-    j.Fail(*c, "nothing was measured (matmul_tflops " + Num(*tflops) + ", mem_gb_s " +
-                   Num(*gb_s) + ")");
+    j.Fail(*c, "nothing was measured (matmul_tflops " + Num(*tflops) + ", mem_gb_s " + Num(*gb_s) +
+                   ")");
     return;
   }
   GpuSpeed s;
@@ -257,12 +257,13 @@ void JudgeGpuPerf(Judge& j, const GpuInfo& g, const VerificationRules& r,
   }
   if (spec && spec->mem_gb_s > 0) {
     s.spec_gb_s = spec->mem_gb_s;
-    ratios.push_back({*gb_s / spec->mem_gb_s,
-                      "memory " + Num(*gb_s) + " of " + Num(spec->mem_gb_s) + " GB/s"});
+    ratios.push_back(
+        {*gb_s / spec->mem_gb_s, "memory " + Num(*gb_s) + " of " + Num(spec->mem_gb_s) + " GB/s"});
   }
   if (ratios.empty()) {
-    if (spec) j.Note(name + ": no spec figure for " + label + " to compare with; measured " +
-           Num(*tflops) + " TFLOPS, " + Num(*gb_s) + " GB/s");
+    if (spec)
+      j.Note(name + ": no spec figure for " + label + " to compare with; measured " + Num(*tflops) +
+             " TFLOPS, " + Num(*gb_s) + " GB/s");
     v.gpu_speeds.push_back(s);
     return;
   }

@@ -81,14 +81,14 @@ struct GpuSpecSpeed {
 // What one GPU measured, as the server judged it.
 struct GpuSpeed {
   int index = 0;
-  int matmul_mode = 0;           // 1: FP16 tensor (FP32 accumulate); 2: FP32 FMA
-  double measured_tflops = 0;    // in matmul_mode; 0 when not credible
+  int matmul_mode = 0;         // 1: FP16 tensor (FP32 accumulate); 2: FP32 FMA
+  double measured_tflops = 0;  // in matmul_mode; 0 when not credible
   double measured_gb_s = 0;
-  double spec_tflops = 0;        // 0: no spec figure
+  double spec_tflops = 0;  // 0: no spec figure
   double spec_gb_s = 0;
-  double ratio = 0;              // lowest measured / spec that could be judged; 0 if none
-  bool flagged = false;          // below gpu_perf_flag_ratio (and not failed)
-  std::string note;              // why it is flagged, or "" 
+  double ratio = 0;      // lowest measured / spec that could be judged; 0 if none
+  bool flagged = false;  // below gpu_perf_flag_ratio (and not failed)
+  std::string note;      // why it is flagged, or ""
 };
 
 struct Verdict {
@@ -97,7 +97,7 @@ struct Verdict {
   std::vector<std::string> notes;     // facts worth showing that do not fail the node
   std::vector<std::string> usable_toolkits;      // inventory.cuda_toolkits the driver runs
   std::vector<std::string> usable_torch_builds;  // inventory.torch_builds the driver runs
-  std::vector<GpuSpeed> gpu_speeds;  // one per GPU whose gpu-perf check could be read
+  std::vector<GpuSpeed> gpu_speeds;              // one per GPU whose gpu-perf check could be read
 };
 
 // `specs` by GPU index; a GPU without an entry is judged on its results alone.

@@ -1,8 +1,9 @@
 #include "audit/verification.h"
 
 #include <gmock/gmock.h>
-#include <algorithm>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "agent/nvidia_smi_parser.h"
 #include "agent/probe_test_util.h"
@@ -57,10 +58,9 @@ Report GoodReport(const Inventory& inv) {
                                       {"h2d_gib_s", 11.8}}));
     r.checks.push_back(MakeCheck("gpu-compute." + n,
                                  {{"elements", 1 << 24}, {"kernel_ms", 0.8}, {"mismatches", 0}}));
-    r.checks.push_back(MakeCheck("gpu-perf." + n, {{"matmul_mode", 1},
-                                                   {"matmul_tflops", 700},
-                                                   {"mismatches", 0},
-                                                   {"mem_gb_s", 3000}}));
+    r.checks.push_back(MakeCheck(
+        "gpu-perf." + n,
+        {{"matmul_mode", 1}, {"matmul_tflops", 700}, {"mismatches", 0}, {"mem_gb_s", 3000}}));
   }
   return r;
 }
@@ -334,7 +334,6 @@ TEST(VerificationTest, SoftwareTheDriverCannotRunIsLeftOutNotFailed) {
   EXPECT_THAT(v.notes,
               Contains(AllOf(HasSubstr("toolkit 12.1 left out"), HasSubstr("no NVIDIA driver"))));
 }
-
 
 // gpu-perf.N: right answers, then speed against the model's spec. The lower of the two ratios
 // (tensor TFLOPS, memory GB/s) decides: below half the GPU is flagged (verified, ranked by what

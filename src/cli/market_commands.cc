@@ -83,8 +83,8 @@ int OffersCommand(const GlobalFlags& g, const std::string& query, const std::str
            gpu.empty() ? "-" : Gb(o.value("vram_gb", 0.0)), std::to_string(o.value("cpus", 0)),
            gpu.empty() ? "-" : Dollars(o.value("price_per_gpu_hour", 0.0)),
            spot > 0 ? Dollars(spot) : "-",
-           o.value("cuda_version", "").empty() ? "-" : o.value("cuda_version", ""),
-           PerfText(o), MeasuredPerfText(o),
+           o.value("cuda_version", "").empty() ? "-" : o.value("cuda_version", ""), PerfText(o),
+           MeasuredPerfText(o),
            o.value("source", "") + (o.value("sandbox", "") == "none" ? " (sandbox: none)" : "")});
     if (!o.value("perf_flag", "").empty()) {
       flagged.push_back(o.value("id", "") + ": " + o.value("perf_flag", ""));

@@ -89,8 +89,7 @@ const PerfTable& Table() {
 
 // The figure `field` picks from the card matching `form_factor`, else the lowest of the label's
 // cards (so a figure never overstates a GPU); 0 when none has one.
-double Figure(std::string_view label, std::string_view form_factor,
-              double CardTflops::*field) {
+double Figure(std::string_view label, std::string_view form_factor, double CardTflops::*field) {
   const PerfTable& table = Table();
   auto it = table.find(label);
   if (it == table.end()) return 0;

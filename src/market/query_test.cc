@@ -697,7 +697,7 @@ TEST(OfferTest, NamesAndJsonCarryEveryField) {
   EXPECT_EQ(Name(VerifiedState::kDeverified), "deverified");
   const Offer o = Fleet()[0];
   const Json j = ToJson(o);
-  EXPECT_EQ(j.size(), 34u);
+  EXPECT_EQ(j.size(), 37u);
   EXPECT_EQ(j["sandbox"], "");  // a fleet offer made by hand: no agent said how it boxes jobs
   EXPECT_EQ(j["id"], "A");
   EXPECT_EQ(j["python_version"], "3.10.12");
@@ -712,6 +712,14 @@ TEST(OfferTest, NamesAndJsonCarryEveryField) {
   EXPECT_EQ(j["failure_rate"], 0);
   EXPECT_EQ(j["verified"], "verified");
   EXPECT_EQ(j["source"], "catalog");
+  EXPECT_EQ(j["spec_perf"], o.spec_perf);
+  EXPECT_TRUE(j["measured_perf"].is_null());  // nothing measured
+  EXPECT_EQ(j["perf_flag"], "");
+  Offer measured = o;
+  measured.measured_perf = 0.31;
+  measured.perf_flag = "measures 31% of the a100-40gb spec";
+  EXPECT_EQ(ToJson(measured)["measured_perf"], 0.31);
+  EXPECT_EQ(ToJson(measured)["perf_flag"], "measures 31% of the a100-40gb spec");
 }
 
 }  // namespace

@@ -1136,6 +1136,58 @@ TEST_F(TrustTest, VerifiedNodesAreAskedAgainOnScheduleAndOnDemand) {
   EXPECT_EQ(core_->VerifyNode("nope").status().code(), StatusCode::kNotFound);
 }
 
+// A power cap or thermal throttling changes no fingerprint: only the scheduled re-run of the
+// suite, speed check included, sees it. The GPU measures a third of its spec at the next
+// scheduled verification; the node stays verified, its offer is flagged and ranks by what it
+// measured. At a fifth it is deverified with the reason, and its offer withdrawn.
+TEST_F(TrustTest, ScheduledReverificationCatchesAGpuThatGotSlower) {
+  opt_.reverify_interval_ms = 10 * 60'000;
+  Open();
+  auto link = std::make_shared<RecordingLink>();
+  proto::Hello h = GpuHello();
+  auto node = Hello(link, h);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  ASSERT_EQ(core_->ListOffers().size(), 1u);
+  const market::Offer before = core_->ListOffers()[0];
+  EXPECT_GT(before.spec_perf, 3);  // h100-80gb, SXM: 989 of the reference's 312 TFLOPS
+  EXPECT_EQ(before.perf_score, before.spec_perf);
+  EXPECT_TRUE(before.perf_flag.empty());
+  const std::string hw = core_->ListNodes()[0].node.hardware_fingerprint;
+  const std::string sw = core_->ListNodes()[0].node.software_fingerprint;
+
+  auto slowed = [&](double tflops) {
+    conformance::Report r = testing::PassingReport(h.inventory);
+    for (auto& c : r.checks) {
+      if (c.name == "gpu-perf.0") c.measurements["matmul_tflops"] = tflops;
+    }
+    return r;
+  };
+  size_t asked = link->OfType("reverify").size();
+  Live(11 * 60'000, *node, link);
+  ASSERT_EQ(link->OfType("reverify").size(), asked + 1);
+  EXPECT_EQ(link->OfType("reverify").back()["reason"], "scheduled");
+  ASSERT_TRUE(Report(*node, link, slowed(330)).ok());
+  ASSERT_EQ(core_->ListNodes()[0].node.verification, "verified");
+  EXPECT_EQ(core_->ListNodes()[0].node.hardware_fingerprint, hw);
+  EXPECT_EQ(core_->ListNodes()[0].node.software_fingerprint, sw);
+  ASSERT_EQ(core_->ListOffers().size(), 1u);
+  market::Offer o = core_->ListOffers()[0];
+  EXPECT_DOUBLE_EQ(o.spec_perf, before.spec_perf);
+  EXPECT_NEAR(o.measured_perf, 330.0 / 312, 1e-9);
+  EXPECT_NEAR(o.perf_score, 330.0 / 312, 1e-9);
+  EXPECT_NE(o.perf_flag.find("measures 33% of the h100-80gb spec"), std::string::npos)
+      << o.perf_flag;
+
+  Live(11 * 60'000, *node, link);
+  ASSERT_EQ(link->OfType("reverify").size(), asked + 2);
+  ASSERT_TRUE(Report(*node, link, slowed(200)).ok());
+  EXPECT_EQ(core_->ListNodes()[0].node.verification, "deverified");
+  EXPECT_NE(DumpJson(core_->ListNodes()[0].node.verification_reasons).find("the floor is 25%"),
+            std::string::npos)
+      << DumpJson(core_->ListNodes()[0].node.verification_reasons);
+  EXPECT_TRUE(core_->ListOffers().empty());
+}
+
 TEST_F(TrustTest, ReliabilityFollowsUptimeAndStartFailures) {
   auto link = std::make_shared<RecordingLink>();
   auto node = Hello(link, CpuHello());

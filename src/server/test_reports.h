@@ -48,13 +48,11 @@ inline conformance::Report PassingReport(const Inventory& inv) {
                              {{"elements", 1 << 24}, {"kernel_ms", 3}, {"mismatches", 0}},
                              "measured"});
     // Above every spec in data/gpu_specs.csv, so no GPU is flagged unless a test says so.
-    r.checks.push_back(Check{"gpu-perf." + n,
-                             Outcome::kPass,
-                             {{"matmul_mode", 1},
-                              {"matmul_tflops", 2500},
-                              {"mismatches", 0},
-                              {"mem_gb_s", 10000}},
-                             "measured"});
+    r.checks.push_back(
+        Check{"gpu-perf." + n,
+              Outcome::kPass,
+              {{"matmul_mode", 1}, {"matmul_tflops", 2500}, {"mismatches", 0}, {"mem_gb_s", 10000}},
+              "measured"});
   }
   return r;
 }

@@ -25,10 +25,9 @@
 //
 // Not CUDA entry points: fake_cuda_live_allocations() lets tests check that nothing leaked, and
 // fake_cuda_reset() frees whatever is left.
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
-#include <thread>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +36,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent/cuda_abi.h"
@@ -530,8 +530,8 @@ CUresult WmmaKernel(void** params, uint64_t threads, double* flops) {
   auto* hb = reinterpret_cast<const uint16_t*>(static_cast<uintptr_t>(b));
   float tile[256];
   // A counterfeit does half the accumulators' work.
-  const double times = static_cast<double>(iters) * (Failing("counterfeit") ? kWmmaAccumulators / 2
-                                                                           : kWmmaAccumulators);
+  const double times = static_cast<double>(iters) *
+                       (Failing("counterfeit") ? kWmmaAccumulators / 2 : kWmmaAccumulators);
   for (int i = 0; i < 16; ++i) {
     for (int j = 0; j < 16; ++j) {
       double sum = 0;
