@@ -824,6 +824,10 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
     }
     std::string message = beast::buffers_to_string(read_buf_.data());
     read_buf_.consume(read_buf_.size());
+    // A flat_buffer keeps the capacity of the largest message it ever held (a hello or a
+    // conformance report, tens of KiB) for the life of the connection; idle agents send
+    // heartbeats of a hundred bytes, so the server gives the rest back (issue 12 item 4).
+    if (read_buf_.capacity() > kKeptReadBuffer) read_buf_.shrink_to_fit();
     if (handler_.on_message && !closing_) {
       try {
         handler_.on_message(conn_, message);
@@ -902,6 +906,7 @@ class WsConnection::Impl : public Closable, public std::enable_shared_from_this<
   // All below: touched only on the strand.
   std::shared_ptr<WsConnection> conn_;
   WsHandler handler_;
+  static constexpr size_t kKeptReadBuffer = 4096;
   beast::flat_buffer read_buf_;
   std::deque<std::string> out_;
   size_t queued_ = 0;  // bytes in out_

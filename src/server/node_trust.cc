@@ -1,10 +1,12 @@
 #include "server/node_trust.h"
 
 #include <map>
+#include <set>
 
 #include "audit/fingerprint.h"
 #include "common/crypto.h"
 #include "market/gpu_identity.h"
+#include "market/gpu_labels.h"
 #include "market/perf.h"
 
 namespace sluice::server {
@@ -97,7 +99,28 @@ audit::Verdict JudgeReport(const Inventory& inv, const conformance::Report& repo
     const market::SpecSpeed spec = market::SpecSpeedOf(id.label, id.form_factor);
     specs[g.index] = {id.label, spec.tensor_tflops, spec.mem_gb_s};
   }
-  return audit::Evaluate(inv, report, rules, specs);
+  audit::Verdict v = audit::Evaluate(inv, report, rules, specs);
+  // A label the registry does not know still sells, but no user can ask for it by name: say so
+  // (issue 13 item 1), once per label.
+  static const std::set<std::string>* const kKnown = [] {
+    auto labels = market::KnownGpuLabels();
+    return new std::set<std::string>(labels.begin(), labels.end());
+  }();
+  std::set<std::string> noted;
+  for (const GpuInfo& g : inv.gpus) {
+    const market::GpuIdentity id = market::IdentifyGpu(g);
+    if (kKnown->count(id.label) || !noted.insert(id.label).second) continue;
+    std::string nearest;
+    for (const auto& n : market::NearestGpuLabels(id.label)) {
+      nearest += (nearest.empty() ? "" : ", ") + n;
+    }
+    v.notes.push_back("GPU " + std::to_string(g.index) + " is labelled " + id.label + " (from " +
+                      id.named_from + " \"" + id.name +
+                      "\"), a label the registry does not know: jobs cannot ask for it by name, "
+                      "only by vram, cc and the like" +
+                      (nearest.empty() ? "" : " (nearest known: " + nearest + ")"));
+  }
+  return v;
 }
 
 audit::Verdict ApplyReport(store::NodeRecord& node, const Inventory& inv,

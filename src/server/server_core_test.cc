@@ -2,12 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
 
 #include "audit/bundle.h"
 #include "common/crypto.h"
+#include "market/gpu_identity.h"
+#include "market/gpu_labels.h"
 #include "server/test_agent_link.h"
 #include "server/test_reports.h"
 
@@ -1186,6 +1189,40 @@ TEST_F(TrustTest, ScheduledReverificationCatchesAGpuThatGotSlower) {
             std::string::npos)
       << DumpJson(core_->ListNodes()[0].node.verification_reasons);
   EXPECT_TRUE(core_->ListOffers().empty());
+}
+
+// A GPU whose label the registry does not know still sells, but the verdict says that no job
+// can ask for it by name.
+TEST_F(TrustTest, AGpuLabelTheRegistryDoesNotKnowIsNoted) {
+  auto link = std::make_shared<RecordingLink>();
+  proto::Hello h = GpuHello();
+  h.inventory.gpus[0].name = "NVIDIA Quadro P400";
+  h.inventory.gpus[0].memory_mib = 2048;
+  const std::string label = market::IdentifyGpu(h.inventory.gpus[0]).label;
+  const auto known = market::KnownGpuLabels();
+  ASSERT_EQ(std::count(known.begin(), known.end(), label), 0) << label;
+  auto node = Hello(link, h);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  ASSERT_EQ(core_->ListNodes()[0].node.verification, "verified");
+  const std::string reasons = DumpJson(core_->ListNodes()[0].node.verification_reasons);
+  EXPECT_NE(reasons.find("note: GPU 0 is labelled " + label + " (from "), std::string::npos)
+      << reasons;
+  EXPECT_NE(reasons.find("a label the registry does not know"), std::string::npos) << reasons;
+  EXPECT_EQ(core_->ListOffers().size(), 1u);  // it still sells
+
+  // A known label gets no such note.
+  auto other = std::make_shared<RecordingLink>();
+  proto::Hello known_gpu = GpuHello();
+  known_gpu.name = known_gpu.inventory.hostname = "box2";
+  ASSERT_TRUE(Hello(other, known_gpu).ok());
+  int seen = 0;
+  for (const auto& n : core_->ListNodes()) {
+    if (n.node.name != "box2") continue;
+    ++seen;
+    EXPECT_EQ(DumpJson(n.node.verification_reasons).find("registry does not know"),
+              std::string::npos);
+  }
+  EXPECT_EQ(seen, 1);
 }
 
 TEST_F(TrustTest, ReliabilityFollowsUptimeAndStartFailures) {
