@@ -487,6 +487,68 @@ TEST_F(E2ETest, EstimateRanksAgentAndCatalogOffersByExpectedCost) {
   })) << cluster_.Cli({"job", id}).out;
 }
 
+// The cost gate for CI (issue 14 item 4): `sluice estimate --fail-over USD` exits 3 when the
+// best offer's expected cost to complete is over the threshold or unknown, 0 within it, and
+// prints the offer and the arithmetic either way.
+TEST_F(E2ETest, EstimateFailOverIsACostGateForCi) {
+  ASSERT_EQ(cluster_
+                .Cli({"catalog", "import",
+                      std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/data/catalog/lambda.csv"})
+                .exit_code,
+            0);
+  std::string spec =
+      Spec("gate", "name: gate\nresources: {gpu: h100, gpus: 8}\nexpected_hours: 24\nrun: x\n");
+  Json est = cluster_.CliJson({"estimate", spec});
+  ASSERT_TRUE(est.is_object() && !est["offers"].empty()) << cluster_.Cli({"estimate", spec}).err;
+  const double best = est["offers"][0]["estimate"]["expected_cost"].get<double>();
+  ASSERT_GT(best, 2);
+
+  auto gate = [&](double limit, bool json = false) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", limit);
+    std::vector<std::string> args = {"estimate", spec, "--fail-over", text};
+    if (json) args.push_back("--json");
+    return cluster_.Cli(args);
+  };
+  CommandResult over = gate(best - 1);
+  EXPECT_EQ(over.exit_code, 3) << over.out << over.err;
+  EXPECT_TRUE(Contains(over.err, "cost gate failed: the best offer, lambda")) << over.err;
+  EXPECT_TRUE(Contains(over.err, "24 h ÷ perf")) << over.err;  // the arithmetic
+  EXPECT_TRUE(Contains(over.out, "EXP. COST")) << over.out;    // the ranking as usual
+  CommandResult within = gate(best + 1);
+  EXPECT_EQ(within.exit_code, 0) << within.out << within.err;
+  EXPECT_TRUE(Contains(within.err, "cost gate passed")) << within.err;
+  // --json keeps stdout parseable and the exit code.
+  CommandResult json = gate(best - 1, true);
+  EXPECT_EQ(json.exit_code, 3);
+  EXPECT_TRUE(ParseJson(json.out).ok()) << json.out;
+
+  // Nothing matches: an error, not a pass.
+  std::string none = Spec("none", "name: none\nresources: {gpu: h100, gpus: 64}\nrun: x\n");
+  CommandResult nothing = cluster_.Cli({"estimate", none, "--fail-over", "100"});
+  EXPECT_EQ(nothing.exit_code, 1) << nothing.out << nothing.err;
+  EXPECT_TRUE(Contains(nothing.err, "no offer matches")) << nothing.err;
+  // A GPU without a speed (no spec figure, nothing measured): its cost is unknown, so the gate
+  // cannot pass.
+  ASSERT_EQ(cluster_
+                .Cli({"catalog", "import",
+                      std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/data/catalog/runpod.csv"})
+                .exit_code,
+            0);
+  std::string unknown =
+      Spec("unknown",
+           "name: unknown\nresources: {gpu: rtx4090, gpus: 1}\nexpected_hours: 1\n"
+           "run: x\n");
+  CommandResult unknown_cost = cluster_.Cli({"estimate", unknown, "--fail-over", "1000"});
+  EXPECT_EQ(unknown_cost.exit_code, 3) << unknown_cost.out << unknown_cost.err;
+  EXPECT_TRUE(Contains(unknown_cost.err, "has no expected cost")) << unknown_cost.err;
+  // A bad threshold is refused by name.
+  CommandResult bad = cluster_.Cli({"estimate", spec, "--fail-over", "-5"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.exit_code, 3);
+  EXPECT_TRUE(Contains(bad.err, "--fail-over")) << bad.err;
+}
+
 // A local stand-in for a cloud's instance-metadata service (AWS style): python's http.server
 // over a directory of the cluster's, answering 404 until a spot-termination notice is announced.
 class MetadataService {

@@ -32,6 +32,9 @@ struct EstimateFlags {
   double hours = 0;       // > 0 overrides the spec's expected_hours
   std::string objective;  // cost | time | price; empty: the spec's (default cost)
   int limit = 10;
+  // > 0: the cost gate (issue 14 item 4). Exit 3 when the best offer's expected cost to complete
+  // is over this many USD, or cannot be known; 0 under it.
+  double fail_over = 0;
 };
 
 int RunCommand(const GlobalFlags& g, const RunFlags& f);

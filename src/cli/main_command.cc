@@ -431,6 +431,11 @@ int Main(int argc, char** argv) {
   estimate->add_option("--limit", ef.limit, "At most this many offers")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  estimate
+      ->add_option("--fail-over", ef.fail_over,
+                   "Cost gate for CI: exit 3 when the best offer's expected cost to complete is "
+                   "over this many USD (or unknown), 0 when it is under")
+      ->check(CLI::Range(0.000001, 1e12));
   AddClientFlags(estimate, &g);
   estimate->callback([&] { rc = EstimateCommand(g, ef); });
 

@@ -51,6 +51,41 @@ std::string Gb(double v) {
   return buf;
 }
 
+// `sluice estimate --fail-over USD`: 3 when the best-ranked offer's expected cost to complete
+// is over `limit` or unknown, 0 under it, 1 when nothing matches. Its verdict goes to stderr
+// so --json output stays parseable.
+int CostGate(const Json& estimate, double limit) {
+  const Json& offers = estimate.contains("offers") ? estimate["offers"] : Json::array();
+  char limit_text[32];
+  std::snprintf(limit_text, sizeof limit_text, "$%.2f", limit);
+  if (!offers.is_array() || offers.empty()) {
+    std::fprintf(stderr, "sluice: cost gate: no offer matches the job, so nothing is under %s\n",
+                 limit_text);
+    return 1;
+  }
+  const Json& best = offers[0];
+  const Json& o = best["offer"];
+  const Json& e = best["estimate"];
+  const std::string gpu = o.value("gpu_label", "");
+  const std::string what = o.value("provider", "") + " " + o.value("node", "") + " (" +
+                           (gpu.empty() ? "cpu only" : gpu) + ")";
+  const std::string why = best.value("why", "");
+  if (!e.contains("expected_cost") || !e["expected_cost"].is_number()) {
+    std::fprintf(stderr,
+                 "sluice: cost gate failed: the best offer, %s, has no expected cost (its "
+                 "speed is unknown), so it cannot be shown to be under %s: %s\n",
+                 what.c_str(), limit_text, why.c_str());
+    return 3;
+  }
+  const double cost = e["expected_cost"].get<double>();
+  const bool over = cost > limit;
+  std::fprintf(stderr,
+               "sluice: cost gate %s: the best offer, %s, is expected to cost $%.2f, %s %s: %s\n",
+               over ? "failed" : "passed", what.c_str(), cost, over ? "over" : "within", limit_text,
+               why.c_str());
+  return over ? 3 : 0;
+}
+
 }  // namespace
 
 int OffersCommand(const GlobalFlags& g, const std::string& query, const std::string& sort,
@@ -130,10 +165,10 @@ int EstimateCommand(const GlobalFlags& g, const EstimateFlags& f) {
   }
   if (g.json) {
     std::cout << DumpJson(*resp, 2) << "\n";
-    return 0;
+  } else {
+    PrintEstimate(std::cout, *resp);
   }
-  PrintEstimate(std::cout, *resp);
-  return 0;
+  return f.fail_over > 0 ? CostGate(*resp, f.fail_over) : 0;
 }
 
 int CatalogImportCommand(const GlobalFlags& g, const std::vector<std::string>& files) {
