@@ -203,7 +203,18 @@ TEST_F(TrustE2ETest, AGpuIsJudgedByTheSpeedItMeasures) {
   CommandResult table = cluster_.Cli({"offers", "gpu=a100-80gb"});
   EXPECT_TRUE(Contains(table.out, "(measured)")) << table.out;
   EXPECT_TRUE(Contains(table.out, "slow: ")) << table.out;
-  EXPECT_TRUE(Contains(cluster_.Cli({"node", "status", "throttled"}).out, "flagged")) << "status";
+  CommandResult slow_status = cluster_.Cli({"node", "status", "throttled"});
+  EXPECT_TRUE(Contains(slow_status.out, "flagged")) << slow_status.out;
+  // The provider sees what each GPU measured against its spec.
+  EXPECT_TRUE(Contains(slow_status.out, "speed        GPU 0: ")) << slow_status.out;
+  EXPECT_TRUE(Contains(slow_status.out, "TFLOPS FP16 tensor (")) << slow_status.out;
+  EXPECT_TRUE(Contains(slow_status.out, "% of its spec 312)")) << slow_status.out;
+  EXPECT_TRUE(Contains(slow_status.out, "FLAGGED: ranked by what it measured")) << slow_status.out;
+  Json speeds = Node("healthy")["gpu_speeds"];
+  ASSERT_EQ(speeds.size(), 4u) << speeds.dump();
+  EXPECT_EQ(speeds[0]["matmul_mode"], "fp16-tensor");
+  EXPECT_EQ(speeds[0]["spec_tflops"], 312);
+  EXPECT_FALSE(speeds[0]["flagged"].get<bool>());
 
   std::string spec = cluster_.WriteFile(
       "a100.yaml", "name: t\nresources: {gpu: a100-80gb, gpus: 4}\nexpected_hours: 10\nrun: x\n");

@@ -60,6 +60,34 @@ std::string Utc(int64_t ms) {
   return buf;
 }
 
+// "speed        GPU 0: 612.3 TFLOPS FP16 tensor (62% of its spec 989), memory 2950 GB/s (88% of
+// 3350)", one line per GPU the last verification measured.
+void PrintGpuSpeeds(const Json& n) {
+  if (!n.contains("gpu_speeds") || !n["gpu_speeds"].is_array()) return;
+  bool first = true;
+  for (const auto& s : n["gpu_speeds"]) {
+    auto part = [&](const char* measured, const char* spec, const char* unit) {
+      const double m = s.value(measured, 0.0), sp = s.value(spec, 0.0);
+      char buf[96];
+      if (sp > 0) {
+        std::snprintf(buf, sizeof buf, "%.1f %s (%.0f%% of its spec %.0f)", m, unit, m / sp * 100,
+                      sp);
+      } else {
+        std::snprintf(buf, sizeof buf, "%.1f %s (no spec figure)", m, unit);
+      }
+      return std::string(buf);
+    };
+    const bool tensor = s.value("matmul_mode", "") == "fp16-tensor";
+    std::cout << (first ? "speed        " : "             ") << "GPU " << s.value("index", 0)
+              << ": "
+              << part("measured_tflops", "spec_tflops",
+                      tensor ? "TFLOPS FP16 tensor" : "TFLOPS FP32 FMA")
+              << ", memory " << part("measured_gb_s", "spec_gb_s", "GB/s")
+              << (s.value("flagged", false) ? "  FLAGGED: ranked by what it measured" : "") << "\n";
+    first = false;
+  }
+}
+
 void PrintNodeStatus(const Json& n) {
   std::cout << "node         " << n.value("name", "") << " (" << n.value("id", "") << "), "
             << n.value("state", "") << "\n";
@@ -76,6 +104,7 @@ void PrintNodeStatus(const Json& n) {
   if (n.contains("reliability") && n["reliability"].is_object()) {
     std::cout << "reliability  " << n["reliability"].value("explain", "") << "\n";
   }
+  PrintGpuSpeeds(n);
   auto report = conformance::ReportFromJson(n.value("conformance", Json::object()));
   if (report.ok() && !report->checks.empty()) {
     std::cout << "\nconformance suite (" << report->trigger << ", " << report->duration_ms

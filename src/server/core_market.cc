@@ -26,6 +26,7 @@ std::vector<NodeView> ServerCore::ListNodes() {
     v.reliability = ns.reliability;
     v.verifying = ns.awaiting_report;
     v.verify_queued = ns.verify_queued;
+    if (ns.has_verdict) v.gpu_speeds = ns.verdict.gpu_speeds;
     if (auto c = cap_of.find(id); c != cap_of.end()) {
       for (const auto& g : c->second->gpus) v.gpus_free += g.free ? 1 : 0;
       v.cpus_free = c->second->free_cpus;

@@ -58,6 +58,26 @@ Json LogToJson(const st::LogLine& l) {
               {"text", l.text}};
 }
 
+namespace {
+
+Json GpuSpeedsJson(const std::vector<audit::GpuSpeed>& speeds) {
+  Json out = Json::array();
+  for (const auto& s : speeds) {
+    out.push_back({{"index", s.index},
+                   {"matmul_mode", s.matmul_mode == 1 ? "fp16-tensor" : "fp32-fma"},
+                   {"measured_tflops", s.measured_tflops},
+                   {"measured_gb_s", s.measured_gb_s},
+                   {"spec_tflops", s.spec_tflops},
+                   {"spec_gb_s", s.spec_gb_s},
+                   {"ratio", s.ratio},
+                   {"flagged", s.flagged},
+                   {"note", s.note}});
+  }
+  return out;
+}
+
+}  // namespace
+
 Json NodeToJson(const NodeView& v) {
   const auto& n = v.node;
   return Json{{"id", n.id},
@@ -82,7 +102,8 @@ Json NodeToJson(const NodeView& v) {
               {"software_fingerprint", n.software_fingerprint},
               {"conformance", n.conformance},
               {"revoked", n.revoked},
-              {"reliability", market::ToJson(v.reliability)}};
+              {"reliability", market::ToJson(v.reliability)},
+              {"gpu_speeds", GpuSpeedsJson(v.gpu_speeds)}};
 }
 
 }  // namespace sluice::server

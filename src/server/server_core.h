@@ -130,6 +130,8 @@ struct NodeView {
   int cpus_free = 0;
   double memory_free_gb = 0;
   int running_attempts = 0;
+  // What each GPU measured in the last verification, as the server judged it (issue 13 item 3).
+  std::vector<audit::GpuSpeed> gpu_speeds;
 };
 
 // What `GET /v1/offers` returns: the offers that matched, best first, and how many matched.
