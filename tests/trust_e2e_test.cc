@@ -170,8 +170,9 @@ TEST_F(TrustE2ETest, ASoftwareChangeUnderARunningAgentIsCaughtAtTheNextVerificat
 }
 
 // Speed measured on the node (issue 13 item 3). Two recorded A100 machines on the fake CUDA
-// driver: one plays a healthy A100 (its spec: 312 TFLOPS, 2000 GB/s), the other one at 100
-// TFLOPS, a third of its spec. Both are verified; the slow one is flagged, its offer carries
+// driver: one plays a healthy A100 (its spec: 312 TFLOPS, 2000 GB/s), the other one at 120
+// TFLOPS, 38 % of its spec (a loaded machine can only make a run look slower, and the margin to
+// the 25 % floor allows for that). Both are verified; the slow one is flagged, its offer carries
 // what it measured, and `sluice estimate` ranks it after the healthy one at the same price.
 // Below the floor a GPU is not verified, with the reason; a counterfeit is not verified either.
 TEST_F(TrustE2ETest, AGpuIsJudgedByTheSpeedItMeasures) {
@@ -183,7 +184,7 @@ TEST_F(TrustE2ETest, AGpuIsJudgedByTheSpeedItMeasures) {
     return cluster_.StartAgent(name, fake.args, wait_verified, fake.env);
   };
   start("healthy", {{"FAKE_CUDA_TFLOPS", "290"}, {"FAKE_CUDA_GBPS", "1900"}}, true);
-  start("throttled", {{"FAKE_CUDA_TFLOPS", "100"}, {"FAKE_CUDA_GBPS", "1900"}}, true);
+  start("throttled", {{"FAKE_CUDA_TFLOPS", "120"}, {"FAKE_CUDA_GBPS", "1900"}}, true);
 
   Json offers = cluster_.CliJson({"offers", "gpu=a100-80gb"});
   ASSERT_EQ(offers.size(), 2u) << offers.dump();
@@ -194,8 +195,8 @@ TEST_F(TrustE2ETest, AGpuIsJudgedByTheSpeedItMeasures) {
   EXPECT_GT(healthy.value("measured_perf", 0.0), 0.5);
   EXPECT_LE(healthy.value("measured_perf", 0.0), 290.0 / 312 * 1.01);
   EXPECT_EQ(healthy.value("perf_flag", "x"), "");
-  // The fake only ever takes longer than it plays, so the measured figure is at most 100/312.
-  EXPECT_LE(throttled.value("perf_score", 0.0), 100.0 / 312 * 1.01);
+  // The fake only ever takes longer than it plays, so the measured figure is at most 120/312.
+  EXPECT_LE(throttled.value("perf_score", 0.0), 120.0 / 312 * 1.01);
   EXPECT_GE(throttled.value("perf_score", 0.0), 0.25);  // still above the floor
   EXPECT_DOUBLE_EQ(throttled.value("perf_score", 0.0), throttled.value("measured_perf", 0.0));
   EXPECT_TRUE(Contains(throttled.value("perf_flag", ""), "of the a100-80gb spec (matrix multiply"))
@@ -224,7 +225,7 @@ TEST_F(TrustE2ETest, AGpuIsJudgedByTheSpeedItMeasures) {
   EXPECT_EQ(est["offers"][0]["offer"].value("provider", ""), "healthy");
   EXPECT_EQ(est["offers"][1]["offer"].value("provider", ""), "throttled");
   EXPECT_GT(est["offers"][1]["estimate"].value("expected_hours", 0.0),
-            3 * est["offers"][0]["estimate"].value("expected_hours", 0.0));
+            2 * est["offers"][0]["estimate"].value("expected_hours", 0.0));
   CommandResult text = cluster_.Cli({"estimate", spec});
   EXPECT_TRUE(Contains(text.out, "perf is what the node measured")) << text.out;
 

@@ -436,7 +436,7 @@ TEST_F(ConformanceGpuTest, TheSpeedCheckMeasuresWhatTheGpuDoes) {
     EXPECT_EQ(c.measurements.at("mismatches"), 0);
     EXPECT_LE(c.measurements.at("matmul_tflops"), tflops * 1.01);
     EXPECT_GT(c.measurements.at("matmul_tflops"), tflops * 0.2);
-    EXPECT_GE(c.measurements.at("matmul_ms"), 10);  // grown until one run lasts gpu_perf_ms
+    EXPECT_GE(c.measurements.at("matmul_ms"), 5);  // grown to gpu_perf_ms; the fastest of 3 kept
     EXPECT_LE(c.measurements.at("mem_gb_s"), 20 * 1.01);
     EXPECT_GT(c.measurements.at("mem_gb_s"), 20 * 0.2);
     EXPECT_EQ(c.measurements.at("mem_copy_mib"), 2);  // a quarter of gpu_alloc_mib
