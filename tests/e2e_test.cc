@@ -70,6 +70,13 @@ class E2ETest : public ::testing::Test {
   std::string Spec(const std::string& name, const std::string& body) {
     return cluster_.WriteFile(name + ".yaml", body);
   }
+  // `sluice catalog import` of one of the shipped catalogs (data/catalog/NAME); its exit code.
+  int ImportCatalog(const std::string& name) {
+    return cluster_
+        .Cli(
+            {"catalog", "import", std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/data/catalog/" + name})
+        .exit_code;
+  }
   Cluster cluster_;
 };
 
@@ -448,11 +455,7 @@ TEST_F(E2ETest, EstimateRanksAgentAndCatalogOffersByExpectedCost) {
   Cluster::FakeGpus fake = cluster_.FakeGpuAgent(fixture);
   fake.args.insert(fake.args.end(), {"--price-per-gpu-hour", "2.5"});
   cluster_.StartAgent("gpu", fake.args, true, fake.env);
-  ASSERT_EQ(cluster_
-                .Cli({"catalog", "import",
-                      std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/data/catalog/lambda.csv"})
-                .exit_code,
-            0);
+  ASSERT_EQ(ImportCatalog("lambda.csv"), 0);
   std::string spec =
       Spec("train", "name: train\nresources: {gpu: h100, gpus: 8}\nexpected_hours: 24\nrun: x\n");
   Json est = cluster_.CliJson({"estimate", spec, "--limit", "50"});
@@ -491,11 +494,7 @@ TEST_F(E2ETest, EstimateRanksAgentAndCatalogOffersByExpectedCost) {
 // best offer's expected cost to complete is over the threshold or unknown, 0 within it, and
 // prints the offer and the arithmetic either way.
 TEST_F(E2ETest, EstimateFailOverIsACostGateForCi) {
-  ASSERT_EQ(cluster_
-                .Cli({"catalog", "import",
-                      std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/data/catalog/lambda.csv"})
-                .exit_code,
-            0);
+  ASSERT_EQ(ImportCatalog("lambda.csv"), 0);
   std::string spec =
       Spec("gate", "name: gate\nresources: {gpu: h100, gpus: 8}\nexpected_hours: 24\nrun: x\n");
   Json est = cluster_.CliJson({"estimate", spec});
@@ -530,11 +529,7 @@ TEST_F(E2ETest, EstimateFailOverIsACostGateForCi) {
   EXPECT_TRUE(Contains(nothing.err, "no offer matches")) << nothing.err;
   // A GPU without a speed (no spec figure, nothing measured): its cost is unknown, so the gate
   // cannot pass.
-  ASSERT_EQ(cluster_
-                .Cli({"catalog", "import",
-                      std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/data/catalog/runpod.csv"})
-                .exit_code,
-            0);
+  ASSERT_EQ(ImportCatalog("runpod.csv"), 0);
   std::string unknown =
       Spec("unknown",
            "name: unknown\nresources: {gpu: rtx4090, gpus: 1}\nexpected_hours: 1\n"

@@ -494,6 +494,9 @@ TEST(ConformancePtxTest, TheSpeedKernelsAreWellFormedPtx) {
     ++fmas;
   }
   EXPECT_EQ(fmas, static_cast<size_t>(kPerfFmaChains * kPerfFmaUnroll));
+  // Chain j starts at j, written as a PTX float literal (7.0f is 0x40E00000).
+  EXPECT_NE(fma.find("mov.f32 %f7, 0f40E00000;"), std::string::npos) << fma;
+  EXPECT_NE(wmma.find("mov.f32 %f63, 0f00000000;"), std::string::npos);
 }
 
 TEST_F(ConformanceGpuTest, ContextAndInitFailuresFailEveryCheck) {

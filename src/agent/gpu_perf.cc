@@ -2,8 +2,10 @@
 #include "agent/gpu_perf.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -31,6 +33,25 @@ std::string Regs(const char* prefix, int first, int count) {
     out += prefix + std::to_string(first + i);
   }
   return out + "}";
+}
+
+// The pieces both speed kernels share: a counted loop over `%r1` iterations (the kernel's
+// `iters` parameter; none when it is 0) and the launch's global thread index in %r6.
+constexpr const char* kLoopHead =
+    "\tmov.u32 %r2, 0;\n\tsetp.eq.u32 %p1, %r1, 0;\n\t@%p1 bra DONE;\nLOOP:\n";
+constexpr const char* kLoopTail =
+    "\tadd.u32 %r2, %r2, 1;\n\tsetp.lt.u32 %p1, %r2, %r1;\n\t@%p1 bra LOOP;\nDONE:\n";
+constexpr const char* kThreadIndex = R"(	mov.u32 %r3, %ctaid.x;
+	mov.u32 %r4, %ntid.x;
+	mov.u32 %r5, %tid.x;
+	mad.lo.s32 %r6, %r3, %r4, %r5;
+)";
+
+// A float literal as PTX writes one: 0f and the IEEE bits in hex.
+std::string PtxFloat(float v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0f%08X", std::bit_cast<uint32_t>(v));
+  return buf;
 }
 
 // Generated rather than typed: eight accumulators of eight registers each are 64 names, and a
@@ -67,26 +88,23 @@ std::string BuildTensorPtx() {
   p += "\twmma.load.b.sync.aligned.col.m16n16k16.global.f16 " + Regs("%hb", 0, 8) +
        ", [%rd2], 16;\n";
   for (int i = 0; i < 8 * kPerfTensorAccumulators; ++i) {
-    p += "\tmov.f32 %f" + std::to_string(i) + ", 0f00000000;\n";
+    p += "\tmov.f32 %f" + std::to_string(i) + ", " + PtxFloat(0) + ";\n";
   }
-  p += "\tmov.u32 %r2, 0;\n\tsetp.eq.u32 %p1, %r1, 0;\n\t@%p1 bra DONE;\nLOOP:\n";
+  p += kLoopHead;
   for (int k = 0; k < kPerfTensorAccumulators; ++k) {
     const std::string acc = Regs("%f", 8 * k, 8);
     p += "\twmma.mma.sync.aligned.row.col.m16n16k16.f32.f32 " + acc + ", " + Regs("%ha", 0, 8) +
          ", " + Regs("%hb", 0, 8) + ", " + acc + ";\n";
   }
-  p += "\tadd.u32 %r2, %r2, 1;\n\tsetp.lt.u32 %p1, %r2, %r1;\n\t@%p1 bra LOOP;\nDONE:\n";
+  p += kLoopTail;
   for (int k = 1; k < kPerfTensorAccumulators; ++k) {
     for (int e = 0; e < 8; ++e) {
       p += "\tadd.f32 %f" + std::to_string(e) + ", %f" + std::to_string(e) + ", %f" +
            std::to_string(8 * k + e) + ";\n";
     }
   }
-  p += R"(	mov.u32 %r3, %ctaid.x;
-	mov.u32 %r4, %ntid.x;
-	mov.u32 %r5, %tid.x;
-	mad.lo.s32 %r6, %r3, %r4, %r5;
-	shr.u32 %r6, %r6, 5;
+  p += kThreadIndex;
+  p += R"(	shr.u32 %r6, %r6, 5;
 	mul.wide.u32 %rd4, %r6, 1024;
 	add.s64 %rd5, %rd3, %rd4;
 )";
@@ -118,23 +136,20 @@ std::string BuildFmaPtx() {
 	ld.param.f32 %f9, [p_b];
 )";
   for (int j = 0; j < kPerfFmaChains; ++j) {
-    p += "\tcvt.rn.f32.u32 %f" + std::to_string(j) + ", " + std::to_string(j) + ";\n";
+    p += "\tmov.f32 %f" + std::to_string(j) + ", " + PtxFloat(static_cast<float>(j)) + ";\n";
   }
-  p += "\tmov.u32 %r2, 0;\n\tsetp.eq.u32 %p1, %r1, 0;\n\t@%p1 bra DONE;\nLOOP:\n";
+  p += kLoopHead;
   for (int u = 0; u < kPerfFmaUnroll; ++u) {
     for (int j = 0; j < kPerfFmaChains; ++j) {
       const std::string x = "%f" + std::to_string(j);
       p += "\tfma.rn.f32 " + x + ", " + x + ", %f8, %f9;\n";
     }
   }
-  p += "\tadd.u32 %r2, %r2, 1;\n\tsetp.lt.u32 %p1, %r2, %r1;\n\t@%p1 bra LOOP;\nDONE:\n";
+  p += kLoopTail;
   for (int j = 1; j < kPerfFmaChains; ++j)
     p += "\tadd.f32 %f0, %f0, %f" + std::to_string(j) + ";\n";
-  p += R"(	mov.u32 %r3, %ctaid.x;
-	mov.u32 %r4, %ntid.x;
-	mov.u32 %r5, %tid.x;
-	mad.lo.s32 %r6, %r3, %r4, %r5;
-	cvta.to.global.u64 %rd2, %rd1;
+  p += kThreadIndex;
+  p += R"(	cvta.to.global.u64 %rd2, %rd1;
 	mul.wide.u32 %rd3, %r6, 4;
 	add.s64 %rd2, %rd2, %rd3;
 	st.global.f32 [%rd2], %f0;
