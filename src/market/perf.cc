@@ -124,6 +124,17 @@ SpecSpeed SpecSpeedOf(std::string_view gpu_label, std::string_view form_factor) 
   return {Tflops(label, form), Figure(label, form, &CardTflops::mem_gb_s)};
 }
 
+double FastestSpecPerf() {
+  static const double kFastest = [] {
+    double most = 0;
+    for (const auto& [label, cards] : Table()) {
+      for (const CardTflops& card : cards) most = std::max(most, card.tflops);
+    }
+    return ReferenceTflops() > 0 ? most / ReferenceTflops() : 0;
+  }();
+  return kFastest;
+}
+
 double PerfFromTflops(double tflops) {
   if (ReferenceTflops() <= 0 || !(tflops > 0)) return 0;
   return tflops / ReferenceTflops();

@@ -38,4 +38,8 @@ SpecSpeed SpecSpeedOf(std::string_view gpu_label, std::string_view form_factor =
 // GPU's spec figure. 0 for 0 or less.
 double PerfFromTflops(double tflops);
 
+// The highest perf score any spec row gives: no GPU is ranked above it on a figure its own
+// agent reported (a model without a spec figure ranks by what it measured).
+double FastestSpecPerf();
+
 }  // namespace sluice::market

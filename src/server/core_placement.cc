@@ -24,7 +24,7 @@ namespace {
 // What GPU `index` measured in the node's last verification, folded into its label's offer
 // (docs/design-notes.md, "GPU speed"). The offer carries its slowest GPU's figure. It ranks by
 // the spec unless a GPU was flagged (measured below half its spec: ranked by spec × the measured
-// ratio) or the spec has no figure (ranked by what was measured).
+// ratio) or the spec has no figure (ranked by what was measured, capped at FastestSpecPerf).
 void ApplyMeasuredSpeed(market::Offer& o, int index, const audit::Verdict& verdict, bool first) {
   const audit::GpuSpeed* speed = nullptr;
   for (const auto& s : verdict.gpu_speeds) {
@@ -49,7 +49,9 @@ void ApplyMeasuredSpeed(market::Offer& o, int index, const audit::Verdict& verdi
     rank = o.spec_perf * speed->ratio;
     if (o.perf_flag.empty()) o.perf_flag = speed->note;
   }
-  if (o.spec_perf <= 0) rank = o.measured_perf;
+  // No spec to hold the measurement against: what the agent reported, but never above the
+  // fastest GPU the specs know, so a forged figure cannot buy first place.
+  if (o.spec_perf <= 0) rank = std::min(o.measured_perf, market::FastestSpecPerf());
   o.perf_score = first ? rank : std::min(o.perf_score, rank);
 }
 

@@ -11,6 +11,7 @@
 #include "common/crypto.h"
 #include "market/gpu_identity.h"
 #include "market/gpu_labels.h"
+#include "market/perf.h"
 #include "server/core_test_fixture.h"
 
 namespace sluice::server {
@@ -232,6 +233,29 @@ TEST_F(TrustTest, AGpuLabelTheRegistryDoesNotKnowIsNoted) {
               std::string::npos);
   }
   EXPECT_EQ(seen, 1);
+}
+
+// A forged agent on a GPU model the specs do not know reports an absurd but "credible" speed:
+// the offer ranks by the measurement, never above the fastest GPU the specs know.
+TEST_F(TrustTest, AForgedSpeedOnAnUnknownModelCannotBuyFirstPlace) {
+  auto link = std::make_shared<RecordingLink>();
+  proto::Hello h = GpuHello();
+  h.inventory.gpus[0].name = "NVIDIA Quadro P400";
+  h.inventory.gpus[0].memory_mib = 2048;
+  auto node = core_->AgentHello(link, h);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  conformance::Report r = testing::PassingReport(h.inventory);
+  for (auto& c : r.checks) {
+    if (c.name == "gpu-perf.0") c.measurements["matmul_tflops"] = 4900;  // under the 5,000 cap
+  }
+  ASSERT_TRUE(Report(*node, link, r).ok());
+  ASSERT_EQ(core_->ListNodes()[0].node.verification, "verified");
+  ASSERT_EQ(core_->ListOffers().size(), 1u);
+  const market::Offer o = core_->ListOffers()[0];
+  EXPECT_EQ(o.spec_perf, 0);
+  EXPECT_NEAR(o.measured_perf, market::PerfFromTflops(4900), 1e-9);
+  EXPECT_GT(market::FastestSpecPerf(), 3);  // h100-80gb's 3.17 at least
+  EXPECT_DOUBLE_EQ(o.perf_score, market::FastestSpecPerf());
 }
 
 TEST_F(TrustTest, ReliabilityFollowsUptimeAndStartFailures) {
