@@ -37,6 +37,8 @@ TEST_F(TenancyE2ETest, UsersSeeOnlyTheirOwnJobsAndTokensAreScoped) {
   CommandResult made = cluster_.Cli({"account", "create", "alice", "--out", alice});
   ASSERT_EQ(made.exit_code, 0) << made.err;
   ASSERT_EQ(cluster_.Cli({"account", "create", "bob", "--out", bob}).exit_code, 0);
+  // New users are prepaid (issue 14): the admin funds alice before she runs anything.
+  ASSERT_EQ(cluster_.Cli({"account", "credit", "alice", "20"}).exit_code, 0);
   CommandResult who = As(alice, {"whoami"});
   ASSERT_EQ(who.exit_code, 0) << who.err;
   EXPECT_TRUE(Contains(who.out, "alice")) << who.out;

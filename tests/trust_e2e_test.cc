@@ -274,6 +274,7 @@ TEST_F(TrustE2ETest, AuditLogRecordsMutationsWithoutSecrets) {
 
 TEST_F(TrustE2ETest, AuditBundleVerifiesWithSluiceAndOpensslAndAnyChangeIsCaught) {
   Cluster::FakeGpus fake = cluster_.FakeGpuAgent(Fixture("h100-sxm5-80gb-1.txt"));
+  fake.args.insert(fake.args.end(), {"--price-per-gpu-hour", "2.5"});
   cluster_.StartAgent("h100", fake.args, true, fake.env);
   std::string spec =
       cluster_.WriteFile("j.yaml", "name: j\nresources: {gpu: h100, gpus: 1}\nrun: echo trained\n");
@@ -319,6 +320,11 @@ TEST_F(TrustE2ETest, AuditBundleVerifiesWithSluiceAndOpensslAndAnyChangeIsCaught
   EXPECT_TRUE(Contains(ReadAll(x + "/conformance-log.txt"), "PASS gpu-compute.0"));
   EXPECT_TRUE(
       Contains(ReadAll(x + "/environment-fingerprint.json"), "\"verification\": \"verified\""));
+  // And what it cost: the attempt's meter at its locked price (issue 14).
+  auto statement = ParseJson(ReadAll(x + "/cost-statement.json"));
+  ASSERT_TRUE(statement.ok());
+  ASSERT_EQ((*statement)["meters"].size(), 1u) << statement->dump();
+  EXPECT_EQ((*statement)["meters"][0].value("price_micros_per_hour", int64_t{0}), 2'500'000);
 
   // One byte of events.jsonl changed: sluice and sha256sum both refuse it.
   std::string events = ReadAll(x + "/events.jsonl");

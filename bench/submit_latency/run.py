@@ -502,6 +502,12 @@ class Sluice:
                                text=True, timeout=30)
             if r.returncode != 0:
                 raise BenchError(f"sluice account create failed: {r.stdout[-1000:]}", code=2)
+            # New users are prepaid (issue 14): give the bench user credit to spend.
+            r = subprocess.run([self.path, "account", "credit", "bench", "1000"],
+                               env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=30)
+            if r.returncode != 0:
+                raise BenchError(f"sluice account credit failed: {r.stdout[-1000:]}", code=2)
             admin_env = self.env
             self.env = dict(os.environ, SLUICE_SERVER=self.url, SLUICE_TOKEN_FILE=user_tok)
             self.env.pop("SLUICE_TOKEN", None)

@@ -117,11 +117,11 @@ int AccountListCommand(const GlobalFlags& g) {
     std::cout << DumpJson((*resp)["accounts"], 2) << "\n";
     return 0;
   }
-  Table t({"NAME", "ID", "ROLE", "STATE", "CREATED"});
+  Table t({"NAME", "ID", "ROLE", "STATE", "BALANCE", "CREDIT LIMIT", "CREATED"});
   for (const auto& a : (*resp)["accounts"]) {
     t.Add({a.value("name", ""), a.value("id", ""), a.value("role", ""),
-           a.value("disabled", false) ? "disabled" : "active",
-           Utc(a.value("created_ms", int64_t{0}))});
+           a.value("disabled", false) ? "disabled" : "active", a.value("balance", "-"),
+           a.value("credit_limit", "-"), Utc(a.value("created_ms", int64_t{0}))});
   }
   t.Print(std::cout);
   return 0;

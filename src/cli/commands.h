@@ -77,6 +77,21 @@ int WhoamiCommand(const GlobalFlags& g);
 int AccountCreateCommand(const GlobalFlags& g, const std::string& name, const std::string& role,
                          const std::string& out);
 int AccountListCommand(const GlobalFlags& g);
+// Money (issue 14), in money_commands.cc. `amount` and `credit_limit` are text as typed ("" when
+// not given); amounts are parsed exactly.
+int AccountCreditCommand(const GlobalFlags& g, const std::string& account,
+                         const std::string& amount, const std::string& credit_limit,
+                         const std::string& memo);
+int AccountBalanceCommand(const GlobalFlags& g, const std::string& account);
+// Exit 1 when the ledger does not add up.
+int LedgerCheckCommand(const GlobalFlags& g);
+struct CostsFlags {
+  std::string job, account, provider, since;
+  std::string by = "job";  // job | day | node | resource | account | provider
+  bool csv = false;
+};
+// `earnings`: the provider's view (sold, fee, earnings).
+int CostsCommand(const GlobalFlags& g, const CostsFlags& f, bool earnings);
 int AccountDisableCommand(const GlobalFlags& g, const std::string& name, bool disable);
 int TokenCreateCommand(const GlobalFlags& g, const TokenFlags& f);
 int TokenListCommand(const GlobalFlags& g, const std::string& account);

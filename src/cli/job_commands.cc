@@ -19,6 +19,7 @@
 #include "common/archive.h"
 #include "common/clock.h"
 #include "common/crypto.h"
+#include "ledger/micros.h"
 #include "market/gpu_labels.h"
 #include "spec/job_spec.h"
 
@@ -296,6 +297,18 @@ int JobCommand(const GlobalFlags& g, const std::string& id) {
             << " (after preemption or a lost node)\n";
   std::string ckpt = j.value("checkpoint", "");
   std::cout << "checkpoint: " << (ckpt.empty() ? "none saved" : ckpt.substr(0, 12)) << "\n";
+  // The bill so far beside the market's estimate at placement (issue 14); a provider viewing a
+  // job it ran is not shown the user's bill.
+  if (auto cost = (*api)->Get("/v1/costs?job=" + id); cost.ok() && cost->contains("meters")) {
+    const int64_t charged = cost->value("charged_micros", int64_t{0});
+    const int64_t accruing = cost->value("accruing_micros", int64_t{0});
+    const int64_t estimate = cost->value("estimate_micros", int64_t{0});
+    std::cout << "cost:      " << ledger::FormatMicros(charged + accruing) << " so far";
+    if (accruing > 0) std::cout << " (" << ledger::FormatMicros(accruing) << " not yet billed)";
+    std::cout << "; estimate at placement "
+              << (estimate > 0 ? ledger::FormatMicros(estimate) : std::string("unknown"))
+              << " (sluice costs --job " << id << ")\n";
+  }
   std::cout << "\nattempts:\n";
   Table at({"#", "ATTEMPT", "NODE", "GPUS", "PRICE/H", "STARTED", "ENDED", "STATE", "EXIT",
             "RESTORED", "CAUSE"});

@@ -97,6 +97,22 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   server
+      ->add_option("--platform-fee-percent", sopt.platform_fee_percent,
+                   "The platform's fee, taken from the provider's share of every charge (users "
+                   "pay the price shown in offers)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  server
+      ->add_option("--settle-interval", sopt.settle_interval_s,
+                   "Seconds between bills of running attempts (their end bills the rest at once)")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  server
+      ->add_option("--default-credit-limit", sopt.default_credit_limit,
+                   "How far below zero a new user account's balance may go, in USD, or "
+                   "`unlimited` (0: prepaid; add credit with `sluice account credit`)")
+      ->capture_default_str();
+  server
       ->add_option("--max-active-jobs-per-account", sopt.max_active_jobs_per_account,
                    "Unfinished jobs one user account may have (admins are exempt)")
       ->check(CLI::Range(1, 10000000))
@@ -535,6 +551,69 @@ int Main(int argc, char** argv) {
   acct_enable->add_option("name", acct_name, "Account name or id")->required();
   AddClientFlags(acct_enable, &g);
   acct_enable->callback([&] { rc = AccountDisableCommand(g, acct_name, false); });
+  // Money (issue 14; README "Bills and earnings").
+  std::string credit_amount, credit_limit, credit_memo;
+  auto* acct_credit = account_cmd->add_subcommand(
+      "credit",
+      "Add prepaid balance to an account (admin), from the funding account, as one ledger "
+      "transaction; and/or set how far below zero it may go");
+  acct_credit->add_option("name", acct_name, "Account name or id")->required();
+  acct_credit->add_option("amount", credit_amount, "USD to add, e.g. 100 or 12.50 (exact)");
+  acct_credit->add_option("--credit-limit", credit_limit,
+                          "USD the balance may go below zero, or `unlimited`");
+  acct_credit->add_option("--memo", credit_memo, "Why, kept with the transaction");
+  AddClientFlags(acct_credit, &g);
+  acct_credit->callback(
+      [&] { rc = AccountCreditCommand(g, acct_name, credit_amount, credit_limit, credit_memo); });
+  auto* acct_balance = account_cmd->add_subcommand(
+      "balance", "An account's balance and credit limit (yours; admins: any)");
+  acct_balance->add_option("name", acct_name, "Account name or id (default: yours)");
+  AddClientFlags(acct_balance, &g);
+  acct_balance->callback([&] { rc = AccountBalanceCommand(g, acct_name); });
+
+  auto* ledger_cmd = app.add_subcommand("ledger", "The double-entry ledger (admin)");
+  ledger_cmd->require_subcommand(1);
+  auto* ledger_check = ledger_cmd->add_subcommand(
+      "check",
+      "Prove the ledger adds up: every transaction sums to zero, every balance equals the sum "
+      "of its entries, and compute charged agrees across entries, meters and cost totals. Exit "
+      "code 1 when anything does not");
+  AddClientFlags(ledger_check, &g);
+  ledger_check->callback([&] { rc = LedgerCheckCommand(g); });
+
+  CostsFlags costs_flags;
+  auto* costs = app.add_subcommand(
+      "costs",
+      "What jobs cost: totals and a breakdown (compute, work lost to interruptions, the "
+      "platform's fee inside the price). Users see their own; admins any account or provider");
+  costs->add_option("--job", costs_flags.job,
+                    "One job: each attempt's meter, locked price and the span billed");
+  costs->add_option("--account", costs_flags.account, "The paying account (admins)");
+  costs->add_option("--provider", costs_flags.provider,
+                    "Charges on this provider's nodes (admins)");
+  costs->add_option("--since", costs_flags.since,
+                    "From this UTC day (2026-12-01), an age (7d, 12h) or Unix milliseconds");
+  costs->add_option("--by", costs_flags.by, "Break down by job, day, node, resource or account")
+      ->check(CLI::IsMember({"job", "day", "node", "resource", "account", "provider"}))
+      ->capture_default_str();
+  costs->add_flag("--csv", costs_flags.csv, "CSV (RFC 4180) with amounts in USD");
+  AddClientFlags(costs, &g);
+  costs->callback([&] { rc = CostsCommand(g, costs_flags, false); });
+
+  CostsFlags earn_flags;
+  earn_flags.by = "node";
+  auto* earnings = app.add_subcommand(
+      "earnings",
+      "What a provider's nodes earned: sold at the locked prices, less the platform's fee");
+  earnings->add_option("--since", earn_flags.since,
+                       "From this UTC day (2026-12-01), an age (7d, 12h) or Unix milliseconds");
+  earnings->add_option("--by", earn_flags.by, "Break down by node, day, job or resource")
+      ->check(CLI::IsMember({"node", "day", "job", "resource"}))
+      ->capture_default_str();
+  earnings->add_option("--provider", earn_flags.provider, "Another provider's (admins)");
+  earnings->add_flag("--csv", earn_flags.csv, "CSV (RFC 4180) with amounts in USD");
+  AddClientFlags(earnings, &g);
+  earnings->callback([&] { rc = CostsCommand(g, earn_flags, true); });
 
   auto* token_cmd = app.add_subcommand(
       "token",
@@ -606,7 +685,8 @@ int Main(int argc, char** argv) {
   auto* audit = app.add_subcommand(
       "audit",
       "`sluice audit JOB -o report.zip` writes the job's signed audit bundle: "
-      "environment-fingerprint.json, hardware-inventory.json, conformance-log.txt, events.jsonl, "
+      "environment-fingerprint.json, hardware-inventory.json, conformance-log.txt, "
+      "cost-statement.json, events.jsonl, "
       "job.json, manifest.sha256 and signature.p7s (CMS, by the server's key). "
       "`sluice audit verify report.zip` checks one");
   audit->add_option("job", audit_job, "Job id");

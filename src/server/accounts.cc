@@ -282,6 +282,9 @@ Result<store::AccountRecord> Accounts::CreateAccount(const std::string& name, Ro
   }
   store::AccountRecord rec{"acct-" + RandomHex(6), name,      std::string(Name(role)), false,
                            clock_->NowMillis(),    creator_id};
+  // Issue 14: a new user starts with the server's default credit limit (0: prepaid); admins and
+  // providers are not limited (admins operate the server; providers are paid, not billed).
+  rec.credit_limit_micros = role == Role::kUser ? default_credit_limit_ : -1;
   store::WriteBatch batch;
   batch.accounts.push_back(rec);
   SLUICE_RETURN_IF_ERROR(store_->Write(batch));
@@ -320,6 +323,27 @@ Result<store::AccountRecord> Accounts::SetDisabled(const std::string& name_or_id
   SLUICE_RETURN_IF_ERROR(store_->Write(batch));
   accounts_[rec.id] = rec;
   return rec;
+}
+
+Result<store::AccountRecord> Accounts::SetCreditLimit(const std::string& name_or_id,
+                                                      int64_t limit_micros) {
+  if (limit_micros < -1) return Status::InvalidArgument("credit_limit: not below zero");
+  std::lock_guard<std::mutex> lock(mu_);
+  const store::AccountRecord* acc = AccountLocked(name_or_id);
+  if (acc == nullptr) return Status::NotFound("no account " + name_or_id);
+  store::AccountRecord rec = *acc;
+  rec.credit_limit_micros = limit_micros;
+  store::WriteBatch batch;
+  batch.accounts.push_back(rec);
+  SLUICE_RETURN_IF_ERROR(store_->Write(batch));
+  accounts_[rec.id] = rec;
+  return rec;
+}
+
+int64_t Accounts::CreditLimitOf(const std::string& account_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = accounts_.find(account_id);
+  return it != accounts_.end() ? it->second.credit_limit_micros : -1;
 }
 
 Result<MintedToken> Accounts::CreateToken(const std::string& account_id, const std::string& kind,

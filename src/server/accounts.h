@@ -84,6 +84,15 @@ class Accounts {
   // Disables (or enables) an account: every token and node credential of it stops working.
   Result<store::AccountRecord> SetDisabled(const std::string& name_or_id, bool disabled);
   std::optional<store::AccountRecord> FindAccount(const std::string& name_or_id) const;
+  // --- money (issue 14) ---
+  // How far below zero an account's balance may go (micro-dollars; -1 unlimited).
+  Result<store::AccountRecord> SetCreditLimit(const std::string& name_or_id, int64_t limit_micros);
+  int64_t CreditLimitOf(const std::string& account_id) const;  // -1 for an unknown account
+  // The limit new user accounts start with (`sluice server --default-credit-limit`; 0: prepaid).
+  void SetDefaultCreditLimit(int64_t limit_micros) {
+    std::lock_guard<std::mutex> lock(mu_);
+    default_credit_limit_ = limit_micros;
+  }
 
   // --- tokens ---
   // kind "api" with scope full|read|metrics, or "join" (provider accounts only). ttl_ms 0: never
@@ -134,6 +143,7 @@ class Accounts {
   const Clock* const clock_;
   mutable std::mutex mu_;
   std::string admin_id_, provider_id_;  // constant after Bootstrap
+  int64_t default_credit_limit_ = 0;    // guarded by mu_
   // Guarded by mu_.
   std::map<std::string, store::AccountRecord> accounts_;        // by id
   std::map<std::string, store::TokenRecord> tokens_;            // by token id

@@ -47,6 +47,10 @@ const std::vector<Api::RouteSpec>& Api::Routes() {
       {"POST", "/v1/accounts", Access::kAdmin, false},
       {"POST", "/v1/accounts/{account}/disable", Access::kAdmin, false},
       {"POST", "/v1/accounts/{account}/enable", Access::kAdmin, false},
+      {"POST", "/v1/accounts/{account}/credit", Access::kAdmin, false},
+      {"GET", "/v1/accounts/{account}/balance", Access::kAccount, true},
+      {"GET", "/v1/ledger/check", Access::kAdmin, true},
+      {"GET", "/v1/costs", Access::kAccount, true},
       {"GET", "/v1/tokens", Access::kAccount, true},
       {"POST", "/v1/tokens", Access::kAccount, false},
       {"POST", "/v1/tokens/{token}/revoke", Access::kAccount, false},
@@ -331,6 +335,10 @@ HttpResponse Api::Dispatch(const Call& call, const HttpRequest& req,
   if (pattern == "/v1/agent/connect") {
     return ErrorResponse(Status::InvalidArgument(
         "the agent channel needs a WebSocket upgrade (sluice agent opens it)"));
+  }
+  if (pattern == "/v1/accounts/{account}/credit" || pattern == "/v1/accounts/{account}/balance" ||
+      pattern == "/v1/ledger/check" || pattern == "/v1/costs") {
+    return MoneyRoute(call, req);
   }
   if (pattern.rfind("/v1/accounts", 0) == 0 || pattern.rfind("/v1/tokens", 0) == 0 ||
       pattern.rfind("/v1/teams", 0) == 0 || pattern == "/v1/whoami") {

@@ -102,6 +102,9 @@ class Api {
   HttpResponse Metrics();
   // api_accounts.cc: accounts, tokens, teams, whoami.
   HttpResponse AccountsRoute(const Call& call, const HttpRequest& req);
+  // api_money.cc: balances, top-ups and credit limits, the ledger check, costs and earnings.
+  HttpResponse MoneyRoute(const Call& call, const HttpRequest& req);
+  Json AccountMoneyJson(const store::AccountRecord& account);
 
   ServerCore* const core_;
   store::BlobStore* const blobs_;

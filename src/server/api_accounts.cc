@@ -25,22 +25,6 @@ Json TokenToJson(const TokenView& t) {
               {"revoked_ms", t.record.revoked_ms}};
 }
 
-Result<Json> ObjectBody(const HttpRequest& req) {
-  auto body = ParseJson(req.body.empty() ? "{}" : req.body);
-  if (!body.ok()) return body.status();
-  if (!body->is_object()) return Status::InvalidArgument("expected a JSON object");
-  return *std::move(body);
-}
-
-Status OnlyFields(const Json& body, std::initializer_list<const char*> allowed) {
-  for (auto it = body.begin(); it != body.end(); ++it) {
-    bool ok = false;
-    for (const char* a : allowed) ok |= it.key() == a;
-    if (!ok) return Status::InvalidArgument("unknown field `" + it.key() + "`");
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 HttpResponse Api::AccountsRoute(const Call& call, const HttpRequest& req) {
@@ -59,7 +43,14 @@ HttpResponse Api::AccountsRoute(const Call& call, const HttpRequest& req) {
   }
   if (pattern == "/v1/accounts" && req.method == "GET") {
     Json arr = Json::array();
-    for (const auto& a : accounts_->ListAccounts()) arr.push_back(AccountToJson(a));
+    for (const auto& a : accounts_->ListAccounts()) {
+      Json row = AccountToJson(a);
+      const Json money = AccountMoneyJson(a);
+      for (const char* k : {"balance_micros", "balance", "credit_limit_micros", "credit_limit"}) {
+        row[k] = money.at(k);
+      }
+      arr.push_back(std::move(row));
+    }
     return JsonResponse(200, Json{{"accounts", arr}});
   }
   if (pattern == "/v1/accounts") {

@@ -83,6 +83,10 @@ const std::map<std::string, Row>& Expected() {
       {"POST /v1/accounts",                          {403,  403,  403,  403,  403,  401,  401,  403}},
       {"POST /v1/accounts/{account}/disable",        {403,  403,  403,  403,  403,  401,  401,  403}},
       {"POST /v1/accounts/{account}/enable",         {403,  403,  403,  403,  403,  401,  401,  403}},
+      {"POST /v1/accounts/{account}/credit",         {403,  403,  403,  403,  403,  401,  401,  403}},
+      {"GET /v1/accounts/{account}/balance",         {404,  404,  200,  404,  404,  401,  401,  404}},
+      {"GET /v1/ledger/check",                       {403,  403,  403,  403,  403,  401,  401,  403}},
+      {"GET /v1/costs",                              {200,  200,  200,  200,  200,  401,  401,  200}},
       {"GET /v1/tokens",                             {200,  200,  200,  200,  200,  401,  401,  200}},
       {"POST /v1/tokens",                            {201,  201,  201,  201,  201,  401,  401,  403}},
       {"POST /v1/tokens/{token}/revoke",             {200,  404,  404,  404,  404,  401,  401,  403}},
@@ -126,6 +130,41 @@ TEST(ApiIsolationTest, EveryRouteAnswersEveryPrincipalAsTheMatrixSays) {
       }
     }
   }
+}
+
+// Money (issue 14): a user sees what it pays, a provider what its nodes sold, nobody another
+// tenant's bill or balance.
+TEST(ApiIsolationTest, CostsAndBalancesShowOnlyYourOwn) {
+  World w;
+  w.Build();
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_TRUE(w.core_->SettleMeters().ok());  // alice's running job is billed
+  auto total = [&](Who who, const std::string& q) -> int64_t {
+    HttpResponse r = w.Call(who, "GET", "/v1/costs" + q);
+    EXPECT_EQ(r.status, 200) << WhoName(who) << q << ": " << r.body;
+    auto j = ParseJson(r.body);
+    return j.ok() ? (*j)["total"].value("charged_micros", int64_t{-1}) : -1;
+  };
+  const int64_t alice = total(kOwner, "");
+  EXPECT_GT(alice, 0);
+  EXPECT_EQ(total(kOther, ""), 0) << "bob pays nothing";
+  EXPECT_EQ(w.Call(kOther, "GET", "/v1/costs").body.find(w.job_), std::string::npos);
+  EXPECT_EQ(total(kNodeProvider, ""), alice) << "p1's node sold alice's job";
+  EXPECT_EQ(total(kOtherProvider, ""), 0);
+  EXPECT_EQ(w.Call(kOther, "GET", "/v1/costs?job=" + w.job_).status, 404);
+  EXPECT_EQ(w.Call(kOther, "GET", "/v1/costs?account=alice").status, 403);
+  EXPECT_EQ(w.Call(kNodeProvider, "GET", "/v1/costs?account=alice").status, 403);
+  EXPECT_EQ(w.Call(kOtherProvider, "GET", "/v1/costs?provider=p1").status, 403);
+  // The team shares the job, and so its bill; the node's provider sees what it sold of it.
+  HttpResponse team = w.Call(kTeam, "GET", "/v1/costs?job=" + w.job_);
+  ASSERT_EQ(team.status, 200) << team.body;
+  EXPECT_NE(team.body.find("\"meters\""), std::string::npos);
+  HttpResponse prov = w.Call(kNodeProvider, "GET", "/v1/costs?job=" + w.job_);
+  ASSERT_EQ(prov.status, 200) << prov.body;
+  EXPECT_EQ(prov.body.find("\"meters\""), std::string::npos);
+  EXPECT_EQ(w.Call(kOwner, "GET", "/v1/accounts/alice/balance").status, 200);
+  EXPECT_EQ(w.Call(kOther, "GET", "/v1/accounts/alice/balance").status, 404);
+  EXPECT_EQ(w.core_->BalanceOf(w.ids_["alice"]), 100'000'000 - alice);
 }
 
 TEST(ApiIsolationTest, ListsShowOnlyWhatEachTenantMaySee) {

@@ -79,6 +79,10 @@ class World {
       auto tok = accounts_->CreateToken(acc->id, "api", Scope::kFull, "", 0);
       EXPECT_TRUE(tok.ok());
       ids_[name] = acc->id;
+      // Users are prepaid (issue 14): the admin funded each with $100.
+      if (role == Role::kUser) {
+        EXPECT_TRUE(core_->TopUp(acc->id, 100'000'000, "test").ok());
+      }
       return tok->secret;
     };
     secret_[kOwner] = user("alice", Role::kUser);

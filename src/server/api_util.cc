@@ -31,4 +31,20 @@ bool QueryFlag(const HttpRequest& req, const char* key, bool fallback) {
   return it->second != "0" && it->second != "false";
 }
 
+Result<Json> ObjectBody(const HttpRequest& req) {
+  auto body = ParseJson(req.body.empty() ? "{}" : req.body);
+  if (!body.ok()) return body.status();
+  if (!body->is_object()) return Status::InvalidArgument("expected a JSON object");
+  return *std::move(body);
+}
+
+Status OnlyFields(const Json& body, std::initializer_list<const char*> allowed) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    bool ok = false;
+    for (const char* a : allowed) ok |= it.key() == a;
+    if (!ok) return Status::InvalidArgument("unknown field `" + it.key() + "`");
+  }
+  return Status::Ok();
+}
+
 }  // namespace sluice::server

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
+#include "common/json.h"
 #include "common/status.h"
 #include "net/http_types.h"
 
@@ -16,5 +18,9 @@ Result<int64_t> QueryInt(const HttpRequest& req, const char* key, int64_t fallba
 std::string QueryParam(const HttpRequest& req, const char* key);
 // "0" and "false" are false; anything else present is true.
 bool QueryFlag(const HttpRequest& req, const char* key, bool fallback);
+// The request's body as a JSON object ("{}" when empty).
+Result<Json> ObjectBody(const HttpRequest& req);
+// InvalidArgument naming the first field of `body` not in `allowed`.
+Status OnlyFields(const Json& body, std::initializer_list<const char*> allowed);
 
 }  // namespace sluice::server

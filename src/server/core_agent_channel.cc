@@ -37,9 +37,9 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
     node_id = NewId("node-");
     fresh.record.id = node_id;
     fresh.record.registered_ms = now;
+    fresh.record.owner = who.account_id;  // the provider paid for its work
     if (accounts_ != nullptr) {
       // Its own credential, committed with the node; only its hash is stored.
-      fresh.record.owner = who.account_id;
       credential = accounts_->NewNodeCredential(node_id, who.account_id);
     }
   }
@@ -117,6 +117,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   welcome.node_id = node_id;
   welcome.heartbeat_interval_ms = options_.heartbeat_interval_ms;
   welcome.lease_ms = options_.lease_ms;
+  NoteLeaseRenewedLocked(node_id);
   // Supervisors kill a job with no live agent before this runs out.
   welcome.heartbeat_grace_ms = options_.heartbeat_grace_ms;
   // Shown once: the agent keeps it in its data dir and proves the node with it from now on.
@@ -158,6 +159,7 @@ Status ServerCore::OnHeartbeatLocked(NodeState& ns, const proto::Heartbeat& hb) 
   // agent runs that is not listed is not ours there any more (docs/design-notes.md "Leases and
   // fencing"). The seq is echoed so the agent counts the lease from when it sent the heartbeat.
   proto::Lease lease{hb.seq, options_.lease_ms, {}};
+  NoteLeaseRenewedLocked(ns.record.id);
   const auto& on = AttemptsOnLocked(ns.record.id);
   lease.attempts.assign(on.begin(), on.end());
   ns.link->Send(proto::ToJson(lease));

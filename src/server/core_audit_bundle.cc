@@ -100,10 +100,41 @@ Result<std::string> ServerCore::AuditBundle(const std::string& job_id) {
   }
   Json job = JobToJson(detail.job);
   job["spec"] = detail.job.spec;
+  // The bill (issue 14): each attempt's meter at its locked price, and the totals, in integer
+  // micro-dollars, so the statement is signed with the hardware it paid for.
+  SLUICE_ASSIGN_OR_RETURN(JobCost cost, CostOfJob(job_id));
+  Json meters = Json::array();
+  for (const auto& m : cost.meters) {
+    meters.push_back(Json{{"attempt_id", m.attempt_id},
+                          {"node_id", m.node_id},
+                          {"resource", m.resource},
+                          {"units", m.units},
+                          {"memory_gb", m.memory_gb},
+                          {"price_micros_per_hour", m.price_micros_per_hour},
+                          {"capacity", m.interruptible ? "interruptible" : "on-demand"},
+                          {"start_ms", m.start_ms},
+                          {"end_ms", m.end_ms},
+                          {"billed_until_ms", m.settled_ms},
+                          {"charged_micros", m.charged_micros},
+                          {"fee_micros", m.fee_micros},
+                          {"lost_micros", m.lost_micros},
+                          {"end_cause", m.end_cause}});
+  }
+  Json statement{{"job_id", job_id},
+                 {"currency", "USD"},
+                 {"unit", "micro-dollars"},
+                 {"rules", "README \"Bills and earnings\""},
+                 {"meters", meters},
+                 {"charged_micros", cost.charged_micros},
+                 {"accruing_micros", cost.accruing_micros},
+                 {"fee_micros", cost.fee_micros},
+                 {"lost_micros", cost.lost_micros},
+                 {"estimate_micros", cost.estimate_micros}};
   std::vector<std::pair<std::string, std::string>> files = {
       {"environment-fingerprint.json", DumpJson(env, 2) + "\n"},
       {"hardware-inventory.json", DumpJson(Json{{"attempts", hardware}}, 2) + "\n"},
       {"conformance-log.txt", conformance_log},
+      {"cost-statement.json", DumpJson(statement, 2) + "\n"},
       {"events.jsonl", events},
       {"job.json", DumpJson(job, 2) + "\n"},
   };

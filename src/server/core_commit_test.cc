@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "common/crypto.h"
+#include "ledger/metering.h"
 #include "server/server_core.h"
 #include "server/test_agent_link.h"
 #include "server/test_failing_store.h"
@@ -175,6 +176,42 @@ TEST_F(CoreCommitTest, AFailedExitLeavesTheAttemptRunningAndUnacknowledged) {
   ASSERT_TRUE(core_->AgentMessage(node, link_.get(), exited).ok());
   EXPECT_EQ(JobState(), "succeeded");
   EXPECT_EQ(link_->OfType("exit_ack").size(), 1u);
+}
+
+// Metering (issue 14): a charge that fails to commit is not half-billed, and once the store
+// works again every second is billed exactly once.
+TEST_F(CoreCommitTest, AFailedSettlementOrExitBillsEverySecondExactlyOnce) {
+  std::string node = Node();
+  std::string att = Running(node);
+  const int64_t started = clock_.NowMillis();
+  clock_.Advance(30'000);
+  ASSERT_TRUE(core_->AgentMessage(node, link_.get(), Json{{"type", "heartbeat"}}).ok());
+  Snapshot before = Take();
+  failing_->fail_if = [](const store::WriteBatch& b) { return !b.ledger.empty(); };
+  EXPECT_FALSE(core_->SettleMeters().ok());
+  ExpectUnchanged(before);
+  Json exited = proto::ToJson(proto::Exited{att, 0, 0, ""});
+  EXPECT_FALSE(core_->AgentMessage(node, link_.get(), exited).ok());
+  ExpectUnchanged(before);
+  EXPECT_EQ(before.memory["balances"], Json::object()) << "nothing was billed yet";
+  failing_->fail_if = nullptr;
+  ASSERT_TRUE(core_->SettleMeters().ok());
+  const int64_t price = 200'000;  // 4 CPUs at $0.05 per CPU-hour
+  // Without accounts, jobs are the admin's and nodes the built-in provider's.
+  EXPECT_EQ(core_->BalanceOf("admin"), -ledger::ChargeFor(price, 30'000));
+  EXPECT_EQ(core_->BalanceOf("provider"), ledger::ChargeFor(price, 30'000));
+  auto cost = core_->CostOfJob(job_);
+  ASSERT_TRUE(cost.ok());
+  EXPECT_EQ(cost->charged_micros, ledger::ChargeFor(price, 30'000));
+  clock_.Advance(5'000);
+  ASSERT_TRUE(core_->AgentMessage(node, link_.get(), exited).ok());
+  cost = core_->CostOfJob(job_);
+  ASSERT_TRUE(cost.ok());
+  EXPECT_EQ(cost->charged_micros, ledger::ChargeFor(price, clock_.NowMillis() - started));
+  EXPECT_EQ(cost->accruing_micros, 0);
+  auto check = core_->CheckLedger();
+  ASSERT_TRUE(check.ok());
+  EXPECT_TRUE(check->problems.empty()) << ::testing::PrintToString(check->problems);
 }
 
 TEST_F(CoreCommitTest, AFailedRequeueAfterALostAttemptKeepsItsCooldownAndCountsUnchanged) {

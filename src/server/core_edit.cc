@@ -62,6 +62,7 @@ const AttemptRecord* ServerCore::ViewAttemptLocked(const Edit& edit,
 }
 
 Status ServerCore::CommitLocked(Edit& edit) {
+  MeterLocked(edit);  // meters open and close in the commit of the change that starts or ends them
   if (!edit.batch.empty()) SLUICE_RETURN_IF_ERROR(store_->Write(edit.batch));
   ApplyLocked(edit);
   PublishLocked(edit.batch);
@@ -97,6 +98,14 @@ void ServerCore::ApplyLocked(Edit& edit) {
   for (auto& [job, nodes] : edit.avoid) {
     for (auto& [node, until] : nodes) avoid_[job][node] = until;
   }
+  for (auto& [id, meter] : edit.meters) {
+    if (meter) {
+      open_meters_[id] = std::move(*meter);
+    } else {
+      open_meters_.erase(id);
+    }
+  }
+  for (const auto& [account, delta] : edit.balance_deltas) balances_[account] += delta;
   for (auto& [id, seq] : edit.max_log_seq) max_log_seq_[id] = seq;
   for (auto& [id, bytes] : edit.log_bytes) log_bytes_[id] = bytes;
   for (auto& [id, att] : edit.attempts) {
@@ -197,6 +206,18 @@ Json ServerCore::StateDump() {
                  return ids;
                }()},
               {"attempts_by_node", attempts_by_node_},
+              {"open_meters",
+               [this] {
+                 Json meters = Json::object();
+                 for (const auto& [id, m] : open_meters_) {
+                   meters[id] = Json{{"settled_ms", m.settled_ms},
+                                     {"charged_micros", m.charged_micros},
+                                     {"fee_micros", m.fee_micros},
+                                     {"start_ms", m.start_ms}};
+                 }
+                 return meters;
+               }()},
+              {"balances", balances_},
               {"next_order", next_order_}};
 }
 

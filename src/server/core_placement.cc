@@ -2,6 +2,7 @@
 // interruptible job may fall back to on-demand capacity. Members of ServerCore.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string_view>
@@ -299,6 +300,17 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   for (const auto& [id, live] : candidates) {
     auto staged = edit.jobs.find(id);
     const JobState* js = staged != edit.jobs.end() ? &staged->second : live;
+    if (!CanSpendLocked(js->record.owner)) {
+      // Issue 14: an account past its credit limit starts nothing more; the job says why.
+      const std::string why = "waiting for credit: " + CreditRefusalLocked(js->record.owner);
+      if (js->record.reason.rfind("waiting for credit: ", 0) != 0) {
+        JobState& waiting = StagedJobLocked(edit, id);
+        waiting.record.reason = why;
+        batch.jobs.push_back(waiting.record);
+        batch.events.push_back(EventLocked(id, "waiting", why));
+      }
+      continue;
+    }
     view.emplace(id, js);
     requests.push_back(RequestLocked(id, *js));
     queue.push_back(requests.back().get());
@@ -325,6 +337,10 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     att.number = ++js.attempts;
     att.interruptible = p.estimate.interruptible;
     att.checkpoint_restored = js.record.checkpoint;
+    if (std::isfinite(p.estimate.expected_cost) && p.estimate.expected_cost > 0 &&
+        p.estimate.expected_cost < 1e12) {
+      att.expected_cost_micros = std::llround(p.estimate.expected_cost * 1e6);
+    }
     // What it runs on, frozen now: the audit bundle must show this, not the node as it is later.
     const NodeState& node = nodes_.at(p.node_id);  // the plan places on known nodes only
     st::NodeSnapshot snap = Snapshot(node.record);

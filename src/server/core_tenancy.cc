@@ -37,6 +37,9 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
       return it->second.record;
     }
   }
+  if (!CanSpendLocked(opts.owner)) {
+    return Status::FailedPrecondition(CreditRefusalLocked(opts.owner));
+  }
   if (!opts.exempt_from_quota && options_.max_active_jobs_per_account > 0) {
     int active = 0;
     for (const auto& [id, js] : jobs_) {

@@ -41,7 +41,8 @@ Json AttemptToJson(const AttemptRecord& a) {
               {"cause", a.cause},
               {"number", a.number},
               {"checkpoint_restored", a.checkpoint_restored},
-              {"interruptible", a.interruptible}};
+              {"interruptible", a.interruptible},
+              {"expected_cost_micros", a.expected_cost_micros}};
 }
 
 Json EventToJson(const st::JobEvent& e) {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "audit/tls_identity.h"
 #include "common/atomic_file.h"
 #include "common/clock.h"
+#include "ledger/micros.h"
 #include "net/http_server.h"
 #include "server/accounts.h"
 #include "server/api.h"
@@ -146,7 +148,15 @@ int RunServer(const ServerOptions& opt) {
     std::fprintf(stderr, "sluice server: %s\n", accounts.status().ToString().c_str());
     return 1;
   }
+  auto default_limit = ledger::ParseCreditLimit(opt.default_credit_limit, "--default-credit-limit");
+  if (!default_limit.ok()) {
+    std::fprintf(stderr, "sluice server: %s\n", default_limit.status().message().c_str());
+    return 2;
+  }
+  (*accounts)->SetDefaultCreditLimit(*default_limit);
   CoreOptions core_opt;
+  core_opt.platform_fee_bps = static_cast<int>(std::lround(opt.platform_fee_percent * 100));
+  core_opt.settle_interval_ms = static_cast<int64_t>(opt.settle_interval_s * 1000);
   core_opt.heartbeat_interval_ms = static_cast<int64_t>(opt.heartbeat_interval_s * 1000);
   core_opt.heartbeat_grace_ms = static_cast<int64_t>(opt.heartbeat_grace_s * 1000);
   core_opt.lease_ms = opt.lease_s > 0 ? static_cast<int64_t>(opt.lease_s * 1000)

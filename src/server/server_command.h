@@ -39,6 +39,10 @@ struct ServerOptions {
   std::vector<std::string> tls_sans;      // extra names/addresses for the generated certificate
   bool insecure_http = false;             // allow plain HTTP on a non-loopback address
   int max_connections_per_address = 256;  // open connections per client IP; 0: no cap
+  // Money (issue 14; README "Bills and earnings").
+  double platform_fee_percent = 0;         // taken from the provider's share
+  double settle_interval_s = 60;           // running attempts are billed this often
+  std::string default_credit_limit = "0";  // new user accounts: USD below zero, or "unlimited"
 };
 
 int RunServer(const ServerOptions& options);

@@ -100,6 +100,11 @@ Status ServerCore::Load() {
     attempts_by_node_[a.node_id].insert(a.id);
     active_attempts_[a.id] = std::move(a);
   }
+  SLUICE_ASSIGN_OR_RETURN(auto meters, store_->LoadMeters(""));
+  for (auto& m : meters) open_meters_[m.attempt_id] = std::move(m);
+  SLUICE_ASSIGN_OR_RETURN(auto balances, store_->LoadBalances());
+  for (auto& [account, balance] : balances) balances_[account] = balance;
+  last_settle_mono_ = now_mono;
   RefreshReliabilityLocked();
   return Status::Ok();
 }
@@ -231,6 +236,11 @@ bool ServerCore::TickState() {
     }
   }
   AdmitVerificationsLocked();
+  if (options_.settle_interval_ms > 0 && now - last_settle_mono_ >= options_.settle_interval_ms) {
+    if (Status s = SettleMetersLocked(); !s.ok()) {
+      DegradedLocked("settle", "settling running attempts' meters", s);
+    }
+  }
   bool refresh_reliability = false;
   // Once a minute: extend the open uptime spans, ask for scheduled re-verification, and
   // recompute reliability scores.

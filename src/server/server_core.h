@@ -113,6 +113,28 @@ struct CoreOptions {
   // Tests: posted agent messages wait until HandleWaitingAgentMessages is called (instead of
   // being handled inline), so a test can line several up as a loaded server would.
   bool hold_agent_messages = false;
+  // Money (issue 14; docs/design-notes.md "Metering and the ledger"). The platform's fee, taken
+  // from the provider's share, in basis points (500 = 5 %); how often running attempts' meters
+  // are settled into the ledger (their end settles the rest at once).
+  int platform_fee_bps = 0;
+  int64_t settle_interval_ms = 60000;
+};
+
+// A job's bill so far (`sluice job`, `sluice costs --job`): its meters and what they charged.
+struct JobCost {
+  std::vector<store::MeterRecord> meters;  // one per attempt that started, oldest first
+  int64_t charged_micros = 0;              // settled into the ledger
+  int64_t accruing_micros = 0;             // open meters' time not yet settled, at now
+  int64_t fee_micros = 0;
+  int64_t lost_micros = 0;
+  // The market's expected cost to complete when its latest attempt was placed (0: unknown).
+  int64_t estimate_micros = 0;
+};
+
+// What `sluice ledger check` reports: the store's sums and anything that disagrees.
+struct LedgerReport {
+  store::LedgerCheck check;
+  std::vector<std::string> problems;  // empty: every transaction balances, every balance agrees
 };
 
 struct JobDetail {
@@ -294,7 +316,8 @@ class ServerCore {
   Status RecordAudit(store::AuditEntry entry);
   Result<std::vector<store::AuditEntry>> ReadAudit(int64_t since_ms, int64_t after_id, int limit);
   // The signed audit bundle of a job (a .zip): environment-fingerprint.json,
-  // hardware-inventory.json, conformance-log.txt, events.jsonl, job.json, manifest.sha256 and
+  // hardware-inventory.json, conformance-log.txt, cost-statement.json, events.jsonl, job.json,
+  // manifest.sha256 and
   // signature.p7s. FailedPrecondition without a signing identity.
   Result<std::string> AuditBundle(const std::string& job_id);
   void SetSigningIdentity(SigningIdentity identity) { signing_ = std::move(identity); }
@@ -305,6 +328,23 @@ class ServerCore {
   // Where node credentials are minted and revoked (issue 10 item 2). Without it (unit tests),
   // hello trusts the node id as before.
   void SetAccounts(Accounts* accounts) { accounts_ = accounts; }
+
+  // --- money (issue 14; core_billing.cc) ---
+  // An account's balance in micro-dollars: the sum of its ledger entries.
+  int64_t BalanceOf(const std::string& account_id);
+  // `sluice account credit`: `amount` (micro-dollars, > 0) from the funding account to the
+  // account, as one committed transaction. May let its waiting jobs run.
+  Result<store::LedgerTxn> TopUp(const std::string& account_id, int64_t amount,
+                                 const std::string& memo);
+  Result<JobCost> CostOfJob(const std::string& job_id);
+  Result<std::vector<store::CostRow>> Costs(const store::CostQuery& query);
+  // Every transaction sums to zero, every balance in memory equals its entries' sum, and the
+  // compute charged agrees three ways (entries, meters, cost totals). Holds the lock meanwhile.
+  Result<LedgerReport> CheckLedger();
+  // A credit limit changed: jobs waiting for credit are tried again.
+  void CreditChanged();
+  // Settles every open meter up to now (the tick does it every settle_interval_ms).
+  Status SettleMeters();
 
   const CoreOptions& options() const { return options_; }
 
@@ -384,6 +424,10 @@ class ServerCore {
     std::map<std::string, std::map<std::string, int64_t>> avoid;              // cooldowns to add
     std::map<std::string, int64_t> max_log_seq;                               // per attempt
     std::map<std::string, int64_t> log_bytes;                                 // per attempt
+    // Meters (issue 14) opened, settled or closed (nullopt: closed, it leaves the open set), and
+    // what the edit's ledger transactions add to each account's balance.
+    std::map<std::string, std::optional<store::MeterRecord>> meters;
+    std::map<std::string, int64_t> balance_deltas;
     std::vector<std::pair<std::string, Json>> sends;  // to a node's agent, once applied
     std::vector<std::shared_ptr<AgentLink>> close;    // links to close, once applied
   };
@@ -415,6 +459,25 @@ class ServerCore {
     bool logs = false;
     StreamSink sink;
   };
+
+  // Metering (core_billing.cc): opens a meter for each attempt the edit starts and closes (and
+  // bills) the meter of each it ends, into the edit's own batch. Called by CommitLocked first.
+  void MeterLocked(Edit& edit);
+  // Bills `meter` up to `until_ms` into the edit (a ledger transaction and its cost delta).
+  Status SettleMetersLocked();
+  store::MeterRecord SettleIntoLocked(Edit& edit, const store::MeterRecord& meter, int64_t until_ms,
+                                      int64_t lost_micros);
+  // When the lease of the node's attempts runs out (wall ms): its last renewal plus the lease.
+  // `fallback` when the server has not renewed it since it started.
+  int64_t LeaseEndLocked(const std::string& node_id, int64_t fallback) const;
+  // A lease was renewed for the node's attempts now (a heartbeat's reply, a hello).
+  void NoteLeaseRenewedLocked(const std::string& node_id);
+  // Whether the account may start more work: its balance is above minus its credit limit.
+  bool CanSpendLocked(const std::string& account_id) const;
+  // Why it may not (names the balance, the limit and the command that adds credit).
+  std::string CreditRefusalLocked(const std::string& account_id) const;
+  std::string PayerLocked(const std::string& owner) const;
+  std::string ProviderLocked(const std::string& node_id) const;
 
   // Places what can be placed now (PlaceLocked); a failure is retried by the next tick.
   Status ScheduleLocked();
@@ -570,6 +633,12 @@ class ServerCore {
   std::map<std::string, std::map<std::string, int64_t>> avoid_;
   store::BlobStore* blobs_ = nullptr;
   Accounts* accounts_ = nullptr;
+  // Money (issue 14): open meters by attempt id, balances by account (micro-dollars), when each
+  // node's lease was last renewed (monotonic ms), the last settlement.
+  std::map<std::string, store::MeterRecord> open_meters_;
+  std::map<std::string, int64_t> balances_;
+  std::map<std::string, int64_t> lease_renewed_mono_;
+  int64_t last_settle_mono_ = 0;
   // Kept checkpoints per job, oldest first (the store's `checkpoints` table).
   std::map<std::string, std::vector<store::CheckpointRecord>> checkpoints_;
   uint64_t next_subscriber_ = 1;

@@ -83,6 +83,20 @@ class FailingStore : public store::Store {
     return inner_->ReadAudit(s, a, l);
   }
 
+  Result<std::vector<store::MeterRecord>> LoadMeters(const std::string& j) override {
+    return inner_->LoadMeters(j);
+  }
+  Result<std::vector<std::pair<std::string, int64_t>>> LoadBalances() override {
+    return inner_->LoadBalances();
+  }
+  Result<store::LedgerCheck> CheckLedger() override { return inner_->CheckLedger(); }
+  Result<std::vector<store::CostRow>> Costs(const store::CostQuery& q) override {
+    return inner_->Costs(q);
+  }
+  Result<std::vector<store::CostRow>> CostsFromMeters(const store::CostQuery& q) override {
+    return inner_->CostsFromMeters(q);
+  }
+
  private:
   store::Store* inner_;
 };

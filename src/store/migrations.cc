@@ -242,6 +242,70 @@ CREATE TABLE blob_owners (
 );
 )sql";
 
+// v10 (issue 14): metering and the double-entry ledger. Amounts are integers in micro-dollars.
+// Accounts from before v10 keep an unlimited credit limit (-1), so an upgrade stops no one.
+constexpr std::string_view kV10 = R"sql(
+ALTER TABLE accounts ADD COLUMN credit_limit_micros INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE attempts ADD COLUMN expected_cost_micros INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE meters (
+  attempt_id TEXT PRIMARY KEY NOT NULL,
+  job_id TEXT NOT NULL,
+  payer TEXT NOT NULL,
+  provider TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  resource TEXT NOT NULL,
+  units INTEGER NOT NULL,
+  memory_gb REAL NOT NULL,
+  price_micros_per_hour INTEGER NOT NULL,
+  interruptible INTEGER NOT NULL,
+  start_ms INTEGER NOT NULL,
+  end_ms INTEGER NOT NULL,
+  settled_ms INTEGER NOT NULL,
+  charged_micros INTEGER NOT NULL,
+  fee_micros INTEGER NOT NULL,
+  lost_micros INTEGER NOT NULL,
+  end_cause TEXT NOT NULL
+);
+CREATE INDEX meters_open ON meters (end_ms) WHERE end_ms = 0;
+CREATE INDEX meters_by_job ON meters (job_id);
+CREATE INDEX meters_by_start ON meters (start_ms);
+CREATE TABLE ledger_txns (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  ts_ms INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  attempt_id TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  from_ms INTEGER NOT NULL,
+  to_ms INTEGER NOT NULL,
+  memo TEXT NOT NULL
+);
+CREATE INDEX ledger_txns_by_attempt ON ledger_txns (attempt_id);
+CREATE TABLE ledger_entries (
+  txn_id INTEGER NOT NULL REFERENCES ledger_txns (id),
+  account TEXT NOT NULL,
+  category TEXT NOT NULL,
+  amount_micros INTEGER NOT NULL
+);
+CREATE INDEX ledger_entries_by_txn ON ledger_entries (txn_id);
+CREATE INDEX ledger_entries_by_account ON ledger_entries (account);
+CREATE TABLE cost_totals (
+  payer TEXT NOT NULL,
+  provider TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  day TEXT NOT NULL,
+  resource TEXT NOT NULL,
+  charged_micros INTEGER NOT NULL,
+  fee_micros INTEGER NOT NULL,
+  lost_micros INTEGER NOT NULL,
+  metered_ms INTEGER NOT NULL,
+  PRIMARY KEY (payer, provider, job_id, node_id, day, resource)
+);
+CREATE INDEX cost_totals_by_provider ON cost_totals (provider, day);
+CREATE INDEX cost_totals_by_job ON cost_totals (job_id);
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -292,6 +356,7 @@ const std::vector<Migration>& Migrations() {
       {7, "checkpoints", kV7},
       {8, "node verification, attempt snapshots, node uptime, audit log", kV8},
       {9, "accounts, scoped tokens, teams, owners, idempotency keys, blob owners", kV9},
+      {10, "meters, ledger, cost totals, credit limits", kV10},
   };
   return kSteps;
 }

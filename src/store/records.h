@@ -10,6 +10,7 @@
 
 #include "common/json.h"
 #include "common/status.h"
+#include "store/ledger_records.h"
 
 namespace sluice::store {
 
@@ -59,6 +60,8 @@ struct AccountRecord {
   bool disabled = false;
   int64_t created_ms = 0;
   std::string owner;  // the account that created it ("" for the first admin)
+  // How far below zero its balance may go, in micro-dollars (issue 14); -1: unlimited.
+  int64_t credit_limit_micros = -1;
   bool operator==(const AccountRecord&) const = default;
 };
 
@@ -156,6 +159,9 @@ struct AttemptRecord {
   // Digest of the NodeSnapshot taken at placement: what hardware and software the attempt ran on,
   // for audit bundles. Empty for attempts placed before issue 5.
   std::string node_snapshot{};
+  // The market's expected cost to complete when it was placed (issue 14: the bill is shown
+  // beside it), micro-dollars; 0 when unknown or placed before v10.
+  int64_t expected_cost_micros = 0;
   bool operator==(const AttemptRecord&) const = default;
 };
 
@@ -265,12 +271,18 @@ struct WriteBatch {
   std::vector<BlobOwner> blob_owners{};          // upsert by (digest, account_id)
   std::vector<LogTrim> log_trims{};              // applied before `logs`
   std::vector<BlobOwner> dropped_blob_owners{};  // deleted by (digest, account_id)
+  // Issue 14: meters (upsert by attempt_id), ledger transactions (appended; `id` ignored) and
+  // the cost totals they add to (added to their row).
+  std::vector<MeterRecord> meters{};
+  std::vector<LedgerTxn> ledger{};
+  std::vector<CostDelta> cost_deltas{};
   bool empty() const {
-    return log_trims.empty() && dropped_blob_owners.empty() && accounts.empty() &&
-           team_members.empty() && idempotency.empty() && blob_owners.empty() && tokens.empty() &&
-           nodes.empty() && jobs.empty() && attempts.empty() && events.empty() && logs.empty() &&
-           catalogs.empty() && checkpoints.empty() && dropped_checkpoints.empty() &&
-           deleted_jobs.empty() && snapshots.empty() && uptime.empty() && audit.empty();
+    return meters.empty() && ledger.empty() && cost_deltas.empty() && log_trims.empty() &&
+           dropped_blob_owners.empty() && accounts.empty() && team_members.empty() &&
+           idempotency.empty() && blob_owners.empty() && tokens.empty() && nodes.empty() &&
+           jobs.empty() && attempts.empty() && events.empty() && logs.empty() && catalogs.empty() &&
+           checkpoints.empty() && dropped_checkpoints.empty() && deleted_jobs.empty() &&
+           snapshots.empty() && uptime.empty() && audit.empty();
   }
 };
 

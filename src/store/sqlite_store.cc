@@ -15,94 +15,18 @@
 
 #include "common/json.h"
 #include "store/migrations.h"
+#include "store/sqlite_ledger.h"
+#include "store/sqlite_query.h"
 
 namespace sluice::store {
 namespace {
 
+using sqlite::Error;
+using sqlite::Query;
+
 // Stored JSON was validated when it entered the system, so reading it back allows deeper nesting
 // than the API's limit rather than making an accepted record unreadable.
 constexpr int kStoredJsonMaxDepth = 512;
-
-// Maps SQLite's result codes onto ours: a lock held too long is worth retrying, a constraint
-// means the batch itself is wrong, anything else is the environment (disk, corruption).
-Status Error(sqlite3* db, int rc, std::string_view what) {
-  std::string msg = "sqlite store: " + std::string(what) + ": " + sqlite3_errmsg(db);
-  switch (rc & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return Status::Unavailable(std::move(msg));
-    case SQLITE_CONSTRAINT:
-      return Status::InvalidArgument(std::move(msg));
-    default:
-      return Status::Internal(std::move(msg));
-  }
-}
-
-// One use of a cached prepared statement: binds positionally, steps, and resets the statement
-// on destruction so the cache can hand it out again.
-class Query {
- public:
-  Query(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
-  ~Query() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  Query(const Query&) = delete;
-  Query& operator=(const Query&) = delete;
-
-  // Values are copied (SQLITE_TRANSIENT) so callers may bind temporaries such as dumped JSON.
-  Query& Text(std::string_view v) {
-    Check(sqlite3_bind_text64(stmt_, ++index_, v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
-    return *this;
-  }
-  Query& Int(int64_t v) {
-    Check(sqlite3_bind_int64(stmt_, ++index_, v));
-    return *this;
-  }
-  Query& Real(double v) {
-    Check(sqlite3_bind_double(stmt_, ++index_, v));
-    return *this;
-  }
-  Query& OptInt(const std::optional<int>& v) {
-    Check(v ? sqlite3_bind_int64(stmt_, ++index_, *v) : sqlite3_bind_null(stmt_, ++index_));
-    return *this;
-  }
-
-  // True when a row is available, false when done.
-  Result<bool> Step(std::string_view what) {
-    if (bind_rc_ != SQLITE_OK) return Error(db_, bind_rc_, what);
-    int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    return Error(db_, rc, what);
-  }
-  Status Run(std::string_view what) {
-    SLUICE_ASSIGN_OR_RETURN(bool row, Step(what));
-    (void)row;
-    return Status::Ok();
-  }
-
-  std::string ColText(int i) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, i));
-    int n = sqlite3_column_bytes(stmt_, i);  // after column_text, as SQLite requires
-    return p ? std::string(p, static_cast<size_t>(n)) : std::string();
-  }
-  int64_t ColInt(int i) const { return sqlite3_column_int64(stmt_, i); }
-  double ColReal(int i) const { return sqlite3_column_double(stmt_, i); }
-  std::optional<int> ColOptInt(int i) const {
-    if (sqlite3_column_type(stmt_, i) == SQLITE_NULL) return std::nullopt;
-    return sqlite3_column_int(stmt_, i);
-  }
-
- private:
-  void Check(int rc) {
-    if (rc != SQLITE_OK && bind_rc_ == SQLITE_OK) bind_rc_ = rc;
-  }
-  sqlite3* const db_;
-  sqlite3_stmt* const stmt_;
-  int index_ = 0;
-  int bind_rc_ = SQLITE_OK;
-};
 
 // --- SQL. Each literal is also its own cache key (by address). ---
 
@@ -114,11 +38,14 @@ constexpr const char* kUpsertToken =
     "scope = excluded.scope, name = excluded.name, expires_ms = excluded.expires_ms, "
     "revoked_ms = excluded.revoked_ms, node_id = excluded.node_id";
 constexpr const char* kUpsertAccount =
-    "INSERT INTO accounts (id, name, role, disabled, created_ms, owner) VALUES (?, ?, ?, ?, ?, ?) "
+    "INSERT INTO accounts (id, name, role, disabled, created_ms, owner, credit_limit_micros) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, role = excluded.role, "
-    "disabled = excluded.disabled, created_ms = excluded.created_ms, owner = excluded.owner";
+    "disabled = excluded.disabled, created_ms = excluded.created_ms, owner = excluded.owner, "
+    "credit_limit_micros = excluded.credit_limit_micros";
 constexpr const char* kSelectAccounts =
-    "SELECT id, name, role, disabled, created_ms, owner FROM accounts ORDER BY created_ms, rowid";
+    "SELECT id, name, role, disabled, created_ms, owner, credit_limit_micros FROM accounts "
+    "ORDER BY created_ms, rowid";
 constexpr const char* kUpsertTeamMember =
     "INSERT INTO team_members (team, account_id, added_ms) VALUES (?, ?, ?) "
     "ON CONFLICT (team, account_id) DO UPDATE SET added_ms = excluded.added_ms";
@@ -170,14 +97,16 @@ constexpr const char* kUpsertJob =
 constexpr const char* kUpsertAttempt =
     "INSERT INTO attempts (id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, "
     "created_ms, started_ms, ended_ms, exit_code, cause, number, checkpoint_restored, "
-    "interruptible, node_snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "interruptible, node_snapshot, expected_cost_micros) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, node_id = excluded.node_id, "
     "gpus = excluded.gpus, cpus = excluded.cpus, memory_gb = excluded.memory_gb, "
     "price_per_hour = excluded.price_per_hour, state = excluded.state, "
     "created_ms = excluded.created_ms, started_ms = excluded.started_ms, "
     "ended_ms = excluded.ended_ms, exit_code = excluded.exit_code, cause = excluded.cause, "
     "number = excluded.number, checkpoint_restored = excluded.checkpoint_restored, "
-    "interruptible = excluded.interruptible, node_snapshot = excluded.node_snapshot";
+    "interruptible = excluded.interruptible, node_snapshot = excluded.node_snapshot, "
+    "expected_cost_micros = excluded.expected_cost_micros";
 constexpr const char* kInsertEvent =
     "INSERT INTO events (job_id, ts_ms, type, message) VALUES (?, ?, ?, ?)";
 // ON CONFLICT on the named key rather than INSERT OR IGNORE: OR IGNORE would also silently
@@ -205,7 +134,7 @@ constexpr const char* kSelectJob = SLUICE_JOB_COLUMNS "WHERE id = ?";
 #define SLUICE_ATTEMPT_COLUMNS                                                             \
   "SELECT id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, created_ms, " \
   "started_ms, ended_ms, exit_code, cause, number, checkpoint_restored, interruptible, "   \
-  "node_snapshot FROM attempts "
+  "node_snapshot, expected_cost_micros FROM attempts "
 constexpr const char* kSelectAttemptsForJob =
     SLUICE_ATTEMPT_COLUMNS "WHERE job_id = ? ORDER BY created_ms, rowid";
 constexpr const char* kSelectActiveAttempts =
@@ -377,6 +306,7 @@ Result<AttemptRecord> ReadAttempt(const Query& q) {
   a.checkpoint_restored = q.ColText(14);
   a.interruptible = q.ColInt(15) != 0;
   a.node_snapshot = q.ColText(16);
+  a.expected_cost_micros = q.ColInt(17);
   return a;
 }
 
@@ -462,6 +392,7 @@ class SqliteStore final : public Store {
           a.disabled = q.ColInt(3) != 0;
           a.created_ms = q.ColInt(4);
           a.owner = q.ColText(5);
+          a.credit_limit_micros = q.ColInt(6);
           return a;
         },
         [](Query&) {});
@@ -654,7 +585,32 @@ class SqliteStore final : public Store {
         [](Query&) {});
   }
 
+  Result<std::vector<MeterRecord>> LoadMeters(const std::string& job_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sqlite::LoadMeters(db_, PrepareFn(), job_id);
+  }
+  Result<std::vector<std::pair<std::string, int64_t>>> LoadBalances() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sqlite::LoadBalances(db_, PrepareFn());
+  }
+  Result<LedgerCheck> CheckLedger() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sqlite::CheckLedger(db_, PrepareFn());
+  }
+  Result<std::vector<CostRow>> Costs(const CostQuery& query) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sqlite::Costs(db_, query, /*from_meters=*/false);
+  }
+  Result<std::vector<CostRow>> CostsFromMeters(const CostQuery& query) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sqlite::Costs(db_, query, /*from_meters=*/true);
+  }
+
  private:
+  sqlite::PrepareFn PrepareFn() {
+    return [this](const char* sql) { return Prepare(sql); };
+  }
+
   // Requires mu_. Statements live as long as the connection; SQLITE_PREPARE_PERSISTENT tells
   // SQLite they will be reused many times.
   Result<sqlite3_stmt*> Prepare(const char* sql) {
@@ -700,7 +656,7 @@ class SqliteStore final : public Store {
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertAccount));
       Query q(db_, s);
       q.Text(a.id).Text(a.name).Text(a.role).Int(a.disabled ? 1 : 0).Int(a.created_ms);
-      q.Text(a.owner);
+      q.Text(a.owner).Int(a.credit_limit_micros);
       SLUICE_RETURN_IF_ERROR(q.Run("write account " + a.id));
     }
     for (const TeamMember& m : b.team_members) {
@@ -764,6 +720,7 @@ class SqliteStore final : public Store {
       q.Real(a.memory_gb).Real(a.price_per_hour).Text(Name(a.state)).Int(a.created_ms);
       q.Int(a.started_ms).Int(a.ended_ms).OptInt(a.exit_code).Text(a.cause).Int(a.number);
       q.Text(a.checkpoint_restored).Int(a.interruptible ? 1 : 0).Text(a.node_snapshot);
+      q.Int(a.expected_cost_micros);
       SLUICE_RETURN_IF_ERROR(q.Run("write attempt " + a.id));
     }
     for (const JobEvent& e : b.events) {
@@ -821,7 +778,7 @@ class SqliteStore final : public Store {
       q.Text(DumpJson(a.params)).Int(a.status);
       SLUICE_RETURN_IF_ERROR(q.Run("write audit entry " + a.action));
     }
-    return Status::Ok();
+    return sqlite::WriteLedger(db_, PrepareFn(), b);
   }
 
   std::mutex mu_;

@@ -67,6 +67,18 @@ class Store {
   // Audit entries with ts_ms >= since_ms and id > after_id, oldest first, at most `limit`.
   virtual Result<std::vector<AuditEntry>> ReadAudit(int64_t since_ms, int64_t after_id,
                                                     int limit) = 0;
+
+  // --- metering and the ledger (issue 14) ---
+  // Meters still open (end_ms 0), or every meter of one job (`job_id` set), by start.
+  virtual Result<std::vector<MeterRecord>> LoadMeters(const std::string& job_id) = 0;
+  // Each account's balance: the sum of its ledger entries.
+  virtual Result<std::vector<std::pair<std::string, int64_t>>> LoadBalances() = 0;
+  // Every transaction's sum and every account's, from the entries alone.
+  virtual Result<LedgerCheck> CheckLedger() = 0;
+  // A cost report from the cost totals (kept as charges are written).
+  virtual Result<std::vector<CostRow>> Costs(const CostQuery& query) = 0;
+  // The same report computed from the raw meter records (a check, and bench/ledger's baseline).
+  virtual Result<std::vector<CostRow>> CostsFromMeters(const CostQuery& query) = 0;
 };
 
 // SQLite in WAL mode at `path` (created if absent), schema brought up to date by versioned

@@ -1,0 +1,69 @@
+#include "ledger/metering.h"
+
+#include <algorithm>
+
+namespace sluice::ledger {
+
+Micros ChargeFor(Micros price_per_hour, int64_t ms) {
+  if (price_per_hour <= 0 || ms <= 0) return 0;
+  const __int128 product = static_cast<__int128>(price_per_hour) * ms;
+  return static_cast<Micros>(product / 3'600'000);
+}
+
+Micros FeeFor(Micros charged, int fee_bps) {
+  if (charged <= 0 || fee_bps <= 0) return 0;
+  return static_cast<Micros>(static_cast<__int128>(charged) * fee_bps / 10'000);
+}
+
+Settlement SettleTo(const store::MeterRecord& meter, int64_t until_ms, int fee_bps) {
+  Settlement s;
+  s.meter = meter;
+  int64_t to = std::max(until_ms, meter.settled_ms);
+  if (meter.end_ms > 0) to = std::min(to, std::max(meter.end_ms, meter.settled_ms));
+  s.from_ms = meter.settled_ms;
+  s.to_ms = to;
+  const Micros total = ChargeFor(meter.price_micros_per_hour, to - meter.start_ms);
+  const Micros total_fee = FeeFor(total, fee_bps);
+  s.charge = std::max<Micros>(0, total - meter.charged_micros);
+  s.fee = std::max<Micros>(0, total_fee - meter.fee_micros);
+  s.meter.settled_ms = to;
+  s.meter.charged_micros = meter.charged_micros + s.charge;
+  s.meter.fee_micros = meter.fee_micros + s.fee;
+  return s;
+}
+
+store::LedgerTxn ChargeTxn(const Settlement& s, int64_t ts_ms) {
+  store::LedgerTxn txn;
+  txn.ts_ms = ts_ms;
+  txn.kind = "charge";
+  txn.job_id = s.meter.job_id;
+  txn.attempt_id = s.meter.attempt_id;
+  txn.node_id = s.meter.node_id;
+  txn.from_ms = s.from_ms;
+  txn.to_ms = s.to_ms;
+  if (s.charge == 0) return txn;
+  txn.entries.push_back({s.meter.payer, s.meter.resource, -s.charge});
+  if (s.charge - s.fee != 0)
+    txn.entries.push_back({s.meter.provider, "earnings", s.charge - s.fee});
+  if (s.fee != 0) txn.entries.push_back({kPlatformAccount, "fee", s.fee});
+  return txn;
+}
+
+store::LedgerTxn TopUpTxn(const std::string& account, Micros amount, int64_t ts_ms,
+                          const std::string& memo) {
+  store::LedgerTxn txn;
+  txn.ts_ms = ts_ms;
+  txn.kind = "top-up";
+  txn.memo = memo;
+  txn.entries.push_back({kFundingAccount, "funding", -amount});
+  txn.entries.push_back({account, "top-up", amount});
+  return txn;
+}
+
+Micros Sum(const store::LedgerTxn& txn) {
+  Micros sum = 0;
+  for (const auto& e : txn.entries) sum += e.amount_micros;
+  return sum;
+}
+
+}  // namespace sluice::ledger

@@ -1,0 +1,241 @@
+// The API's money routes (issue 14): balances and top-ups, the ledger check, cost reports and
+// providers' earnings. Amounts travel as integers in micro-dollars (`*_micros`) beside a
+// formatted string for people; the CLI never does arithmetic on floats.
+#include <ctime>
+
+#include "ledger/micros.h"
+#include "server/api.h"
+#include "server/api_util.h"
+
+namespace sluice::server {
+namespace {
+
+Json CostRowToJson(const store::CostRow& r) {
+  return Json{{"key", r.key},
+              {"charged_micros", r.charged_micros},
+              {"fee_micros", r.fee_micros},
+              {"earnings_micros", r.charged_micros - r.fee_micros},
+              {"lost_micros", r.lost_micros},
+              {"metered_ms", r.metered_ms}};
+}
+
+Json MeterToJson(const store::MeterRecord& m) {
+  return Json{{"attempt_id", m.attempt_id},
+              {"node_id", m.node_id},
+              {"resource", m.resource},
+              {"units", m.units},
+              {"memory_gb", m.memory_gb},
+              {"price_micros_per_hour", m.price_micros_per_hour},
+              {"interruptible", m.interruptible},
+              {"start_ms", m.start_ms},
+              {"end_ms", m.end_ms},
+              {"settled_ms", m.settled_ms},
+              {"charged_micros", m.charged_micros},
+              {"fee_micros", m.fee_micros},
+              {"lost_micros", m.lost_micros},
+              {"end_cause", m.end_cause}};
+}
+
+// `since`: unix milliseconds, a UTC day ("2026-12-01"), or an age ("7d", "12h").
+Result<int64_t> ParseSince(const std::string& text, int64_t now_ms) {
+  if (text.empty()) return int64_t{0};
+  auto bad = Status::InvalidArgument("since: \"" + text +
+                                     "\" is not a UTC day (2026-12-01), an age (7d, 12h) or unix "
+                                     "milliseconds");
+  if (text.size() == 10 && text[4] == '-' && text[7] == '-') {
+    std::tm tm{};
+    if (strptime(text.c_str(), "%Y-%m-%d", &tm) == nullptr) return bad;
+    return static_cast<int64_t>(timegm(&tm)) * 1000;
+  }
+  const char unit = text.back();
+  if (unit == 'd' || unit == 'h') {
+    int64_t n = 0;
+    for (size_t i = 0; i + 1 < text.size(); ++i) {
+      if (text[i] < '0' || text[i] > '9' || n > 100000) return bad;
+      n = n * 10 + (text[i] - '0');
+    }
+    if (text.size() < 2) return bad;
+    return now_ms - n * (unit == 'd' ? 86'400'000 : 3'600'000);
+  }
+  int64_t ms = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9' || ms > 100'000'000'000'000LL) return bad;
+    ms = ms * 10 + (c - '0');
+  }
+  return ms;
+}
+
+// An amount in a JSON body: a string ("0.25", exact) or a number.
+Result<int64_t> AmountField(const Json& body, const char* key, bool limit) {
+  const Json& v = body.at(key);
+  std::string text;
+  if (v.is_string()) {
+    text = v.get<std::string>();
+  } else if (v.is_number()) {
+    text = v.dump();
+  } else {
+    return Status::InvalidArgument(std::string(key) + ": expected an amount in dollars");
+  }
+  return limit ? ledger::ParseCreditLimit(text, key) : ledger::ParseDollars(text, key);
+}
+
+}  // namespace
+
+Json Api::AccountMoneyJson(const store::AccountRecord& a) {
+  const int64_t balance = core_->BalanceOf(a.id);
+  return Json{{"account", a.name},
+              {"account_id", a.id},
+              {"balance_micros", balance},
+              {"balance", ledger::FormatMicros(balance)},
+              {"credit_limit_micros", a.credit_limit_micros},
+              {"credit_limit", ledger::FormatCreditLimit(a.credit_limit_micros)}};
+}
+
+HttpResponse Api::MoneyRoute(const Call& call, const HttpRequest& req) {
+  const std::string pattern = call.route->pattern;
+  const Principal& who = call.who;
+  const bool admin = who.role == Role::kAdmin;
+
+  if (pattern == "/v1/accounts/{account}/credit") {
+    auto body = ObjectBody(req);
+    if (!body.ok()) return ErrorResponse(body.status());
+    if (Status s = OnlyFields(*body, {"amount", "credit_limit", "memo"}); !s.ok()) {
+      return ErrorResponse(s);
+    }
+    if (!body->contains("amount") && !body->contains("credit_limit")) {
+      return ErrorResponse(Status::InvalidArgument("expected `amount`, `credit_limit` or both"));
+    }
+    auto acc = accounts_->FindAccount(call.params.at("account"));
+    if (!acc) return ErrorResponse(Status::NotFound("no account " + call.params.at("account")));
+    auto memo = GetStringOr(*body, "memo", "");
+    if (!memo.ok()) return ErrorResponse(memo.status());
+    if (memo->size() > 256)
+      return ErrorResponse(Status::InvalidArgument("memo: at most 256 bytes"));
+    // Both parsed before either is applied: a bad limit must not leave a top-up behind.
+    std::optional<int64_t> amount, limit;
+    if (body->contains("amount")) {
+      auto a = AmountField(*body, "amount", false);
+      if (!a.ok()) return ErrorResponse(a.status());
+      if (*a <= 0) return ErrorResponse(Status::InvalidArgument("amount: must be more than $0"));
+      amount = *a;
+    }
+    if (body->contains("credit_limit")) {
+      auto l = AmountField(*body, "credit_limit", true);
+      if (!l.ok()) return ErrorResponse(l.status());
+      limit = *l;
+    }
+    if (limit) {
+      auto updated = accounts_->SetCreditLimit(acc->id, *limit);
+      if (!updated.ok()) return ErrorResponse(updated.status());
+      acc = *updated;
+    }
+    Json out = Json::object();
+    if (amount) {
+      std::string why = memo->empty() ? "top-up by " + who.account_name : *memo;
+      auto txn = core_->TopUp(acc->id, *amount, why);
+      if (!txn.ok()) return ErrorResponse(txn.status());
+      out["transaction_ts_ms"] = txn->ts_ms;
+    } else {
+      core_->CreditChanged();  // a raised limit may let waiting jobs run
+    }
+    out.update(AccountMoneyJson(*acc));
+    return JsonResponse(200, out);
+  }
+  if (pattern == "/v1/accounts/{account}/balance") {
+    auto acc = accounts_->FindAccount(call.params.at("account"));
+    // Another account's balance is not even confirmed to exist.
+    if (!acc || (!admin && acc->id != who.account_id)) {
+      return ErrorResponse(Status::NotFound("no account " + call.params.at("account")));
+    }
+    return JsonResponse(200, AccountMoneyJson(*acc));
+  }
+  if (pattern == "/v1/ledger/check") {
+    auto report = core_->CheckLedger();
+    if (!report.ok()) return ErrorResponse(report.status());
+    Json balances = Json::array();
+    for (const auto& [account, micros] : report->check.balances) {
+      auto acc = accounts_->FindAccount(account);
+      balances.push_back(Json{{"account", acc ? acc->name : account},
+                              {"account_id", account},
+                              {"balance_micros", micros},
+                              {"balance", ledger::FormatMicros(micros)}});
+    }
+    const auto& c = report->check;
+    return JsonResponse(200, Json{{"ok", report->problems.empty()},
+                                  {"problems", report->problems},
+                                  {"transactions", c.transactions},
+                                  {"entries", c.entries},
+                                  {"charged_by_entries_micros", c.charged_by_entries},
+                                  {"charged_by_meters_micros", c.charged_by_meters},
+                                  {"charged_by_totals_micros", c.charged_by_totals},
+                                  {"balances", balances}});
+  }
+  // GET /v1/costs
+  store::CostQuery q;
+  q.by = QueryParam(req, "by");
+  if (q.by.empty()) q.by = "job";
+  auto since = ParseSince(QueryParam(req, "since"), clock_->NowMillis());
+  if (!since.ok()) return ErrorResponse(since.status());
+  q.since_ms = *since;
+  auto account_of = [&](const char* key) -> Result<std::string> {
+    const std::string name = QueryParam(req, key);
+    if (name.empty()) return std::string();
+    auto acc = accounts_->FindAccount(name);
+    if (!acc) return Status::NotFound(std::string(key) + ": no account " + name);
+    return acc->id;
+  };
+  auto payer = account_of("account");
+  if (!payer.ok()) return ErrorResponse(payer.status());
+  auto provider = account_of("provider");
+  if (!provider.ok()) return ErrorResponse(provider.status());
+  q.payer = *payer;
+  q.provider = *provider;
+  q.job_id = QueryParam(req, "job");
+  // A user sees what it pays, a provider what its nodes earned; only admins see the rest.
+  if (!admin) {
+    if (who.role == Role::kProvider) {
+      if (!q.payer.empty() || (!q.provider.empty() && q.provider != who.account_id)) {
+        return ErrorResponse(Status::PermissionDenied("a provider sees its own nodes' earnings"));
+      }
+      q.provider = who.account_id;
+    } else {
+      if (!q.provider.empty() || (!q.payer.empty() && q.payer != who.account_id)) {
+        return ErrorResponse(Status::PermissionDenied("only admins see other accounts' costs"));
+      }
+      if (q.job_id.empty()) q.payer = who.account_id;
+    }
+  }
+  Json out{{"by", q.by}, {"since_ms", q.since_ms}};
+  if (!q.job_id.empty() && (admin || who.role == Role::kUser)) {
+    if (Status s = CheckJob(who, q.job_id, false, nullptr); !s.ok()) return ErrorResponse(s);
+    auto cost = core_->CostOfJob(q.job_id);
+    if (!cost.ok()) return ErrorResponse(cost.status());
+    Json meters = Json::array();
+    for (const auto& m : cost->meters) meters.push_back(MeterToJson(m));
+    out["job"] = q.job_id;
+    out["meters"] = meters;
+    out["charged_micros"] = cost->charged_micros;
+    out["accruing_micros"] = cost->accruing_micros;
+    out["fee_micros"] = cost->fee_micros;
+    out["lost_micros"] = cost->lost_micros;
+    out["estimate_micros"] = cost->estimate_micros;
+    q.payer.clear();  // the job's own rows, whoever pays (a team's job)
+  }
+  auto rows = core_->Costs(q);
+  if (!rows.ok()) return ErrorResponse(rows.status());
+  Json arr = Json::array();
+  store::CostRow total;
+  for (const auto& r : *rows) {
+    arr.push_back(CostRowToJson(r));
+    total.charged_micros += r.charged_micros;
+    total.fee_micros += r.fee_micros;
+    total.lost_micros += r.lost_micros;
+    total.metered_ms += r.metered_ms;
+  }
+  total.key = "total";
+  out["rows"] = arr;
+  out["total"] = CostRowToJson(total);
+  return JsonResponse(200, out);
+}
+
+}  // namespace sluice::server
