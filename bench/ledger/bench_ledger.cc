@@ -100,6 +100,25 @@ store::AttemptRecord Attempt(int i, const Args& a) {
   return r;
 }
 
+// The jobs the attempts belong to (attempts refer to them).
+void WriteJobs(store::Store& s, const Args& a) {
+  for (int base = 0; base < a.jobs; base += 1000) {
+    store::WriteBatch b;
+    for (int j = base; j < std::min(a.jobs, base + 1000); ++j) {
+      store::JobRecord job;
+      job.id = "job-" + std::to_string(j);
+      job.name = "bench";
+      job.spec = Json::object();
+      job.owner = "acct-user";
+      b.jobs.push_back(job);
+    }
+    if (Status w = s.Write(b); !w.ok()) {
+      std::fprintf(stderr, "write jobs: %s\n", w.ToString().c_str());
+      std::exit(1);
+    }
+  }
+}
+
 // Runs phase 1 on `s`; `metered` adds what metering writes. Returns wall time.
 Clock::duration Settle(store::Store& s, const Args& a, bool metered, int64_t* charged_total) {
   const auto t0 = Clock::now();
@@ -179,6 +198,8 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(a.dir);
   auto base = Open(a.dir + "/baseline.db");
   auto meter = Open(a.dir + "/metered.db");
+  WriteJobs(*base, a);
+  WriteJobs(*meter, a);
   int64_t ignored = 0, charged = 0;
   const double base_ms = Ms(Settle(*base, a, false, &ignored));
   const double meter_ms = Ms(Settle(*meter, a, true, &charged));

@@ -306,8 +306,12 @@ int JobCommand(const GlobalFlags& g, const std::string& id) {
     std::cout << "cost:      " << ledger::FormatMicros(charged + accruing) << " so far";
     if (accruing > 0) std::cout << " (" << ledger::FormatMicros(accruing) << " not yet billed)";
     std::cout << "; estimate at placement "
-              << (estimate > 0 ? ledger::FormatMicros(estimate) : std::string("unknown"))
-              << " (sluice costs --job " << id << ")\n";
+              << (estimate > 0 ? ledger::FormatMicros(estimate) : std::string("unknown"));
+    // The market's estimate assumed an hour of work when the spec does not say how long.
+    if (estimate > 0 && !(spec.is_object() && spec.contains("expected_hours"))) {
+      std::cout << " for 1 h of work (set expected_hours)";
+    }
+    std::cout << " (sluice costs --job " << id << ")\n";
   }
   std::cout << "\nattempts:\n";
   Table at({"#", "ATTEMPT", "NODE", "GPUS", "PRICE/H", "STARTED", "ENDED", "STATE", "EXIT",

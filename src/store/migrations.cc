@@ -268,9 +268,8 @@ CREATE TABLE meters (
 );
 CREATE INDEX meters_open ON meters (end_ms) WHERE end_ms = 0;
 CREATE INDEX meters_by_job ON meters (job_id);
-CREATE INDEX meters_by_start ON meters (start_ms);
 CREATE TABLE ledger_txns (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  id INTEGER PRIMARY KEY,
   ts_ms INTEGER NOT NULL,
   kind TEXT NOT NULL,
   job_id TEXT NOT NULL,
@@ -280,7 +279,6 @@ CREATE TABLE ledger_txns (
   to_ms INTEGER NOT NULL,
   memo TEXT NOT NULL
 );
-CREATE INDEX ledger_txns_by_attempt ON ledger_txns (attempt_id);
 CREATE TABLE ledger_entries (
   txn_id INTEGER NOT NULL REFERENCES ledger_txns (id),
   account TEXT NOT NULL,
@@ -300,7 +298,9 @@ CREATE TABLE cost_totals (
   fee_micros INTEGER NOT NULL,
   lost_micros INTEGER NOT NULL,
   metered_ms INTEGER NOT NULL,
-  PRIMARY KEY (payer, provider, job_id, node_id, day, resource)
+  -- Ordered for the common report, one account's costs by job: a range of the key, grouped
+  -- without a sort.
+  PRIMARY KEY (payer, job_id, day, provider, node_id, resource)
 );
 CREATE INDEX cost_totals_by_provider ON cost_totals (provider, day);
 CREATE INDEX cost_totals_by_job ON cost_totals (job_id);

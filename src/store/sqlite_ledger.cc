@@ -32,7 +32,7 @@ constexpr const char* kInsertEntry =
 constexpr const char* kAddCost =
     "INSERT INTO cost_totals (payer, provider, job_id, node_id, day, resource, charged_micros, "
     "fee_micros, lost_micros, metered_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (payer, provider, job_id, node_id, day, resource) DO UPDATE SET "
+    "ON CONFLICT (payer, job_id, day, provider, node_id, resource) DO UPDATE SET "
     "charged_micros = charged_micros + excluded.charged_micros, "
     "fee_micros = fee_micros + excluded.fee_micros, "
     "lost_micros = lost_micros + excluded.lost_micros, "
