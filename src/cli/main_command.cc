@@ -71,7 +71,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   server
       ->add_option("--storage-price-per-gb-month", sopt.storage_price_per_gb_month,
-                   "USD per GB-month of checkpoint storage, in expected costs")
+                   "USD per GB-month of storage: what a job's kept workdir and checkpoints are "
+                   "billed (per hour, a month being 730 h), and what expected costs assume")
       ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
   server
@@ -106,6 +107,12 @@ int Main(int argc, char** argv) {
       ->add_option("--settle-interval", sopt.settle_interval_s,
                    "Seconds between bills of running attempts (their end bills the rest at once)")
       ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  server
+      ->add_option("--transfer-price-per-gb", sopt.transfer_price_per_gb,
+                   "USD per GB the platform charges for moving a job's workdir and checkpoints "
+                   "to and from nodes (storage is charged at --storage-price-per-gb-month)")
+      ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
   server
       ->add_option("--default-credit-limit", sopt.default_credit_limit,

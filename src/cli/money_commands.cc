@@ -209,7 +209,9 @@ int CostsCommand(const GlobalFlags& g, const CostsFlags& f, bool earnings) {
     if (resp->value("accruing_micros", int64_t{0}) > 0) {
       std::cout << " (+" << M(*resp, "accruing_micros") << " accruing, not yet billed)";
     }
-    std::cout << "; " << M(*resp, "lost_micros") << " of it paid for work lost to interruptions\n";
+    std::cout << ": compute " << M(*resp, "compute_micros") << " (of which "
+              << M(*resp, "lost_micros") << " paid for work lost to interruptions), storage "
+              << M(*resp, "storage_micros") << ", transfer " << M(*resp, "transfer_micros") << "\n";
     Table t({"ATTEMPT", "NODE", "RESOURCE", "LOCKED PRICE", "CAPACITY", "FROM (server)",
              "TO (server)", "BILLED", "CHARGED", "END"});
     for (const auto& m : (*resp)["meters"]) {

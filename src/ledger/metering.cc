@@ -1,6 +1,7 @@
 #include "ledger/metering.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace sluice::ledger {
 
@@ -43,10 +44,37 @@ store::LedgerTxn ChargeTxn(const Settlement& s, int64_t ts_ms) {
   txn.to_ms = s.to_ms;
   if (s.charge == 0) return txn;
   txn.entries.push_back({s.meter.payer, s.meter.resource, -s.charge});
+  if (s.meter.provider == kPlatformAccount) {
+    txn.entries.push_back({kPlatformAccount, s.meter.resource, s.charge});
+    return txn;
+  }
   if (s.charge - s.fee != 0)
     txn.entries.push_back({s.meter.provider, "earnings", s.charge - s.fee});
   if (s.fee != 0) txn.entries.push_back({kPlatformAccount, "fee", s.fee});
   return txn;
+}
+
+store::LedgerTxn PlatformChargeTxn(const std::string& payer, const std::string& category,
+                                   Micros amount, int64_t ts_ms, const std::string& memo) {
+  store::LedgerTxn txn;
+  txn.ts_ms = ts_ms;
+  txn.kind = "charge";
+  txn.memo = memo;
+  if (amount <= 0) return txn;
+  txn.entries.push_back({payer, category, -amount});
+  txn.entries.push_back({kPlatformAccount, category, amount});
+  return txn;
+}
+
+Micros TransferCharge(int64_t bytes, Micros micros_per_gb) {
+  if (bytes <= 0 || micros_per_gb <= 0) return 0;
+  return static_cast<Micros>(static_cast<__int128>(bytes) * micros_per_gb / 1'000'000'000);
+}
+
+Micros StoragePricePerHour(int64_t bytes, double usd_per_gb_month) {
+  if (bytes <= 0 || !(usd_per_gb_month > 0)) return 0;
+  return std::llround(static_cast<double>(bytes) / 1e9 * usd_per_gb_month / 730.0 *
+                      static_cast<double>(kMicrosPerDollar));
 }
 
 store::LedgerTxn TopUpTxn(const std::string& account, Micros amount, int64_t ts_ms,

@@ -40,8 +40,18 @@ Settlement SettleTo(const store::MeterRecord& meter, int64_t until_ms, int fee_b
 
 // The balanced transaction billing a settlement: the payer debited the charge (category = the
 // meter's resource), the provider credited the charge less the fee ("earnings"), the platform
-// the fee ("fee"). Entries of zero are left out; a zero charge gives a transaction with none.
+// the fee ("fee"). A meter whose provider is the platform (storage) credits it the whole charge
+// under the meter's resource. Entries of zero are left out; a zero charge gives none.
 store::LedgerTxn ChargeTxn(const Settlement& s, int64_t ts_ms);
+// A charge the platform itself is paid (storage, transfer): the payer debited, the platform
+// credited, both under `category`.
+store::LedgerTxn PlatformChargeTxn(const std::string& payer, const std::string& category,
+                                   Micros amount, int64_t ts_ms, const std::string& memo);
+// What moving `bytes` costs at `micros_per_gb` (10^9 bytes), rounded down.
+Micros TransferCharge(int64_t bytes, Micros micros_per_gb);
+// The hourly price of keeping `bytes` at `usd_per_gb_month` (a month = 730 h), rounded to the
+// micro-dollar per hour.
+Micros StoragePricePerHour(int64_t bytes, double usd_per_gb_month);
 // A top-up: `amount` from the funding account to `account`.
 store::LedgerTxn TopUpTxn(const std::string& account, Micros amount, int64_t ts_ms,
                           const std::string& memo);

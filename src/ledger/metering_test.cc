@@ -85,6 +85,27 @@ TEST(Metering, NeverSettlesBackwardsOrPastTheEnd) {
   EXPECT_EQ(past.charge, 30'000);
 }
 
+TEST(Metering, ThePlatformIsPaidWholeForWhatItStoresAndMoves) {
+  // 1 GB at $0.02 per GB-month (730 h): 27.4 micro-dollars an hour, rounded.
+  EXPECT_EQ(StoragePricePerHour(1'000'000'000, 0.02), 27);
+  EXPECT_EQ(StoragePricePerHour(0, 0.02), 0);
+  EXPECT_EQ(TransferCharge(2'500'000'000, 10'000), 25'000);  // 2.5 GB at $0.01 per GB
+  EXPECT_EQ(TransferCharge(999, 1'000'000), 0);              // rounded down
+  EXPECT_EQ(TransferCharge(1'000, 1'000'000), 1);
+  auto txn = PlatformChargeTxn("acct-user", "transfer", 25'000, 1, "checkpoint uploaded");
+  EXPECT_EQ(Sum(txn), 0);
+  ASSERT_EQ(txn.entries.size(), 2u);
+  EXPECT_EQ(txn.entries[1], (store::LedgerEntry{kPlatformAccount, "transfer", 25'000}));
+  // A storage meter's settlement credits the platform the whole charge.
+  store::MeterRecord m = Meter(1'000, 0);
+  m.resource = "storage";
+  m.provider = kPlatformAccount;
+  auto s = SettleTo(m, 3'600'000, 0);
+  auto charge = ChargeTxn(s, 3'600'000);
+  ASSERT_EQ(charge.entries.size(), 2u);
+  EXPECT_EQ(charge.entries[1], (store::LedgerEntry{kPlatformAccount, "storage", 1'000}));
+}
+
 TEST(Metering, ATopUpComesFromTheFundingAccount) {
   auto txn = TopUpTxn("acct-user", 100'000'000, 1, "by admin");
   EXPECT_EQ(Sum(txn), 0);

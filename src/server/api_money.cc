@@ -218,6 +218,9 @@ HttpResponse Api::MoneyRoute(const Call& call, const HttpRequest& req) {
     out["accruing_micros"] = cost->accruing_micros;
     out["fee_micros"] = cost->fee_micros;
     out["lost_micros"] = cost->lost_micros;
+    out["compute_micros"] = cost->compute_micros;
+    out["storage_micros"] = cost->storage_micros;
+    out["transfer_micros"] = cost->transfer_micros;
     out["estimate_micros"] = cost->estimate_micros;
     q.payer.clear();  // the job's own rows, whoever pays (a team's job)
   }

@@ -58,7 +58,9 @@ int64_t ServerCore::LeaseEndLocked(const std::string& node_id, int64_t fallback)
 store::MeterRecord ServerCore::SettleIntoLocked(Edit& edit, const store::MeterRecord& meter,
                                                 int64_t until_ms, int64_t lost_micros) {
   const int64_t now = clock_->NowMillis();
-  ledger::Settlement s = ledger::SettleTo(meter, until_ms, options_.platform_fee_bps);
+  // The platform's own charges (storage) carry no fee: it is paid the whole of them.
+  const int fee_bps = meter.provider == ledger::kPlatformAccount ? 0 : options_.platform_fee_bps;
+  ledger::Settlement s = ledger::SettleTo(meter, until_ms, fee_bps);
   s.meter.lost_micros += lost_micros;
   if (s.charge > 0 || lost_micros > 0 || s.to_ms > s.from_ms) {
     store::LedgerTxn txn = ledger::ChargeTxn(s, now);
@@ -133,6 +135,145 @@ void ServerCore::MeterLocked(Edit& edit) {
     edit.meters[a.id] = std::nullopt;
     edit.batch.meters.push_back(m);
   }
+  ChargeTransfersLocked(edit);
+}
+
+int64_t ServerCore::BlobBytesLocked(const std::string& digest) const {
+  return blobs_ != nullptr ? blobs_->Size(digest) : 0;
+}
+
+std::set<std::string> ServerCore::CheckpointBlobsLocked(const std::string& manifest) const {
+  std::set<std::string> out;
+  if (blobs_ == nullptr || manifest.empty()) return out;
+  out.insert(manifest);
+  for (auto& chunk : ManifestChunks(*blobs_, manifest)) out.insert(std::move(chunk));
+  return out;
+}
+
+int64_t ServerCore::StoredBytesLocked(const std::string& job_id) {
+  auto job = jobs_.find(job_id);
+  if (job == jobs_.end() || blobs_ == nullptr) return 0;
+  std::string key = job->second.record.workdir_blob;
+  auto kept = checkpoints_.find(job_id);
+  if (kept != checkpoints_.end()) {
+    for (const auto& c : kept->second) key += "," + c.manifest;
+  }
+  auto cached = stored_bytes_.find(job_id);
+  if (cached != stored_bytes_.end() && cached->second.first == key) return cached->second.second;
+  std::set<std::string> blobs;
+  if (!job->second.record.workdir_blob.empty()) blobs.insert(job->second.record.workdir_blob);
+  if (kept != checkpoints_.end()) {
+    for (const auto& c : kept->second) blobs.merge(CheckpointBlobsLocked(c.manifest));
+  }
+  int64_t bytes = 0;
+  for (const auto& b : blobs) bytes += BlobBytesLocked(b);
+  stored_bytes_[job_id] = {key, bytes};
+  return bytes;
+}
+
+void ServerCore::ChargeTransferLocked(Edit& edit, const std::string& job_id,
+                                      const std::string& attempt_id, const std::string& node_id,
+                                      int64_t bytes, const std::string& what) {
+  const int64_t per_gb = ledger::PricePerHourMicros(options_.transfer_price_per_gb);
+  const int64_t amount = ledger::TransferCharge(bytes, per_gb);
+  if (amount <= 0) return;
+  const JobState* js = ViewJobLocked(edit, job_id);
+  const std::string payer = PayerLocked(js != nullptr ? js->record.owner : "");
+  const int64_t now = clock_->NowMillis();
+  store::LedgerTxn txn = ledger::PlatformChargeTxn(payer, "transfer", amount, now,
+                                                   what + ": " + std::to_string(bytes) + " bytes");
+  txn.job_id = job_id;
+  txn.attempt_id = attempt_id;
+  txn.node_id = node_id;
+  for (const auto& e : txn.entries) edit.balance_deltas[e.account] += e.amount_micros;
+  edit.batch.ledger.push_back(std::move(txn));
+  edit.batch.cost_deltas.push_back(
+      {payer, ledger::kPlatformAccount, job_id, node_id, UtcDay(now), "transfer", amount, 0, 0, 0});
+}
+
+void ServerCore::ChargeTransfersLocked(Edit& edit) {
+  if (blobs_ == nullptr || !(options_.transfer_price_per_gb > 0)) return;
+  // Downloads: what each attempt the edit started fetched before it ran.
+  for (const auto& m : edit.batch.meters) {
+    if (m.resource == "storage" || m.end_ms != 0 || m.settled_ms != m.start_ms) continue;
+    if (open_meters_.count(m.attempt_id)) continue;  // opened before this edit
+    const AttemptRecord* att = ViewAttemptLocked(edit, m.attempt_id);
+    const JobState* js = ViewJobLocked(edit, m.job_id);
+    std::set<std::string> blobs;
+    if (js != nullptr && !js->record.workdir_blob.empty()) blobs.insert(js->record.workdir_blob);
+    if (att != nullptr) blobs.merge(CheckpointBlobsLocked(att->checkpoint_restored));
+    int64_t bytes = 0;
+    for (const auto& b : blobs) bytes += BlobBytesLocked(b);
+    ChargeTransferLocked(edit, m.job_id, m.attempt_id, m.node_id, bytes,
+                         "workdir and checkpoint downloaded to the node");
+  }
+  // Uploads: a new checkpoint's blobs the job did not already keep.
+  for (const auto& c : edit.batch.checkpoints) {
+    const auto kept = checkpoints_.find(c.job_id);
+    const std::vector<store::CheckpointRecord> none;
+    const auto& earlier = kept != checkpoints_.end() ? kept->second : none;
+    const bool resent = std::any_of(earlier.begin(), earlier.end(),
+                                    [&](const auto& k) { return k.manifest == c.manifest; });
+    if (resent) continue;  // already kept: nothing was moved for it now
+    std::set<std::string> before;
+    for (const auto& k : earlier) before.merge(CheckpointBlobsLocked(k.manifest));
+    int64_t bytes = 0;
+    for (const auto& b : CheckpointBlobsLocked(c.manifest)) {
+      if (!before.count(b)) bytes += BlobBytesLocked(b);
+    }
+    const AttemptRecord* att = ViewAttemptLocked(edit, c.attempt_id);
+    ChargeTransferLocked(edit, c.job_id, c.attempt_id, att != nullptr ? att->node_id : "", bytes,
+                         "checkpoint uploaded from the node");
+  }
+}
+
+void ServerCore::SettleStorageLocked(Edit& edit) {
+  if (blobs_ == nullptr) return;
+  const int64_t now = clock_->NowMillis();
+  std::map<std::string, const store::MeterRecord*> open;  // job -> its storage meter
+  for (const auto& [id, m] : open_meters_) {
+    if (m.resource == "storage") open[m.job_id] = &m;
+  }
+  std::set<std::string> jobs;
+  for (const auto& [job, meter] : open) jobs.insert(job);
+  for (const auto& [job, kept] : checkpoints_) jobs.insert(job);
+  for (const auto& [id, js] : jobs_) {
+    if (!js.record.workdir_blob.empty()) jobs.insert(id);
+  }
+  for (const auto& job : jobs) {
+    const int64_t bytes = StoredBytesLocked(job);
+    const int64_t price =
+        ledger::StoragePricePerHour(bytes, options_.cost_model.storage_price_per_gb_month);
+    auto it = open.find(job);
+    const store::MeterRecord* meter = it != open.end() ? it->second : nullptr;
+    if (meter != nullptr && meter->price_micros_per_hour == price) {
+      store::MeterRecord m = SettleIntoLocked(edit, *meter, now, 0);
+      edit.meters[m.attempt_id] = m;
+      edit.batch.meters.push_back(m);
+      continue;
+    }
+    if (meter != nullptr) {  // what it keeps changed (or it was deleted): this segment ends
+      store::MeterRecord m = *meter;
+      m.end_ms = now;
+      m.end_cause = bytes > 0 ? "stored bytes changed" : "nothing stored";
+      m = SettleIntoLocked(edit, m, now, 0);
+      edit.meters[m.attempt_id] = std::nullopt;
+      edit.batch.meters.push_back(m);
+    }
+    if (price <= 0) continue;
+    store::MeterRecord m;
+    m.attempt_id = "storage:" + job + ":" + std::to_string(now);
+    m.job_id = job;
+    m.payer = PayerLocked(jobs_.at(job).record.owner);
+    m.provider = ledger::kPlatformAccount;
+    m.resource = "storage";
+    m.units = static_cast<int>(std::min<int64_t>(bytes >> 20, INT32_MAX));  // MiB
+    m.price_micros_per_hour = price;
+    m.start_ms = now;
+    m.settled_ms = now;
+    edit.meters[m.attempt_id] = m;
+    edit.batch.meters.push_back(m);
+  }
 }
 
 Status ServerCore::SettleMeters() {
@@ -142,16 +283,17 @@ Status ServerCore::SettleMeters() {
 
 Status ServerCore::SettleMetersLocked() {
   last_settle_mono_ = clock_->MonotonicMillis();
-  if (open_meters_.empty()) return Status::Ok();
   Edit edit;
   const int64_t now = clock_->NowMillis();
   for (const auto& [id, meter] : open_meters_) {
+    if (meter.resource == "storage") continue;  // SettleStorageLocked, below
     const int64_t until = std::min(now, LeaseEndLocked(meter.node_id, meter.settled_ms));
     if (until <= meter.settled_ms) continue;
     store::MeterRecord m = SettleIntoLocked(edit, meter, until, 0);
     edit.meters[id] = m;
     edit.batch.meters.push_back(m);
   }
+  SettleStorageLocked(edit);
   return CommitLocked(edit);
 }
 
@@ -207,6 +349,10 @@ void ServerCore::CreditChanged() {
 Result<JobCost> ServerCore::CostOfJob(const std::string& job_id) {
   SLUICE_ASSIGN_OR_RETURN(auto meters, store_->LoadMeters(job_id));
   SLUICE_ASSIGN_OR_RETURN(auto attempts, store_->AttemptsForJob(job_id));
+  store::CostQuery by_resource;
+  by_resource.job_id = job_id;
+  by_resource.by = "resource";
+  SLUICE_ASSIGN_OR_RETURN(auto rows, store_->Costs(by_resource));
   std::lock_guard<std::mutex> lock(mu_);
   JobCost cost;
   const int64_t now = clock_->NowMillis();
@@ -214,14 +360,20 @@ Result<JobCost> ServerCore::CostOfJob(const std::string& job_id) {
     // The live copy is newer than what the store read before we took the lock.
     if (auto live = open_meters_.find(m.attempt_id); live != open_meters_.end()) m = live->second;
     cost.charged_micros += m.charged_micros;
+    (m.resource == "storage" ? cost.storage_micros : cost.compute_micros) += m.charged_micros;
     cost.fee_micros += m.fee_micros;
     cost.lost_micros += m.lost_micros;
     if (m.end_ms == 0) {
-      const int64_t until = std::min(now, LeaseEndLocked(m.node_id, m.settled_ms));
+      const int64_t until =
+          m.resource == "storage" ? now : std::min(now, LeaseEndLocked(m.node_id, m.settled_ms));
       cost.accruing_micros += ledger::SettleTo(m, until, 0).charge;
     }
   }
   cost.meters = std::move(meters);
+  for (const auto& r : rows) {
+    if (r.key == "transfer") cost.transfer_micros += r.charged_micros;
+  }
+  cost.charged_micros += cost.transfer_micros;
   if (!attempts.empty()) cost.estimate_micros = attempts.back().expected_cost_micros;
   return cost;
 }

@@ -118,12 +118,19 @@ struct CoreOptions {
   // are settled into the ledger (their end settles the rest at once).
   int platform_fee_bps = 0;
   int64_t settle_interval_ms = 60000;
+  // Bytes the platform moves for a job (its workdir and checkpoints, to and from nodes), USD per
+  // GB (10^9 bytes). Storage is charged at cost_model.storage_price_per_gb_month, the rate
+  // estimates use.
+  double transfer_price_per_gb = 0;
 };
 
 // A job's bill so far (`sluice job`, `sluice costs --job`): its meters and what they charged.
 struct JobCost {
   std::vector<store::MeterRecord> meters;  // one per attempt that started, oldest first
-  int64_t charged_micros = 0;              // settled into the ledger
+  int64_t charged_micros = 0;              // settled into the ledger: all of the below
+  int64_t compute_micros = 0;              // of which GPU or CPU time
+  int64_t storage_micros = 0;              // of which its workdir and checkpoints kept
+  int64_t transfer_micros = 0;             // of which bytes moved to and from nodes
   int64_t accruing_micros = 0;             // open meters' time not yet settled, at now
   int64_t fee_micros = 0;
   int64_t lost_micros = 0;
@@ -477,6 +484,19 @@ class ServerCore {
   // Why it may not (names the balance, the limit and the command that adds credit).
   std::string CreditRefusalLocked(const std::string& account_id) const;
   std::string PayerLocked(const std::string& owner) const;
+  // Storage and transfer (issue 14): blob sizes from the blob store (0 without one), the blobs a
+  // checkpoint is made of, and what a job keeps stored now (its workdir and kept checkpoints,
+  // each blob once).
+  int64_t BlobBytesLocked(const std::string& digest) const;
+  std::set<std::string> CheckpointBlobsLocked(const std::string& manifest) const;
+  int64_t StoredBytesLocked(const std::string& job_id);
+  // Charges, into the edit, the bytes its started attempts downloaded (workdir, restored
+  // checkpoint) and its new checkpoints uploaded, at options_.transfer_price_per_gb.
+  void ChargeTransfersLocked(Edit& edit);
+  void ChargeTransferLocked(Edit& edit, const std::string& job_id, const std::string& attempt_id,
+                            const std::string& node_id, int64_t bytes, const std::string& what);
+  // Bills each job's storage up to now, starting a new storage meter when what it keeps changed.
+  void SettleStorageLocked(Edit& edit);
   std::string ProviderLocked(const std::string& node_id) const;
 
   // Places what can be placed now (PlaceLocked); a failure is retried by the next tick.
@@ -639,6 +659,8 @@ class ServerCore {
   std::map<std::string, int64_t> balances_;
   std::map<std::string, int64_t> lease_renewed_mono_;
   int64_t last_settle_mono_ = 0;
+  // StoredBytesLocked's cache: job -> (what it keeps, as a key; bytes). Derived, not state.
+  std::map<std::string, std::pair<std::string, int64_t>> stored_bytes_;
   // Kept checkpoints per job, oldest first (the store's `checkpoints` table).
   std::map<std::string, std::vector<store::CheckpointRecord>> checkpoints_;
   uint64_t next_subscriber_ = 1;

@@ -154,6 +154,13 @@ Result<std::string> BlobStore::Get(std::string_view digest) const {
   return data;
 }
 
+int64_t BlobStore::Size(std::string_view digest) const {
+  if (!IsValidDigest(digest)) return 0;
+  struct stat st {};
+  if (::stat(PathFor(digest).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  return static_cast<int64_t>(st.st_size);
+}
+
 bool BlobStore::Has(std::string_view digest) const {
   if (!IsValidDigest(digest)) return false;
   struct stat st;

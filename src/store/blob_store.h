@@ -5,6 +5,7 @@
 // Thread safety: all methods may be called concurrently.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -24,6 +25,8 @@ class BlobStore {
   // hash to `digest`. Invalid digests are InvalidArgument for every method (Has: false).
   Result<std::string> Get(std::string_view digest) const;
   bool Has(std::string_view digest) const;
+  // Its size in bytes; 0 when absent (or the digest is invalid).
+  int64_t Size(std::string_view digest) const;
   // NotFound when absent.
   Status Delete(std::string_view digest);
   // True for 64 lowercase hex characters; anything else is never used as a path.

@@ -46,8 +46,9 @@ constexpr const char* kCounts =
     "SELECT (SELECT COUNT(*) FROM ledger_txns), (SELECT COUNT(*) FROM ledger_entries), "
     "(SELECT COALESCE(-SUM(amount_micros), 0) FROM ledger_entries "
     " WHERE category IN ('gpu', 'cpu')), "
-    "(SELECT COALESCE(SUM(charged_micros), 0) FROM meters), "
-    "(SELECT COALESCE(SUM(charged_micros), 0) FROM cost_totals)";
+    "(SELECT COALESCE(SUM(charged_micros), 0) FROM meters WHERE resource IN ('gpu', 'cpu')), "
+    "(SELECT COALESCE(SUM(charged_micros), 0) FROM cost_totals "
+    " WHERE resource IN ('gpu', 'cpu'))";
 
 MeterRecord ReadMeter(const Query& q) {
   MeterRecord m;
