@@ -27,6 +27,8 @@ std::string UtcDay(int64_t ms) {
   return buf;
 }
 
+constexpr int64_t kStorageSettleMs = 3'600'000;
+
 bool Interrupted(AttemptState s) {
   return s == AttemptState::kLost || s == AttemptState::kPreempted;
 }
@@ -247,6 +249,8 @@ void ServerCore::SettleStorageLocked(Edit& edit) {
     auto it = open.find(job);
     const store::MeterRecord* meter = it != open.end() ? it->second : nullptr;
     if (meter != nullptr && meter->price_micros_per_hour == price) {
+      // Unchanged storage is billed hourly: cents a month need no write a minute per job.
+      if (now - meter->settled_ms < kStorageSettleMs) continue;
       store::MeterRecord m = SettleIntoLocked(edit, *meter, now, 0);
       edit.meters[m.attempt_id] = m;
       edit.batch.meters.push_back(m);
