@@ -152,6 +152,9 @@ TEST_F(BillingE2ETest, AnAccountWithoutCreditStartsNothing) {
   EXPECT_EQ(as_alice({"costs"}).exit_code, 0);
   EXPECT_NE(as_alice({"costs", "--account", "admin"}).exit_code, 0);
   EXPECT_NE(as_alice({"ledger", "check"}).exit_code, 0);
+  CommandResult earnings = as_alice({"earnings"});
+  EXPECT_EQ(earnings.exit_code, 2);
+  EXPECT_TRUE(Contains(earnings.err, "sluice costs")) << earnings.err;
 }
 
 }  // namespace

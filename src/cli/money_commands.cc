@@ -1,6 +1,7 @@
 // Money on the command line (issue 14): `sluice account credit|balance`, `sluice ledger check`,
 // `sluice costs` and `sluice earnings`. Amounts come from the server as integers in
 // micro-dollars and are only formatted here (ledger/micros.h), never summed in floating point.
+#include <cctype>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -196,6 +197,17 @@ int CostsCommand(const GlobalFlags& g, const CostsFlags& f, bool earnings) {
   if (!f.since.empty()) q += "&since=" + Escape(f.since);
   auto api = Connect(g);
   if (!api.ok()) return Fail(api.status());
+  if (earnings) {
+    // A user's costs read as sales would mislead: earnings are a provider's (or an admin's) view.
+    auto me = (*api)->Get("/v1/whoami");
+    if (!me.ok()) return Fail(me.status());
+    if (me->value("role", "") == "user") {
+      std::fprintf(stderr,
+                   "sluice: earnings are what a provider's nodes sold; a user's spending "
+                   "is `sluice costs`\n");
+      return 2;
+    }
+  }
   auto resp = (*api)->Get("/v1/costs" + q);
   if (!resp.ok()) return Fail(resp.status());
   if (g.json) {
