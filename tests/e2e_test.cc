@@ -761,7 +761,7 @@ TEST_F(RecoveryE2ETest, PyTorchJobSurvivesFourInterruptionsBitIdentically) {
   // A short cooldown, so the job may return to a node it left within the test's time.
   cluster_.KillServer(SIGKILL);
   cluster_.StartServer({"--heartbeat-interval", "0.3", "--heartbeat-grace", "6", "--cancel-grace",
-                        "1", "--preempt-cooldown", "2"});
+                        "1", "--preempt-cooldown", "2", "--reclaim-cooldown", "2"});
   const std::string example = std::string(SLUICE_SOURCE_DIR_DEFAULT) + "/examples/pytorch";
   // Long enough (≥ 40 s at the step delay below) that the job is still training when the last
   // interruption comes, even on a sanitized build where each agent's start, conformance suite

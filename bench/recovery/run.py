@@ -193,7 +193,10 @@ class SluiceRecovery:
         lg = lambda n: open(os.path.join(self.d, f"{n}.log"), "w")
         self.procs.start("server", [self.path, "server", "--listen", "127.0.0.1:0",
                                     "--data-dir", self.server_dir,
-                                    "--heartbeat-interval", "0.3"],
+                                    "--heartbeat-interval", "0.3",
+                                    # A reclaimed node leaves the market for a cool-down; the
+                                    # bench reclaims nodes again once the job's own 60 s passed.
+                                    "--reclaim-cooldown", str(int(PREEMPT_COOLDOWN_S))],
                          stdout=lg("server"), stderr=subprocess.STDOUT)
         url_file = os.path.join(self.server_dir, "server.url")
 

@@ -55,6 +55,8 @@ int EstimateCommand(const GlobalFlags& g, const EstimateFlags& f);
 int CatalogImportCommand(const GlobalFlags& g, const std::vector<std::string>& files);
 int NodesCommand(const GlobalFlags& g);
 // Preempts what runs on a node (or on some of its GPUs): the provider takes it back.
+// A reclaimed (or noticed) node takes work again before its cool-down ends.
+int NodeResumeCommand(const GlobalFlags& g, const std::string& node);
 int NodeReclaimCommand(const GlobalFlags& g, const std::string& node, const std::vector<int>& gpus,
                        const std::string& cause);
 

@@ -368,14 +368,28 @@ int NodeReclaimCommand(const GlobalFlags& g, const std::string& node, const std:
     return 0;
   }
   const Json& pre = (*resp)["preempted"];
-  if (pre.empty()) {
-    std::cout << "nothing runs there; nothing to preempt\n";
-    return 0;
-  }
+  if (pre.empty()) std::cout << "nothing runs there; nothing to preempt\n";
   for (const auto& a : pre) {
     std::cout << "preempting " << a.get<std::string>()
               << " (SIGTERM now, SIGKILL after its grace period; its job is requeued)\n";
   }
+  if (gpus.empty()) {
+    std::cout << "node " << node << " takes no new work until `sluice node resume " << node
+              << "` or the server's --reclaim-cooldown passes\n";
+  }
+  return 0;
+}
+
+int NodeResumeCommand(const GlobalFlags& g, const std::string& node) {
+  auto api = Connect(g);
+  if (!api.ok()) return Fail(api.status());
+  auto resp = (*api)->Post("/v1/nodes/" + node + "/resume", Json::object());
+  if (!resp.ok()) return Fail(resp.status());
+  if (g.json) {
+    std::cout << DumpJson(*resp, 2) << "\n";
+    return 0;
+  }
+  std::cout << "node " << resp->value("name", node) << " takes work again\n";
   return 0;
 }
 

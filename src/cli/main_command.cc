@@ -98,6 +98,13 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   server
+      ->add_option("--reclaim-cooldown", sopt.reclaim_cooldown_s,
+                   "Seconds a node its provider reclaimed whole, or one under a spot-termination "
+                   "notice, takes no new work (0: it takes work at once); `sluice node resume` "
+                   "ends it sooner")
+      ->check(CLI::Range(0.0, 30.0 * 86400))
+      ->capture_default_str();
+  server
       ->add_option("--platform-fee-percent", sopt.platform_fee_percent,
                    "The platform's fee, taken from the provider's share of every charge (users "
                    "pay the price shown in offers)")
@@ -490,6 +497,14 @@ int Main(int argc, char** argv) {
   reclaim->add_option("--cause", reclaim_cause, "Why, recorded with the attempt");
   AddClientFlags(reclaim, &g);
   reclaim->callback([&] { rc = NodeReclaimCommand(g, reclaim_node, reclaim_gpus, reclaim_cause); });
+  std::string resume_node;
+  auto* resume = node_cmd->add_subcommand(
+      "resume",
+      "Put a reclaimed node (or one that had a spot-termination notice) back in the market "
+      "before its cool-down (sluice server --reclaim-cooldown) ends");
+  resume->add_option("node", resume_node, "Node id or name")->required();
+  AddClientFlags(resume, &g);
+  resume->callback([&] { rc = NodeResumeCommand(g, resume_node); });
 
   std::string status_node;
   auto* node_status = node_cmd->add_subcommand(

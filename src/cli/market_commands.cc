@@ -215,6 +215,7 @@ int NodesCommand(const GlobalFlags& g) {
   Table t({"ID", "NAME", "STATE", "VERIFIED", "RELIABILITY", "GPUS", "CPUS", "MEMORY GB", "RUNNING",
            "LAST SEEN"});
   int64_t now = RealClock::Get()->NowMillis();
+  std::vector<std::string> any_paused;  // takes no new work: why, for each
   for (const auto& n : (*resp)["nodes"]) {
     const Json& inv = n["inventory"];
     std::string gpus = "0";
@@ -225,6 +226,7 @@ int NodesCommand(const GlobalFlags& g) {
     int cores = inv.is_object() ? inv.value("cpu_cores", 0) : 0;
     double mem = inv.is_object() ? inv.value("memory_mib", 0.0) / 1024.0 : 0;
     std::string state = n.value("state", "");
+    const bool paused = n.value("paused_until_ms", int64_t{0}) > now;
     std::string verified = n.value("verification", "unverified");
     if (n.value("verification_queued", false)) {
       verified += " (queued)";
@@ -235,8 +237,9 @@ int NodesCommand(const GlobalFlags& g) {
     if (n.contains("reliability") && n["reliability"].is_object()) {
       std::snprintf(rel, sizeof rel, "%.2f", n["reliability"].value("score", 0.0));
     }
-    t.Add({n.value("id", ""), n.value("name", ""), state, verified, rel, gpus,
-           std::to_string(n.value("cpus_free", 0)) + "/" + std::to_string(cores),
+    if (paused) any_paused.push_back(n.value("name", "") + ": " + n.value("paused_reason", ""));
+    t.Add({n.value("id", ""), n.value("name", ""), paused ? state + " (paused)" : state, verified,
+           rel, gpus, std::to_string(n.value("cpus_free", 0)) + "/" + std::to_string(cores),
            Gb(n.value("memory_free_gb", 0.0)) + "/" + Gb(mem),
            std::to_string(n.value("running_attempts", 0)),
            state == "online" ? "now"
@@ -247,6 +250,7 @@ int NodesCommand(const GlobalFlags& g) {
     return 0;
   }
   t.Print(std::cout);
+  for (const auto& p : any_paused) std::cout << "paused " << p << "\n";
   std::cout << "(`sluice node status NODE` shows why a node is not verified)\n";
   return 0;
 }

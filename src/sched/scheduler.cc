@@ -251,8 +251,9 @@ class Pass {
     } else {
       for (size_t i = 0; i < nodes_.size(); ++i) index_.emplace(nodes_[i]->node_id, i);
     }
-    for (const NodeCapacity* n : nodes_) {
-      for (const auto& r : n->running) preemptible_ |= r.interruptible || r.preempting;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      for (const auto& r : nodes_[i]->running) preemptible_ |= r.interruptible || r.preempting;
+      if (!nodes_[i]->paused.empty()) paused_.push_back(i);
     }
   }
 
@@ -443,6 +444,17 @@ class Pass {
           {job.job_id, false, "waiting for preempted interruptible attempts to stop"});
       return Answer::kRoomComing;
     }
+    // A paused node that could run it is why it waits: say so (paused nodes are few, usually none).
+    for (size_t i : paused_) {
+      const NodeCapacity& n = *nodes_[i];
+      for (const auto& idle : n.Offers()) {
+        if (!CouldUse(idle, job, work, model_)) continue;
+        plan_.waiting.push_back({job.job_id, false,
+                                 "waiting for capacity: " + n.name + " (" + n.node_id + ") is " +
+                                     n.paused + "; every other node that can run it is busy"});
+        return Answer::kBusy;
+      }
+    }
     plan_.waiting.push_back(
         {job.job_id, false, "waiting for capacity: every node that can run it is busy"});
     return Answer::kBusy;
@@ -466,6 +478,7 @@ class Pass {
   std::map<std::string, Shape> shapes_;
   std::map<std::string, size_t> index_;  // node id -> index, for incremental passes
   bool preemptible_ = false;             // some attempt is interruptible or being preempted
+  std::vector<size_t> paused_;           // nodes online but paused (NodeCapacity::paused)
   size_t placements_ = 0;
   Plan plan_;
 };

@@ -37,6 +37,10 @@ struct NodeCapacity {
   std::string name;
   bool online = true;  // only online nodes take new work; offline ones still count for
                        // "could this job ever fit" (they may come back)
+  // Why an online node takes no new work for now (reclaimed by its provider, under a
+  // spot-termination notice: "paused until 12:30 UTC: ..."); online is false then. Waiting jobs
+  // that it could run say so.
+  std::string paused;
   std::vector<GpuSlot> gpus;
   int total_cpus = 0;
   int free_cpus = 0;

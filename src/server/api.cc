@@ -28,6 +28,7 @@ const std::vector<Api::RouteSpec>& Api::Routes() {
       {"GET", "/v1/nodes", Access::kAccount, true},
       {"POST", "/v1/nodes/{node}/reclaim", Access::kNodeOwner, false},
       {"POST", "/v1/nodes/{node}/verify", Access::kNodeOwner, false},
+      {"POST", "/v1/nodes/{node}/resume", Access::kNodeOwner, false},
       {"POST", "/v1/nodes/{node}/revoke", Access::kNodeOwner, false},
       {"GET", "/v1/audit-log", Access::kAdmin, true},
       {"POST", "/v1/jobs", Access::kSubmitter, false},
@@ -448,6 +449,11 @@ HttpResponse Api::Dispatch(const Call& call, const HttpRequest& req,
     auto preempted = core_->ReclaimNode(param("node"), gpus, *cause);
     if (!preempted.ok()) return ErrorResponse(preempted.status());
     return JsonResponse(200, Json{{"preempted", *preempted}});
+  }
+  if (pattern == "/v1/nodes/{node}/resume") {
+    auto node = core_->ResumeNode(param("node"));
+    if (!node.ok()) return ErrorResponse(node.status());
+    return JsonResponse(200, Json{{"node_id", node->id}, {"name", node->name}, {"paused", false}});
   }
   if (pattern == "/v1/nodes/{node}/verify") {
     auto node = core_->VerifyNode(param("node"));

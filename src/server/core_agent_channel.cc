@@ -292,7 +292,12 @@ Status ServerCore::OnPreemptNoticeLocked(const NodeState& ns, const proto::Preem
     return Status::NotFound("attempt " + m.attempt_id + " is not running on this node");
   }
   // The node itself is going (a cloud spot notice, the provider's signal): the agent is already
-  // stopping the job, so nothing is sent back.
+  // stopping the job, so nothing is sent back, and the node takes no new work for a while.
+  if (ns.record.paused_until_ms <= clock_->NowMillis()) {
+    Edit edit;
+    PauseNodeLocked(edit, ns.record.id, "under a termination notice (" + m.cause + ")");
+    SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
+  }
   return PreemptLocked(m.attempt_id, m.cause, /*tell_agent=*/false);
 }
 

@@ -224,6 +224,12 @@ Result<std::vector<std::string>> ServerCore::ReclaimNode(const std::string& node
     }
   }
   if (found == nullptr) return Status::NotFound("no node " + node);
+  if (gpus.empty()) {
+    // Taken back whole: out of the market until its provider resumes it or the cool-down passes.
+    Edit edit;
+    PauseNodeLocked(edit, found->record.id, "reclaimed by its provider (" + cause + ")");
+    SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
+  }
   std::vector<std::string> preempted;
   for (const auto& aid : AttemptsOnLocked(found->record.id)) {
     auto live = active_attempts_.find(aid);

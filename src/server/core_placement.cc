@@ -122,6 +122,7 @@ std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inven
 std::vector<std::shared_ptr<const sched::NodeCapacity>> ServerCore::CapacityLocked() const {
   std::vector<std::shared_ptr<const sched::NodeCapacity>> out;
   out.reserve(nodes_.size());
+  const int64_t wall = clock_->NowMillis();
   for (const auto& [id, ns] : nodes_) {
     if (ns.record.state == st::NodeState::kLost || ns.record.revoked) continue;
     // Only verified nodes take work (issue 5). One whose verification is under way still counts
@@ -145,10 +146,14 @@ std::vector<std::shared_ptr<const sched::NodeCapacity>> ServerCore::CapacityLock
           ns.record, *inv, cap, ns.has_verdict ? &ns.verdict : nullptr, ns.reliability.score));
       ns.idle = std::move(idle);
     }
-    const bool online = ns.record.state == st::NodeState::kOnline && ns.link != nullptr && verified;
-    if (!ns.now || ns.now->online != online) {
+    // Reclaimed or noticed (issue 15 item 5): online, but no new work until the pause ends.
+    const bool paused = ns.record.paused_until_ms > wall;
+    const bool online =
+        ns.record.state == st::NodeState::kOnline && ns.link != nullptr && verified && !paused;
+    if (!ns.now || ns.now->online != online || ns.now->paused.empty() == paused) {
       auto now = std::make_shared<sched::NodeCapacity>(*ns.idle);
       now->online = online;
+      if (paused) now->paused = "paused (" + ns.record.paused_reason + ")";
       // Each of its attempts charged through the node's index: O(its attempts), not all.
       for (const auto& aid : AttemptsOnLocked(id)) {
         auto a = active_attempts_.find(aid);

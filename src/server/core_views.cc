@@ -103,6 +103,8 @@ Json NodeToJson(const NodeView& v) {
               {"software_fingerprint", n.software_fingerprint},
               {"conformance", n.conformance},
               {"revoked", n.revoked},
+              {"paused_until_ms", n.paused_until_ms},
+              {"paused_reason", n.paused_reason},
               {"reliability", market::ToJson(v.reliability)},
               {"gpu_speeds", GpuSpeedsJson(v.gpu_speeds)}};
 }

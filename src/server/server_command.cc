@@ -158,6 +158,7 @@ int RunServer(const ServerOptions& opt) {
   core_opt.platform_fee_bps = static_cast<int>(std::lround(opt.platform_fee_percent * 100));
   core_opt.settle_interval_ms = static_cast<int64_t>(opt.settle_interval_s * 1000);
   core_opt.transfer_price_per_gb = opt.transfer_price_per_gb;
+  core_opt.reclaim_cooldown_ms = static_cast<int64_t>(opt.reclaim_cooldown_s * 1000);
   core_opt.heartbeat_interval_ms = static_cast<int64_t>(opt.heartbeat_interval_s * 1000);
   core_opt.heartbeat_grace_ms = static_cast<int64_t>(opt.heartbeat_grace_s * 1000);
   core_opt.lease_ms = opt.lease_s > 0 ? static_cast<int64_t>(opt.lease_s * 1000)

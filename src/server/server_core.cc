@@ -236,6 +236,7 @@ bool ServerCore::TickState() {
     }
   }
   AdmitVerificationsLocked();
+  EndPausesLocked();
   if (options_.settle_interval_ms > 0 && now - last_settle_mono_ >= options_.settle_interval_ms) {
     if (Status s = SettleMetersLocked(); !s.ok()) {
       DegradedLocked("settle", "settling running attempts' meters", s);

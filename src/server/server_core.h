@@ -118,6 +118,9 @@ struct CoreOptions {
   // are settled into the ledger (their end settles the rest at once).
   int platform_fee_bps = 0;
   int64_t settle_interval_ms = 60000;
+  // A node its provider reclaimed (whole), or under a spot-termination notice, takes no new work
+  // for this long unless its provider resumes it first (issue 15 item 5).
+  int64_t reclaim_cooldown_ms = 30LL * 60 * 1000;
   // Bytes the platform moves for a job (its workdir and checkpoints, to and from nodes), USD per
   // GB (10^9 bytes). Storage is charged at cost_model.storage_price_per_gb_month, the rate
   // estimates use.
@@ -308,6 +311,10 @@ class ServerCore {
                                                const std::vector<int>& gpus,
                                                const std::string& cause);
 
+  // `sluice node resume`: a paused node (reclaimed, or noticed) takes work again now. A node not
+  // paused is left as it is. `node` is a node id or name. Returns the node as stored.
+  Result<store::NodeRecord> ResumeNode(const std::string& node);
+
   // --- trust (issue 5) ---
   // Asks the node's agent to run its conformance suite now (`sluice node verify`). The node
   // keeps its state until the report arrives. `node` is a node id or name.
@@ -467,6 +474,10 @@ class ServerCore {
     StreamSink sink;
   };
 
+  // Paused nodes (core_pause.cc; issue 15 item 5): stages the node paused for the cool-down,
+  // with why; and, from the tick, lets nodes whose cool-down passed take work again.
+  void PauseNodeLocked(Edit& edit, const std::string& node_id, const std::string& why);
+  void EndPausesLocked();
   // Metering (core_billing.cc): opens a meter for each attempt the edit starts and closes (and
   // bills) the meter of each it ends, into the edit's own batch. Called by CommitLocked first.
   void MeterLocked(Edit& edit);

@@ -306,6 +306,13 @@ CREATE INDEX cost_totals_by_provider ON cost_totals (provider, day);
 CREATE INDEX cost_totals_by_job ON cost_totals (job_id);
 )sql";
 
+// v11 (issue 15 item 5): a node its provider reclaimed, or under a spot-termination notice, takes
+// no new work until a time or until it is resumed.
+constexpr std::string_view kV11 = R"sql(
+ALTER TABLE nodes ADD COLUMN paused_until_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN paused_reason TEXT NOT NULL DEFAULT '';
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -357,6 +364,7 @@ const std::vector<Migration>& Migrations() {
       {8, "node verification, attempt snapshots, node uptime, audit log", kV8},
       {9, "accounts, scoped tokens, teams, owners, idempotency keys, blob owners", kV9},
       {10, "meters, ledger, cost totals, credit limits", kV10},
+      {11, "paused nodes", kV11},
   };
   return kSteps;
 }

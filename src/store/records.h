@@ -115,6 +115,10 @@ struct NodeRecord {
   Json conformance = Json::object();          // the last report as the agent sent it
   std::string owner{};   // the provider account that enrolled it ("" before issue 10)
   bool revoked = false;  // `sluice node revoke`: its credential no longer works
+  // Reclaimed by its provider or under a spot-termination notice (issue 15 item 5): it takes no
+  // new work until this time (wall ms) or `sluice node resume`; 0: not paused.
+  int64_t paused_until_ms = 0;
+  std::string paused_reason{};
   bool operator==(const NodeRecord&) const = default;
 };
 

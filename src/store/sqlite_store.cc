@@ -71,8 +71,8 @@ constexpr const char* kUpsertNode =
     "INSERT INTO nodes (id, name, inventory, state, registered_ms, last_seen_ms, "
     "price_per_gpu_hour, price_per_cpu_hour, region, interruptible_price_per_gpu_hour, "
     "interruptible_price_per_cpu_hour, verification, verification_reasons, hardware_fingerprint, "
-    "software_fingerprint, verified_ms, conformance, owner, revoked) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "software_fingerprint, verified_ms, conformance, owner, revoked, paused_until_ms, "
+    "paused_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, inventory = excluded.inventory, "
     "state = excluded.state, registered_ms = excluded.registered_ms, "
     "last_seen_ms = excluded.last_seen_ms, price_per_gpu_hour = excluded.price_per_gpu_hour, "
@@ -82,7 +82,8 @@ constexpr const char* kUpsertNode =
     "verification = excluded.verification, verification_reasons = excluded.verification_reasons, "
     "hardware_fingerprint = excluded.hardware_fingerprint, "
     "software_fingerprint = excluded.software_fingerprint, verified_ms = excluded.verified_ms, "
-    "conformance = excluded.conformance, owner = excluded.owner, revoked = excluded.revoked";
+    "conformance = excluded.conformance, owner = excluded.owner, revoked = excluded.revoked, "
+    "paused_until_ms = excluded.paused_until_ms, paused_reason = excluded.paused_reason";
 constexpr const char* kUpsertJob =
     "INSERT INTO jobs (id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "
     "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions, owner, "
@@ -122,7 +123,8 @@ constexpr const char* kSelectNodes =
     "SELECT id, name, inventory, state, registered_ms, last_seen_ms, price_per_gpu_hour, "
     "price_per_cpu_hour, region, interruptible_price_per_gpu_hour, "
     "interruptible_price_per_cpu_hour, verification, verification_reasons, hardware_fingerprint, "
-    "software_fingerprint, verified_ms, conformance, owner, revoked FROM nodes "
+    "software_fingerprint, verified_ms, conformance, owner, revoked, paused_until_ms, "
+    "paused_reason FROM nodes "
     "ORDER BY registered_ms, rowid";
 #define SLUICE_JOB_COLUMNS                                                                  \
   "SELECT id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "        \
@@ -261,6 +263,8 @@ Result<NodeRecord> ReadNode(const Query& q) {
   SLUICE_ASSIGN_OR_RETURN(n.conformance, ColumnJson(q, 16, "node " + n.id + " conformance"));
   n.owner = q.ColText(17);
   n.revoked = q.ColInt(18) != 0;
+  n.paused_until_ms = q.ColInt(19);
+  n.paused_reason = q.ColText(20);
   return n;
 }
 
@@ -701,7 +705,7 @@ class SqliteStore final : public Store {
       q.Real(n.interruptible_price_per_cpu_hour).Text(n.verification);
       q.Text(DumpJson(n.verification_reasons)).Text(n.hardware_fingerprint);
       q.Text(n.software_fingerprint).Int(n.verified_ms).Text(DumpJson(n.conformance));
-      q.Text(n.owner).Int(n.revoked ? 1 : 0);
+      q.Text(n.owner).Int(n.revoked ? 1 : 0).Int(n.paused_until_ms).Text(n.paused_reason);
       SLUICE_RETURN_IF_ERROR(q.Run("write node " + n.id));
     }
     for (const JobRecord& j : b.jobs) {
