@@ -2,6 +2,8 @@
 // node whose provider took it back whole, or whose agent reported a spot-termination notice,
 // takes no new work until its provider resumes it or the cool-down passes. Members of
 // ServerCore; the caller holds mu_ unless a method takes it.
+#include <algorithm>
+#include <cstdio>
 #include <ctime>
 
 #include "server/core_internal.h"
