@@ -214,16 +214,7 @@ Result<std::vector<std::string>> ServerCore::ReclaimNode(const std::string& node
                                                          const std::vector<int>& gpus,
                                                          const std::string& cause) {
   std::lock_guard<std::mutex> lock(mu_);
-  const NodeState* found = nullptr;
-  for (const auto& [id, ns] : nodes_) {
-    if (id == node || ns.record.name == node) {
-      if (found != nullptr) {
-        return Status::InvalidArgument("`" + node + "` names several nodes; use the node id");
-      }
-      found = &ns;
-    }
-  }
-  if (found == nullptr) return Status::NotFound("no node " + node);
+  SLUICE_ASSIGN_OR_RETURN(const NodeState* found, NodeByIdOrNameLocked(node));
   if (gpus.empty()) {
     // Taken back whole: out of the market until its provider resumes it or the cool-down passes.
     Edit edit;

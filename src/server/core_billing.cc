@@ -18,14 +18,7 @@ using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 namespace {
 
 // "2026-12-02": the UTC day cost totals file a charge under.
-std::string UtcDay(int64_t ms) {
-  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
-  return buf;
-}
+std::string UtcDay(int64_t ms) { return Utc(ms, "%Y-%m-%d"); }
 
 constexpr int64_t kStorageSettleMs = 3'600'000;
 

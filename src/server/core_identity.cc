@@ -120,19 +120,7 @@ Status ServerCore::CheckReportNonceLocked(const NodeState& node, const std::stri
 
 Result<st::NodeRecord> ServerCore::RevokeNode(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
-  NodeState* found = nullptr;
-  if (auto it = nodes_.find(node); it != nodes_.end()) {
-    found = &it->second;  // an id wins over names
-  } else {
-    for (auto& [id, ns] : nodes_) {
-      if (ns.record.name != node) continue;
-      if (found != nullptr) {
-        return Status::InvalidArgument("`" + node + "` names several nodes; use the node id");
-      }
-      found = &ns;
-    }
-  }
-  if (found == nullptr) return Status::NotFound("no node " + node);
+  SLUICE_ASSIGN_OR_RETURN(NodeState * found, NodeByIdOrNameLocked(node));
   NodeState& ns = *found;
   const std::string id = ns.record.id;
   std::vector<st::TokenRecord> revocations;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,15 @@ inline std::string Money(double per_hour) { return DollarsPerHour(per_hour); }
 
 // "0,1,3"
 std::string GpuList(const std::vector<int>& gpus);
+
+// A wall time in UTC by strftime's `format` ("%Y-%m-%d": the day cost totals file a charge under).
+inline std::string Utc(int64_t ms, const char* format) {
+  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[48];
+  return std::strftime(buf, sizeof buf, format, &tm) > 0 ? buf : "";
+}
 
 inline double GiB(uint64_t mib) { return static_cast<double>(mib) / 1024.0; }
 

@@ -4,7 +4,6 @@
 // ServerCore; the caller holds mu_ unless a method takes it.
 #include <algorithm>
 #include <cstdio>
-#include <ctime>
 
 #include "server/core_internal.h"
 #include "server/server_core.h"
@@ -13,26 +12,14 @@ namespace sluice::server {
 
 using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 
-namespace {
-
-std::string UtcTime(int64_t ms) {
-  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
-}
-
-}  // namespace
-
 void ServerCore::PauseNodeLocked(Edit& edit, const std::string& node_id, const std::string& why) {
   if (options_.reclaim_cooldown_ms <= 0 || nodes_.count(node_id) == 0) return;
   NodeState& node = StagedNodeLocked(edit, node_id);
   const int64_t until = clock_->NowMillis() + options_.reclaim_cooldown_ms;
   node.record.paused_until_ms = std::max(node.record.paused_until_ms, until);
-  node.record.paused_reason =
-      why + "; until " + UtcTime(node.record.paused_until_ms) + " or `sluice node resume`";
+  node.record.paused_reason = why + "; until " +
+                              Utc(node.record.paused_until_ms, "%Y-%m-%d %H:%M:%S UTC") +
+                              " or `sluice node resume`";
   edit.batch.nodes.push_back(node.record);
   std::fprintf(stderr, "sluice server: node %s (%s) takes no new work: %s\n",
                node.record.name.c_str(), node_id.c_str(), node.record.paused_reason.c_str());
@@ -40,16 +27,7 @@ void ServerCore::PauseNodeLocked(Edit& edit, const std::string& node_id, const s
 
 Result<store::NodeRecord> ServerCore::ResumeNode(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
-  const NodeState* found = nullptr;
-  for (const auto& [id, ns] : nodes_) {
-    if (id == node || ns.record.name == node) {
-      if (found != nullptr) {
-        return Status::InvalidArgument("`" + node + "` names several nodes; use the node id");
-      }
-      found = &ns;
-    }
-  }
-  if (found == nullptr) return Status::NotFound("no node " + node);
+  SLUICE_ASSIGN_OR_RETURN(const NodeState* found, NodeByIdOrNameLocked(node));
   if (found->record.paused_until_ms == 0) return found->record;
   const std::string id = found->record.id;
   Edit edit;

@@ -302,10 +302,16 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   requests.reserve(candidates.size());
   queue.reserve(candidates.size());
   view.reserve(candidates.size());
+  // Credit per owner, asked once a pass: a deep queue is mostly a few accounts' jobs.
+  std::unordered_map<std::string, bool> can_spend;
   for (const auto& [id, live] : candidates) {
     auto staged = edit.jobs.find(id);
     const JobState* js = staged != edit.jobs.end() ? &staged->second : live;
-    if (!CanSpendLocked(js->record.owner)) {
+    auto credit = can_spend.find(js->record.owner);
+    if (credit == can_spend.end()) {
+      credit = can_spend.emplace(js->record.owner, CanSpendLocked(js->record.owner)).first;
+    }
+    if (!credit->second) {
       // Issue 14: an account past its credit limit starts nothing more; the job says why.
       const std::string why = "waiting for credit: " + CreditRefusalLocked(js->record.owner);
       if (js->record.reason.rfind("waiting for credit: ", 0) != 0) {

@@ -91,16 +91,7 @@ bool ServerCore::ApplyReliabilityLocked(const ReliabilityHistory& h) {
 
 Result<st::NodeRecord> ServerCore::VerifyNode(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
-  NodeState* found = nullptr;
-  for (auto& [id, ns] : nodes_) {
-    if (id == node || ns.record.name == node) {
-      if (found != nullptr) {
-        return Status::InvalidArgument("`" + node + "` names several nodes; use the node id");
-      }
-      found = &ns;
-    }
-  }
-  if (found == nullptr) return Status::NotFound("no node " + node);
+  SLUICE_ASSIGN_OR_RETURN(NodeState * found, NodeByIdOrNameLocked(node));
   if (!found->link) {
     return Status::FailedPrecondition("node " + found->record.name + " is " +
                                       std::string(st::Name(found->record.state)) +

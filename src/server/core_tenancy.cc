@@ -145,12 +145,11 @@ Result<ServerCore::JobAccess> ServerCore::JobAccessOf(const std::string& id) {
   return a;
 }
 
-Result<st::NodeRecord> ServerCore::FindNode(const std::string& id_or_name) {
-  std::lock_guard<std::mutex> lock(mu_);
+Result<ServerCore::NodeState*> ServerCore::NodeByIdOrNameLocked(const std::string& id_or_name) {
   auto it = nodes_.find(id_or_name);
-  if (it != nodes_.end()) return it->second.record;
-  const NodeState* found = nullptr;
-  for (const auto& [id, ns] : nodes_) {
+  if (it != nodes_.end()) return &it->second;
+  NodeState* found = nullptr;
+  for (auto& [id, ns] : nodes_) {
     if (ns.record.name != id_or_name) continue;
     if (found != nullptr) {
       return Status::InvalidArgument("`" + id_or_name + "` names several nodes; use the node id");
@@ -158,6 +157,12 @@ Result<st::NodeRecord> ServerCore::FindNode(const std::string& id_or_name) {
     found = &ns;
   }
   if (found == nullptr) return Status::NotFound("no node " + id_or_name);
+  return found;
+}
+
+Result<st::NodeRecord> ServerCore::FindNode(const std::string& id_or_name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SLUICE_ASSIGN_OR_RETURN(NodeState * found, NodeByIdOrNameLocked(id_or_name));
   return found->record;
 }
 

@@ -474,6 +474,8 @@ class ServerCore {
     StreamSink sink;
   };
 
+  // A node by id (which wins) or by name: NotFound, or InvalidArgument when a name is ambiguous.
+  Result<NodeState*> NodeByIdOrNameLocked(const std::string& id_or_name);
   // Paused nodes (core_pause.cc; issue 15 item 5): stages the node paused for the cool-down,
   // with why; and, from the tick, lets nodes whose cool-down passed take work again.
   void PauseNodeLocked(Edit& edit, const std::string& node_id, const std::string& why);
