@@ -168,6 +168,55 @@ TEST(ApiIsolationTest, CostsAndBalancesShowOnlyYourOwn) {
   EXPECT_EQ(w.core_->BalanceOf(w.ids_["alice"]), 100'000'000 - alice);
 }
 
+// An account that reaches its credit limit starts nothing more: its queued job waits saying why
+// while capacity is free, and runs once an admin adds credit.
+TEST(ApiIsolationTest, AQueuedJobWaitsForCreditAndRunsOnceTopUpArrives) {
+  World w;
+  w.Build();
+  if (::testing::Test::HasFatalFailure()) return;
+  auto erin = w.accounts_->CreateAccount("erin", Role::kUser, w.accounts_->admin_account_id());
+  ASSERT_TRUE(erin.ok());
+  ASSERT_TRUE(w.accounts_->SetCreditLimit(erin->id, 500).ok());  // $0.0005 below zero
+  spec::JobSpec spec;
+  spec.name = "big";
+  spec.run = "train";
+  spec.resources.cpus = 4;
+  spec.resources.memory_gb = 1;
+  SubmitOptions as_erin;
+  as_erin.owner = erin->id;
+  as_erin.queue_unschedulable = true;
+  auto first = w.core_->SubmitJob(spec, "", as_erin);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const std::string att = w.link2_->Last("assign", "attempt_id");
+  ASSERT_FALSE(att.empty()) << "the first job goes to the idle n2";
+  ASSERT_TRUE(
+      w.core_
+          ->AgentMessage(w.node2_, w.link2_.get(), Json{{"type", "started"}, {"attempt_id", att}})
+          .ok());
+  auto second = w.core_->SubmitJob(spec, "", as_erin);  // allowed now; waits for a free node
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  // 30 s at $0.40 an hour (4 CPUs at $0.10): $0.00333, past the $0.0005 limit.
+  for (int i = 0; i < 6; ++i) {
+    w.clock_.Advance(5'000);
+    ASSERT_TRUE(w.core_->AgentMessage(w.node2_, w.link2_.get(), Json{{"type", "heartbeat"}}).ok());
+  }
+  ASSERT_TRUE(w.core_->SettleMeters().ok());
+  EXPECT_LT(w.core_->BalanceOf(erin->id), -500);
+  ASSERT_TRUE(
+      w.core_->AgentMessage(w.node2_, w.link2_.get(), proto::ToJson(proto::Exited{att, 0, 0, ""}))
+          .ok());
+  auto waiting = w.core_->GetJob(second->id);
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(waiting->job.state, store::JobState::kQueued) << "n2 is free, but erin has no credit";
+  EXPECT_NE(waiting->job.reason.find("waiting for credit"), std::string::npos)
+      << waiting->job.reason;
+  EXPECT_FALSE(w.core_->SubmitJob(spec, "", as_erin).ok()) << "nor may erin submit more";
+  ASSERT_TRUE(w.core_->TopUp(erin->id, 1'000'000, "test").ok());
+  auto placed = w.core_->GetJob(second->id);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->job.state, store::JobState::kStarting) << placed->job.reason;
+}
+
 TEST(ApiIsolationTest, ListsShowOnlyWhatEachTenantMaySee) {
   World w;
   w.Build();
