@@ -19,8 +19,41 @@ const std::vector<market::Offer>& NodeCapacity::Offers() const {
 
 namespace {
 
-bool OverBudget(const JobRequest& job, double price_per_hour) {
+bool OverPriceCap(const JobRequest& job, double price_per_hour) {
   return job.max_price_per_hour && price_per_hour > *job.max_price_per_hour + 1e-9;
+}
+
+// A bid below the offer's interruptible price does not buy it.
+bool BidTooLow(const JobRequest& job, const market::CostEstimate& e) {
+  return job.bid && e.interruptible && e.price_per_hour > *job.bid + 1e-9;
+}
+
+// What the job needs from its budget on an offer (see JobRequest::budget_left).
+double BudgetNeed(const JobRequest& job, const market::CostEstimate& e) {
+  const double run = job.budget_min_hours ? e.price_per_hour * *job.budget_min_hours
+                     : e.perf_known && e.expected_cost > 0
+                         ? e.expected_cost
+                         : e.price_per_hour * std::max(job.work.hours, 0.0);
+  return run + e.price_per_hour * job.budget_reserve_hours + job.budget_reserve;
+}
+
+bool OverTotalBudget(const JobRequest& job, const market::CostEstimate& e) {
+  return job.budget_left && BudgetNeed(job, e) > *job.budget_left + 1e-9;
+}
+
+bool OverBudget(const JobRequest& job, const market::CostEstimate& e) {
+  return OverPriceCap(job, e.price_per_hour) || BidTooLow(job, e) || OverTotalBudget(job, e);
+}
+
+// The job's cost on `offer`: with a bid on interruptible capacity it pays its bid, so the bid
+// is the price (where it is below the offer's price, BidTooLow refuses the offer).
+market::CostEstimate Estimate(const market::Offer& offer, const JobRequest& job,
+                              const market::Workload& work, const market::CostModel& model) {
+  market::CostEstimate e = market::EstimateCost(offer, work, model);
+  if (!job.bid || !e.interruptible || e.price_per_hour > *job.bid + 1e-9) return e;
+  e.expected_cost = *job.bid * e.expected_hours + e.storage_cost;
+  e.price_per_hour = *job.bid;
+  return e;
 }
 
 market::Workload WorkOf(const JobRequest& job) {
@@ -54,18 +87,23 @@ std::string NeverFitsReason(const std::vector<const NodeCapacity*>& nodes, const
   // Offers the query matches but the job still cannot use: no interruptible capacity for
   // interruptible-only work, or over the budget.
   const market::Workload work = WorkOf(job);
-  size_t no_spot = 0, over_budget = 0;
-  double cheapest = 0;
+  size_t no_spot = 0, over_budget = 0, low_bid = 0, over_total = 0;
+  double cheapest = 0, cheapest_ask = 0, least_need = 0;
   for (const auto& o : offers) {
     if (!market::Matches(job.query, o)) continue;
-    const market::CostEstimate e = market::EstimateCost(o, work, model);
+    const market::CostEstimate e = Estimate(o, job, work, model);
     if (work.interruptible && !work.fallback_on_demand && !e.interruptible) {
       ++no_spot;
-    } else if (OverBudget(job, e.price_per_hour)) {
+    } else if (OverPriceCap(job, e.price_per_hour)) {
       cheapest = over_budget++ == 0 ? e.price_per_hour : std::min(cheapest, e.price_per_hour);
+    } else if (BidTooLow(job, e)) {
+      cheapest_ask = low_bid++ == 0 ? e.price_per_hour : std::min(cheapest_ask, e.price_per_hour);
+    } else if (OverTotalBudget(job, e)) {
+      const double need = BudgetNeed(job, e);
+      least_need = over_total++ == 0 ? need : std::min(least_need, need);
     }
   }
-  if (no_spot + over_budget > 0) {
+  if (no_spot + over_budget + low_bid + over_total > 0) {
     std::string parts;
     if (no_spot > 0) {
       parts = std::to_string(no_spot) + " matching offer" + (no_spot == 1 ? "" : "s") +
@@ -76,6 +114,21 @@ std::string NeverFitsReason(const std::vector<const NodeCapacity*>& nodes, const
                " matching offer" + (over_budget == 1 ? "" : "s") +
                " cost more than max_price_per_hour " + Dollars(*job.max_price_per_hour) +
                " (cheapest " + Dollars(cheapest) + "/h)";
+    }
+    if (low_bid > 0) {
+      parts += std::string(parts.empty() ? "" : "; ") + std::to_string(low_bid) +
+               " matching offer" + (low_bid == 1 ? "" : "s") +
+               " ask more than lifecycle.max_bid_per_hour " + Dollars(*job.bid) + " (cheapest " +
+               Dollars(cheapest_ask) + "/h)";
+    }
+    if (over_total > 0) {
+      parts += std::string(parts.empty() ? "" : "; ") + std::to_string(over_total) +
+               " matching offer" + (over_total == 1 ? "" : "s") + " would need more than the " +
+               Dollars(*job.budget_left) +
+               " left of max_total_cost (the least: " + Dollars(least_need) +
+               (job.budget_min_hours ? " to run a while and stop safely"
+                                     : " for its expected cost and a safe stop") +
+               "); raise it with `sluice budget JOB USD`";
     }
     return what + parts;
   }
@@ -130,27 +183,34 @@ bool PlanPreemption(const std::vector<const NodeCapacity*>& nodes, const JobRequ
     }
     for (const auto& idle : n.Offers()) {
       if (!market::Matches(job.query, idle)) continue;
-      if (OverBudget(job, market::EstimateCost(idle, work, model).price_per_hour)) continue;
+      if (OverBudget(job, Estimate(idle, job, work, model))) continue;
       if (FitsIfFreed(n, idle, job, {})) {
         *room_coming = true;
         return false;
       }
       // Fewest GPUs, then CPUs first: disturb as little as possible.
       std::vector<const RunningAttempt*> victims;
+      // A bidder takes capacity only from attempts that pay less than its bid.
       for (const auto& r : n.running) {
-        if (r.interruptible && !r.preempting) victims.push_back(&r);
+        if (r.interruptible && !r.preempting &&
+            (!work.interruptible || r.price_per_hour + 1e-9 < *job.bid)) {
+          victims.push_back(&r);
+        }
       }
       std::sort(victims.begin(), victims.end(),
                 [](const RunningAttempt* a, const RunningAttempt* b) {
-                  return std::tie(a->gpus, a->cpus, a->attempt_id) <
-                         std::tie(b->gpus, b->cpus, b->attempt_id);
+                  return std::tie(a->gpus, a->cpus, a->price_per_hour, a->attempt_id) <
+                         std::tie(b->gpus, b->cpus, b->price_per_hour, b->attempt_id);
                 });
       std::vector<const RunningAttempt*> chosen;
+      double paying = 0;
       for (const RunningAttempt* v : victims) {
         chosen.push_back(v);
+        paying += v->price_per_hour;
         if (FitsIfFreed(n, idle, job, chosen)) break;
       }
       if (chosen.empty() || !FitsIfFreed(n, idle, job, chosen)) continue;
+      if (work.interruptible && paying + 1e-9 >= *job.bid) continue;  // they pay as much
       auto key = std::make_pair(chosen.size(), n.node_id);
       if (!best_key || key < *best_key) {
         best_key = key;
@@ -200,7 +260,7 @@ std::optional<Candidate> FitNow(const NodeCapacity& n, size_t index, const marke
   return Candidate{index,
                    &idle,
                    std::move(free),
-                   market::EstimateCost(idle, work, model),
+                   Estimate(idle, job, work, model),
                    free_total - job.gpus,
                    n.free_cpus - job.cpus};
 }
@@ -210,8 +270,8 @@ std::optional<Candidate> FitNow(const NodeCapacity& n, size_t index, const marke
 bool CouldUse(const market::Offer& idle, const JobRequest& job, const market::Workload& work,
               const market::CostModel& model) {
   if (!market::Matches(job.query, idle)) return false;
-  const market::CostEstimate idle_cost = market::EstimateCost(idle, work, model);
-  if (OverBudget(job, idle_cost.price_per_hour)) return false;
+  const market::CostEstimate idle_cost = Estimate(idle, job, work, model);
+  if (OverBudget(job, idle_cost)) return false;
   return !(work.interruptible && !work.fallback_on_demand && !idle_cost.interruptible);
 }
 
@@ -424,7 +484,7 @@ class Pass {
     // With no interruptible attempt anywhere there is nothing to preempt nor room coming: the
     // job did not fit, so every node that could run it is busy.
     size_t chosen = 0;
-    if (!work.interruptible && preemptible_ &&
+    if ((!work.interruptible || (job.bid && !work.fallback_on_demand)) && preemptible_ &&
         PlanPreemption(nodes_, job, work, model_, &p, &chosen, &room_coming)) {
       // Later jobs in this plan must not count on these attempts again.
       for (auto& r : Mutable(chosen).running) {
@@ -498,8 +558,11 @@ std::string ShapeKey(const JobRequest& job) {
   key += '|' + std::to_string(job.gpus) + '|' + std::to_string(job.cpus) + '|' +
          Number(job.memory_gb) + '|' +
          (job.max_price_per_hour ? Number(*job.max_price_per_hour) : std::string("-")) + '|' +
-         Number(w.hours) + '|' + (w.interruptible ? 'i' : 'o') +
-         (w.fallback_on_demand ? 'f' : 'n') + '|' +
+         (job.budget_left ? Number(*job.budget_left) : std::string("-")) + '|' +
+         (job.budget_min_hours ? Number(*job.budget_min_hours) : std::string("-")) + '|' +
+         Number(job.budget_reserve_hours) + '|' + Number(job.budget_reserve) + '|' +
+         (job.bid ? Number(*job.bid) : std::string("-")) + '|' + Number(w.hours) + '|' +
+         (w.interruptible ? 'i' : 'o') + (w.fallback_on_demand ? 'f' : 'n') + '|' +
          (w.checkpoint_interval_hours ? Number(*w.checkpoint_interval_hours) : "-") + '|' +
          Number(w.checkpoint_size_gb) + '|' + std::to_string(static_cast<int>(job.objective));
   return key;
@@ -528,8 +591,9 @@ Plan Schedule(std::vector<std::shared_ptr<const NodeCapacity>> nodes,
   std::stable_sort(order.begin(), order.end(), [](const JobRequest* a, const JobRequest* b) {
     // On-demand work first among equals: it is what may take capacity from interruptible work,
     // so the room a preemption frees goes to it and not back to the preempted job.
-    return std::make_tuple(b->priority, a->work.interruptible, a->order) <
-           std::make_tuple(a->priority, b->work.interruptible, b->order);
+    // Among interruptible work, the higher bid first: it wins contested capacity.
+    return std::make_tuple(b->priority, a->work.interruptible, b->bid.value_or(0), a->order) <
+           std::make_tuple(a->priority, b->work.interruptible, a->bid.value_or(0), b->order);
   });
   Pass pass(std::move(nodes), model, options);
   for (const JobRequest* job : order) pass.Consider(*job);

@@ -30,6 +30,7 @@ struct RunningAttempt {
   double memory_gb = 0;
   bool interruptible = false;  // on interruptible capacity: on-demand work may preempt it
   bool preempting = false;     // a preemption is already under way; it will free its resources
+  double price_per_hour = 0;   // its locked price: a higher bid may preempt it (issue 15 item 4)
 };
 
 struct NodeCapacity {
@@ -70,6 +71,19 @@ struct JobRequest {
   // The whole job's budget, checked against the price the ranking picks (the query bounds the
   // per-GPU price only where one price applies; see market::PriceBasis).
   std::optional<double> max_price_per_hour;
+  // The job's budget as it stands (issue 15 item 1): what it may still spend, in USD. An offer
+  // is used only when the job's need on it fits: its expected cost to complete (or, resuming from
+  // a checkpoint, `budget_min_hours` of its price, since the work left is unknown), plus
+  // `budget_reserve_hours` of its price (the grace period, so a stop never overshoots) and
+  // `budget_reserve` (the final checkpoint's upload).
+  std::optional<double> budget_left;
+  std::optional<double> budget_min_hours;
+  double budget_reserve_hours = 0;
+  double budget_reserve = 0;
+  // A bid on interruptible capacity (lifecycle.max_bid_per_hour): offers whose interruptible
+  // price is above it are not used; where it is placed the bid is the price; it may preempt
+  // interruptible attempts whose locked prices sum to less than it. Higher bids go first.
+  std::optional<double> bid;
   market::Workload work;  // hours, capacity, checkpoints; gpus and cpus are taken from above
   market::Objective objective = market::Objective::kCost;
   // Nodes not to place on now (a node that just preempted this job, for a cooldown). They still
@@ -113,15 +127,16 @@ struct Plan {
   std::set<std::string> exhausted_shapes;
 };
 
-// Jobs are considered by priority (high first), on-demand before interruptible, then submission
-// order. A job that does not fit
+// Jobs are considered by priority (high first), on-demand before interruptible, higher bids
+// before lower (no bid counts as 0), then submission order. A job that does not fit
 // now does not block smaller jobs behind it (backfill); GPUs, CPUs and memory placed earlier in
 // the same plan are no longer free for later jobs. Among the offers that match the job's query
 // now, the job's objective picks (market::CompareEstimates: expected cost to complete by
 // default), then the tightest fit (fewest free GPUs left, then CPUs), then node and offer id.
 // An on-demand job that fits nowhere now, but would fit on a node once some interruptible
 // attempts there stop, gets a Preemption of the fewest such attempts (unless attempts already
-// being preempted will make the room), and waits.
+// being preempted will make the room), and waits. So does an interruptible job with a bid, on
+// attempts whose locked prices sum to less than its bid.
 Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& queue,
               const market::CostModel& model = {});
 

@@ -435,6 +435,108 @@ TEST(SchedulerTest, IncrementalPassesGiveTheSamePlanAsScanningEveryNode) {
   EXPECT_GT(exhausted_seen, 100);  // the incremental path was taken, often
 }
 
+TEST(SchedulerTest, ATotalBudgetPlacesOnlyWhereTheExpectedCostAndAStopFit) {
+  // Two 1-GPU nodes at $2/h and $4/h with the same speed; 3 h of work.
+  NodeCapacity cheap = Node("cheap", 1, 4, 8, "h100-80gb", 2.0);
+  NodeCapacity dear = Node("dear", 1, 4, 8, "h100-80gb", 4.0);
+  JobRequest j = Job("j", 1);
+  j.work.hours = 3;
+  j.budget_left = 6.5;            // $6 expected on `cheap`, $12 on `dear`
+  j.budget_reserve_hours = 0.25;  // a 15 min grace period: $0.50 more on `cheap`
+  cheap.gpus[0].free = false;     // only `dear` is free: too dear for the budget
+  Plan plan = Schedule({cheap, dear}, {j});
+  ASSERT_TRUE(plan.placements.empty());
+  ASSERT_EQ(plan.waiting.size(), 1u);
+  EXPECT_FALSE(plan.waiting[0].never_fits);  // `cheap` would do once free
+  cheap.gpus[0].free = true;
+  plan = Schedule({cheap, dear}, {j});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].node_id, "cheap");
+  // The reserve counts: $6 + $0.50 does not fit in $6.40, so nothing ever does, and says so.
+  j.budget_left = 6.4;
+  plan = Schedule({cheap, dear}, {j});
+  ASSERT_EQ(plan.waiting.size(), 1u);
+  EXPECT_TRUE(plan.waiting[0].never_fits);
+  EXPECT_NE(plan.waiting[0].reason.find("2 matching offers would need more than the $6.40 left "
+                                        "of max_total_cost (the least: $6.50"),
+            std::string::npos)
+      << plan.waiting[0].reason;
+  EXPECT_NE(plan.waiting[0].reason.find("sluice budget"), std::string::npos);
+  // Resuming from a checkpoint, only a minimum run and the reserve must fit.
+  j.budget_left = 1.0;
+  j.budget_min_hours = 0.25;
+  plan = Schedule({cheap, dear}, {j});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].node_id, "cheap");
+  // The budget is part of the shape: two jobs with different budgets are searched apart.
+  JobRequest k = j;
+  k.budget_left = 2.0;
+  EXPECT_NE(ShapeKey(j), ShapeKey(k));
+}
+
+// A 1-GPU node that sells interruptible capacity at $1/h, held by an interruptible attempt
+// paying `paying` per hour.
+NodeCapacity SpotNode(double paying) {
+  NodeCapacity n = Node("spot", 1, 4, 8, "h100-80gb", 3.0);
+  EditOffers(n)[0].interruptible_price_per_gpu_hour = 1.0;
+  n.gpus[0].free = false;
+  n.running.push_back({"att-low", {0}, 1, 1, /*interruptible=*/true, false, paying});
+  n.free_cpus = 3;
+  n.free_memory_gb = 7;
+  return n;
+}
+
+JobRequest Bidder(std::string id, std::optional<double> bid, int64_t order = 0) {
+  JobRequest j = Job(id, 1, 1, 1, 0, order);
+  j.work.interruptible = true;
+  j.bid = bid;
+  return j;
+}
+
+TEST(SchedulerTest, ABidIsThePriceAndMustMeetTheAsk) {
+  NodeCapacity n = SpotNode(0);
+  n.gpus[0].free = true;
+  n.running.clear();
+  Plan plan = Schedule({n}, {Bidder("b", 1.75)});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_DOUBLE_EQ(plan.placements[0].price_per_hour, 1.75);  // pays its bid
+  EXPECT_TRUE(plan.placements[0].estimate.interruptible);
+  plan = Schedule({n}, {Bidder("b", 0.5)});  // under the $1 ask
+  ASSERT_EQ(plan.waiting.size(), 1u);
+  EXPECT_TRUE(plan.waiting[0].never_fits);
+  EXPECT_NE(plan.waiting[0].reason.find("ask more than lifecycle.max_bid_per_hour $0.50"),
+            std::string::npos)
+      << plan.waiting[0].reason;
+  // Without a bid it pays the ask.
+  plan = Schedule({n}, {Bidder("plain", std::nullopt)});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_DOUBLE_EQ(plan.placements[0].price_per_hour, 1.0);
+}
+
+TEST(SchedulerTest, AHigherBidPreemptsALowerOneAndNeverTheReverse) {
+  Plan plan = Schedule({SpotNode(1.5)}, {Bidder("high", 2.0)});
+  ASSERT_EQ(plan.preemptions.size(), 1u);
+  EXPECT_EQ(plan.preemptions[0].job_id, "high");
+  EXPECT_EQ(plan.preemptions[0].attempt_ids, std::vector<std::string>{"att-low"});
+  // An equal or lower bid, or no bid, takes nothing from it.
+  for (std::optional<double> bid :
+       {std::optional<double>(1.5), std::optional<double>(1.2), std::optional<double>()}) {
+    plan = Schedule({SpotNode(1.5)}, {Bidder("other", bid)});
+    EXPECT_TRUE(plan.preemptions.empty()) << bid.value_or(0);
+    ASSERT_EQ(plan.waiting.size(), 1u);
+    EXPECT_FALSE(plan.waiting[0].never_fits);
+  }
+  // Contested free capacity goes to the higher bid, whatever the order of submission.
+  NodeCapacity n = SpotNode(0);
+  n.gpus[0].free = true;
+  n.running.clear();
+  plan = Schedule({n}, {Bidder("low", 1.2, /*order=*/1), Bidder("high", 1.9, /*order=*/2)});
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].job_id, "high");
+  JobRequest a = Bidder("a", 1.2), b = Bidder("b", 1.3);
+  EXPECT_NE(ShapeKey(a), ShapeKey(b));
+}
+
 TEST(SchedulerTest, ShapeKeyTellsApartWhatPlacementReads) {
   JobRequest a = Job("a", 1, 2, 4);
   JobRequest b = Job("b", 1, 2, 4, /*prio=*/5, /*order=*/9);

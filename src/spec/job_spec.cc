@@ -24,6 +24,7 @@ using Kind = SpecValue::Kind;
 constexpr double kMaxMemoryGb = 65536;  // 64 TiB of host memory
 constexpr double kMaxVramGb = 4096;
 constexpr double kMaxPricePerHour = 1e6;
+constexpr double kMaxTotalCost = 1e9;
 constexpr int kMaxPriority = 1000;
 constexpr double kMaxExpectedHours = 100000;
 constexpr int64_t kMaxCheckpointIntervalS = 7 * 24 * 3600;
@@ -34,16 +35,17 @@ constexpr size_t kMaxGpuLabelBytes = 64;
 constexpr int kMaxJsonDepth = 8;
 
 constexpr std::string_view kTopFields[] = {
-    "name",     "resources",      "run",       "env",       "workdir", "max_price_per_hour",
-    "priority", "expected_hours", "lifecycle", "objective", "runtime"};
+    "name",     "resources",      "run",       "env",       "workdir",        "max_price_per_hour",
+    "priority", "expected_hours", "lifecycle", "objective", "max_total_cost", "runtime"};
 constexpr std::string_view kResourceFields[] = {"gpu", "min_vram_gb", "gpus", "cpus", "memory_gb"};
 constexpr std::string_view kLifecycleFields[] = {
     "capacity",     "checkpoint_interval",        "checkpoint_size_gb", "max_restarts",
-    "grace_period", "fallback_after_preemptions", "fallback_after"};
+    "grace_period", "fallback_after_preemptions", "fallback_after",     "max_bid_per_hour"};
 // The JSON form also takes the interval as whole seconds, which is how ToJson writes it.
 constexpr std::string_view kLifecycleJsonFields[] = {
-    "capacity",     "checkpoint_interval", "checkpoint_interval_s",      "checkpoint_size_gb",
-    "max_restarts", "grace_period",        "fallback_after_preemptions", "fallback_after"};
+    "capacity",        "checkpoint_interval", "checkpoint_interval_s",      "checkpoint_size_gb",
+    "max_restarts",    "grace_period",        "fallback_after_preemptions", "fallback_after",
+    "max_bid_per_hour"};
 constexpr int kMaxRestarts = 1000;
 constexpr int64_t kMaxGracePeriodS = 3600;
 
@@ -167,6 +169,14 @@ class Validator {
               "must be between 0 and " + Fmt(kMaxPricePerHour) + " USD per hour, got " + v.text);
         }
         spec.max_price_per_hour = price;
+      } else if (k == "max_total_cost") {
+        SLUICE_ASSIGN_OR_RETURN(double cost, Number(v, k, "a positive number of USD"));
+        if (!(cost > 0) || cost > kMaxTotalCost) {
+          return Error(
+              v.pos, k,
+              "must be more than 0 and at most " + Fmt(kMaxTotalCost) + " USD, got " + v.text);
+        }
+        spec.max_total_cost = cost;
       } else if (k == "priority") {
         SLUICE_ASSIGN_OR_RETURN(int64_t p, Int(v, k, "an integer"));
         if (p < -kMaxPriority || p > kMaxPriority) {
@@ -256,6 +266,7 @@ class Validator {
       SLUICE_RETURN_IF_ERROR(CheckKeys(v, k, kLifecycleFields));
     }
     const SpecKey* interval_key = nullptr;
+    SpecPos bid_pos = v.pos;
     for (const auto& [key, lv] : v.entries) {
       const std::string path = Join(k, key.text);
       if (lv.kind == Kind::kNull) continue;
@@ -307,7 +318,22 @@ class Validator {
           return Error(lv.pos, path, "must be at most 7 days (168h), got " + lv.text);
         }
         lc.fallback_after_s = s;
+      } else if (key.text == "max_bid_per_hour") {
+        SLUICE_ASSIGN_OR_RETURN(double bid, Number(lv, path, "a positive number of USD per hour"));
+        if (!(bid > 0) || bid > kMaxPricePerHour) {
+          return Error(lv.pos, path,
+                       "must be more than 0 and at most " + Fmt(kMaxPricePerHour) +
+                           " USD per hour, got " + lv.text);
+        }
+        lc.max_bid_per_hour = bid;
+        bid_pos = lv.pos;
       }
+    }
+    if (lc.max_bid_per_hour && lc.capacity == Capacity::kOnDemand) {
+      // A bid competes for interruptible capacity only; on-demand capacity is sold at its price.
+      return Error(bid_pos, Join(k, "max_bid_per_hour"),
+                   "bids are for interruptible capacity: set lifecycle.capacity to "
+                   "interruptible or interruptible-then-on-demand");
     }
     return Status::Ok();
   }
@@ -561,6 +587,7 @@ Json ToJson(const JobSpec& spec) {
   j["env"] = std::move(env);
   if (!spec.workdir.empty()) j["workdir"] = spec.workdir;
   if (spec.max_price_per_hour) j["max_price_per_hour"] = *spec.max_price_per_hour;
+  if (spec.max_total_cost) j["max_total_cost"] = *spec.max_total_cost;
   j["priority"] = spec.priority;
   if (spec.expected_hours) j["expected_hours"] = *spec.expected_hours;
   if (!spec.objective.empty()) j["objective"] = spec.objective;
@@ -574,6 +601,7 @@ Json ToJson(const JobSpec& spec) {
     lifecycle["grace_period"] = lc.grace_period_s;
     lifecycle["fallback_after_preemptions"] = lc.fallback_after_preemptions;
     lifecycle["fallback_after"] = lc.fallback_after_s;
+    if (lc.max_bid_per_hour) lifecycle["max_bid_per_hour"] = *lc.max_bid_per_hour;
     j["lifecycle"] = std::move(lifecycle);
   }
   if (!spec.runtime.empty()) j["runtime"] = ToJson(spec.runtime);

@@ -6,9 +6,11 @@
 //   env: {KEY: value}
 //   workdir: ./src        # a local directory the CLI packs and uploads
 //   max_price_per_hour: 3.5
+//   max_total_cost: 20       # USD for the whole job; stopped safely before it passes this
 //   priority: 0
 //   expected_hours: 3.5   # run time on the reference GPU (a100-80gb) with the requested GPUs
-//   lifecycle: {capacity: interruptible, checkpoint_interval: 30m, checkpoint_size_gb: 2}
+//   lifecycle: {capacity: interruptible, checkpoint_interval: 30m, checkpoint_size_gb: 2,
+//               max_bid_per_hour: 2.5}
 //   runtime: {cuda: "12.1", driver: ">=535", torch: "2.1.0+cu121", python: "3.10"}
 //
 // `runtime` is matched against the verified software facts of offers; runtime_contract.h says
@@ -73,6 +75,10 @@ struct Lifecycle {
   // or after waiting this long for interruptible capacity.
   int fallback_after_preemptions = 2;
   int64_t fallback_after_s = 600;
+  // Interruptible capacity only: what the job offers per hour for its whole allocation, above
+  // the provider's interruptible price. A higher bid wins contested capacity and may preempt a
+  // lower one; the bid is the attempt's locked price (docs/design-notes.md "Bids").
+  std::optional<double> max_bid_per_hour;
 
   bool operator==(const Lifecycle&) const = default;
 };
@@ -84,7 +90,11 @@ struct JobSpec {
   std::map<std::string, std::string> env;
   std::string workdir;                       // as written; resolved against the spec's directory
   std::optional<double> max_price_per_hour;  // total for the job's allocation, in USD
-  int priority = 0;                          // higher runs first
+  // The most the whole job may cost (compute and data transfer over all its attempts), in USD.
+  // It is never placed where its expected cost does not fit, and it is stopped, with its
+  // checkpoint saved, before it would pass it (docs/design-notes.md "Budgets").
+  std::optional<double> max_total_cost;
+  int priority = 0;  // higher runs first
   // How long the job runs on the reference GPU (a100-80gb) with the requested GPU count (for a
   // CPU-only job: on the requested CPUs); (0, 100000]. Used to rank offers by cost and time.
   std::optional<double> expected_hours;

@@ -774,5 +774,35 @@ TEST(JobSpecJson, DeepCallerBuiltJsonIsHandled) {
   EXPECT_EQ(r.status().message(), "env.A: expected a scalar value, got a sequence");
 }
 
+TEST(JobSpecYaml, BudgetAndBidParseRoundTripAndNameTheirErrors) {
+  auto r = ParseJobSpecYaml(
+      "run: x\nmax_total_cost: 12.5\nlifecycle: {capacity: interruptible, max_bid_per_hour: "
+      "2.25}\n",
+      "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->max_total_cost, 12.5);
+  EXPECT_EQ(r->lifecycle.max_bid_per_hour, 2.25);
+  auto back = JobSpecFromJson(ToJson(*r));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, *r);
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"run: x\nmax_total_cost: 0\n", "job.yaml:2:17: max_total_cost: must be more than 0"},
+      {"run: x\nmax_total_cost: -3\n", "job.yaml:2:17: max_total_cost: must be more than 0"},
+      {"run: x\nmax_total_cost: lots\n", "job.yaml:2:17: max_total_cost: expected a positive"},
+      {"run: x\nlifecycle: {capacity: interruptible, max_bid_per_hour: 0}\n",
+       "lifecycle.max_bid_per_hour: must be more than 0"},
+      // On-demand capacity is sold at its price: a bid there is a mistake, named as such.
+      {"run: x\nlifecycle: {max_bid_per_hour: 2}\n",
+       "job.yaml:2:31: lifecycle.max_bid_per_hour: bids are for interruptible capacity"},
+  };
+  for (const auto& [text, want] : bad) {
+    auto e = ParseJobSpecYaml(text, "job.yaml");
+    ASSERT_FALSE(e.ok()) << text;
+    EXPECT_NE(e.status().message().find(want), std::string::npos)
+        << text << " -> " << e.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace sluice::spec
