@@ -81,6 +81,8 @@ int AccountCreateCommand(const GlobalFlags& g, const std::string& name, const st
 int AccountListCommand(const GlobalFlags& g);
 // Money (issue 14), in money_commands.cc. `amount` and `credit_limit` are text as typed ("" when
 // not given); amounts are parsed exactly.
+// `sluice budget JOB USD|none`: sets a job's max_total_cost; a job its budget stopped resumes.
+int JobBudgetCommand(const GlobalFlags& g, const std::string& job, const std::string& amount);
 int AccountCreditCommand(const GlobalFlags& g, const std::string& account,
                          const std::string& amount, const std::string& credit_limit,
                          const std::string& memo);

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -312,6 +313,14 @@ int JobCommand(const GlobalFlags& g, const std::string& id) {
       std::cout << " for 1 h of work (set expected_hours)";
     }
     std::cout << " (sluice costs --job " << id << ")\n";
+    if (spec.is_object() && spec.contains("max_total_cost")) {
+      // The budget counts compute and transfer; storage is the account's (README "Budgets").
+      const int64_t budget = std::llround(spec["max_total_cost"].get<double>() * 1e6);
+      const int64_t storage = cost->value("storage_micros", int64_t{0});
+      std::cout << "budget:    " << ledger::FormatMicros(budget) << " (max_total_cost); "
+                << ledger::FormatMicros(charged + accruing - storage) << " of it used; `sluice "
+                << "budget " << id << " USD` changes it\n";
+    }
   }
   std::cout << "\nattempts:\n";
   Table at({"#", "ATTEMPT", "NODE", "GPUS", "PRICE/H", "STARTED", "ENDED", "STATE", "EXIT",

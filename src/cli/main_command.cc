@@ -574,6 +574,15 @@ int Main(int argc, char** argv) {
   AddClientFlags(acct_enable, &g);
   acct_enable->callback([&] { rc = AccountDisableCommand(g, acct_name, false); });
   // Money (issue 14; README "Bills and earnings").
+  std::string budget_job, budget_amount;
+  auto* budget = app.add_subcommand(
+      "budget",
+      "Set a job's max_total_cost (USD for compute and transfer over all its attempts), or "
+      "`none`. A job its budget stopped (budget-exhausted) resumes from its checkpoint");
+  budget->add_option("job", budget_job, "Job id")->required();
+  budget->add_option("usd", budget_amount, "The new budget, e.g. 25 or 12.50, or none")->required();
+  AddClientFlags(budget, &g);
+  budget->callback([&] { rc = JobBudgetCommand(g, budget_job, budget_amount); });
   std::string credit_amount, credit_limit, credit_memo;
   auto* acct_credit = account_cmd->add_subcommand(
       "credit",

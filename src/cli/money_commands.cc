@@ -77,25 +77,31 @@ void PrintRows(const Json& resp, const CostsFlags& f, bool earnings) {
                          : f.by == "provider" ? "PROVIDER"
                                               : "JOB";
   if (f.csv) {
-    std::cout << Csv(key_name) << ",charged_usd,fee_usd,earnings_usd,lost_usd,metered_s\n";
+    std::cout << Csv(key_name)
+              << ",charged_usd,fee_usd,earnings_usd,lost_usd,metered_s,credited_usd\n";
     for (const auto& r : resp["rows"]) {
       const int64_t charged = r.value("charged_micros", int64_t{0});
       const int64_t fee = r.value("fee_micros", int64_t{0});
       std::cout << Csv(r.value("key", "")) << "," << Decimal(charged) << "," << Decimal(fee) << ","
-                << Decimal(charged - fee) << "," << Decimal(r.value("lost_micros", int64_t{0}))
-                << "," << r.value("metered_ms", int64_t{0}) / 1000 << "\n";
+                << Decimal(r.value("earnings_micros", int64_t{0})) << ","
+                << Decimal(r.value("lost_micros", int64_t{0})) << ","
+                << r.value("metered_ms", int64_t{0}) / 1000 << ","
+                << Decimal(r.value("credited_micros", int64_t{0})) << "\n";
     }
     return;
   }
-  Table t = earnings
-                ? Table({key_name, "SOLD", "EARNINGS", "FEE", "METERED"})
-                : Table({key_name, "CHARGED", "LOST TO INTERRUPTIONS", "OF WHICH FEE", "METERED"});
+  // SLA credits (README "SLA credits") come off the bill and off the provider's earnings.
+  Table t = earnings ? Table({key_name, "SOLD", "SLA CREDITS", "EARNINGS", "FEE", "METERED"})
+                     : Table({key_name, "CHARGED", "SLA CREDITS", "LOST TO INTERRUPTIONS",
+                              "OF WHICH FEE", "METERED"});
   auto add = [&](const Json& r, const std::string& key) {
     const std::string metered = HumanDuration(r.value("metered_ms", int64_t{0}));
     if (earnings) {
-      t.Add({key, M(r, "charged_micros"), M(r, "earnings_micros"), M(r, "fee_micros"), metered});
+      t.Add({key, M(r, "charged_micros"), M(r, "credited_micros"), M(r, "earnings_micros"),
+             M(r, "fee_micros"), metered});
     } else {
-      t.Add({key, M(r, "charged_micros"), M(r, "lost_micros"), M(r, "fee_micros"), metered});
+      t.Add({key, M(r, "charged_micros"), M(r, "credited_micros"), M(r, "lost_micros"),
+             M(r, "fee_micros"), metered});
     }
   };
   for (const auto& r : resp["rows"]) add(r, r.value("key", ""));
@@ -139,6 +145,35 @@ int AccountCreditCommand(const GlobalFlags& g, const std::string& account,
   }
   std::cout << account << ": balance " << resp->value("balance", "") << ", credit limit "
             << resp->value("credit_limit", "") << "\n";
+  return 0;
+}
+
+int JobBudgetCommand(const GlobalFlags& g, const std::string& job, const std::string& amount) {
+  Json body = Json::object();
+  if (amount == "none") {
+    body["max_total_cost"] = nullptr;
+  } else {
+    auto a = ledger::ParseDollars(amount, "USD");  // named before anything is sent
+    if (!a.ok()) return Fail(a.status());
+    if (*a <= 0) return Fail(Status::InvalidArgument("USD: must be more than $0, or `none`"));
+    body["max_total_cost"] = amount;
+  }
+  auto api = Connect(g);
+  if (!api.ok()) return Fail(api.status());
+  auto resp = (*api)->Post("/v1/jobs/" + Escape(job) + "/budget", body);
+  if (!resp.ok()) return Fail(resp.status());
+  const Json& j = (*resp)["job"];
+  if (g.json) {
+    std::cout << DumpJson(j, 2) << "\n";
+    return 0;
+  }
+  std::cout << job << ": max_total_cost "
+            << (amount == "none" ? std::string("removed")
+                                 : ledger::FormatMicros(*ledger::ParseDollars(amount, "USD")))
+            << "; " << j.value("state", "");
+  const std::string reason = j.value("reason", "");
+  if (!reason.empty()) std::cout << " (" << reason << ")";
+  std::cout << "\n";
   return 0;
 }
 
@@ -224,8 +259,11 @@ int CostsCommand(const GlobalFlags& g, const CostsFlags& f, bool earnings) {
     std::cout << ": compute " << M(*resp, "compute_micros") << " (of which "
               << M(*resp, "lost_micros") << " paid for work lost to interruptions), storage "
               << M(*resp, "storage_micros") << ", transfer " << M(*resp, "transfer_micros") << "\n";
+    if (resp->value("credited_micros", int64_t{0}) > 0) {
+      std::cout << "SLA credits: " << M(*resp, "credited_micros") << " paid back (see CREDIT)\n";
+    }
     Table t({"ATTEMPT", "NODE", "RESOURCE", "LOCKED PRICE", "CAPACITY", "FROM (server)",
-             "TO (server)", "BILLED", "CHARGED", "END"});
+             "TO (server)", "BILLED", "CHARGED", "CREDIT", "END"});
     for (const auto& m : (*resp)["meters"]) {
       const int64_t end = m.value("end_ms", int64_t{0});
       t.Add({m.value("attempt_id", ""), m.value("node_id", ""),
@@ -234,7 +272,11 @@ int CostsCommand(const GlobalFlags& g, const CostsFlags& f, bool earnings) {
              m.value("interruptible", false) ? "interruptible" : "on-demand",
              Utc(m.value("start_ms", int64_t{0})), end ? Utc(end) : "running",
              HumanDuration(m.value("settled_ms", int64_t{0}) - m.value("start_ms", int64_t{0})),
-             M(m, "charged_micros"), m.value("end_cause", "")});
+             M(m, "charged_micros"),
+             m.value("credited_micros", int64_t{0}) > 0
+                 ? M(m, "credited_micros") + ": " + m.value("credit_reason", "")
+                 : "",
+             m.value("end_cause", "")});
     }
     if (t.empty()) {
       std::cout << "  nothing metered yet: a job is billed from the moment its attempt starts\n";

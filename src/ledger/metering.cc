@@ -54,6 +54,23 @@ store::LedgerTxn ChargeTxn(const Settlement& s, int64_t ts_ms) {
   return txn;
 }
 
+store::LedgerTxn CreditTxn(const store::MeterRecord& meter, Micros amount, int fee_bps,
+                           int64_t ts_ms, const std::string& reason) {
+  store::LedgerTxn txn;
+  txn.ts_ms = ts_ms;
+  txn.kind = "sla-credit";
+  txn.job_id = meter.job_id;
+  txn.attempt_id = meter.attempt_id;
+  txn.node_id = meter.node_id;
+  txn.memo = reason;
+  if (amount <= 0) return txn;
+  const Micros fee = meter.provider == kPlatformAccount ? 0 : FeeFor(amount, fee_bps);
+  txn.entries.push_back({meter.payer, "sla-credit", amount});
+  if (amount - fee != 0) txn.entries.push_back({meter.provider, "sla-credit", -(amount - fee)});
+  if (fee != 0) txn.entries.push_back({kPlatformAccount, "sla-credit", -fee});
+  return txn;
+}
+
 store::LedgerTxn PlatformChargeTxn(const std::string& payer, const std::string& category,
                                    Micros amount, int64_t ts_ms, const std::string& memo) {
   store::LedgerTxn txn;

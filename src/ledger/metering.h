@@ -43,6 +43,12 @@ Settlement SettleTo(const store::MeterRecord& meter, int64_t until_ms, int fee_b
 // the fee ("fee"). A meter whose provider is the platform (storage) credits it the whole charge
 // under the meter's resource. Entries of zero are left out; a zero charge gives none.
 store::LedgerTxn ChargeTxn(const Settlement& s, int64_t ts_ms);
+// An SLA credit (issue 15 item 3; README "SLA credits"): `amount` of what `meter` charged, paid
+// back to its payer, taken from the provider's share and the platform's fee as the charge split
+// them (FeeFor(amount) from the platform, the rest from the provider), category "sla-credit",
+// with `reason` as its memo. Balanced; no entries for a zero amount.
+store::LedgerTxn CreditTxn(const store::MeterRecord& meter, Micros amount, int fee_bps,
+                           int64_t ts_ms, const std::string& reason);
 // A charge the platform itself is paid (storage, transfer): the payer debited, the platform
 // credited, both under `category`.
 store::LedgerTxn PlatformChargeTxn(const std::string& payer, const std::string& category,

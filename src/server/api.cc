@@ -36,6 +36,7 @@ const std::vector<Api::RouteSpec>& Api::Routes() {
       {"GET", "/v1/jobs/{job}", Access::kJobViewer, true},
       {"DELETE", "/v1/jobs/{job}", Access::kJobOwner, false},
       {"POST", "/v1/jobs/{job}/cancel", Access::kJobOwner, false},
+      {"POST", "/v1/jobs/{job}/budget", Access::kJobOwner, false},
       {"GET", "/v1/jobs/{job}/logs", Access::kJobOwner, true},
       {"GET", "/v1/jobs/{job}/stream", Access::kJobOwner, true},
       {"GET", "/v1/jobs/{job}/audit", Access::kJobOwner, true},
@@ -338,7 +339,8 @@ HttpResponse Api::Dispatch(const Call& call, const HttpRequest& req,
         "the agent channel needs a WebSocket upgrade (sluice agent opens it)"));
   }
   if (pattern == "/v1/accounts/{account}/credit" || pattern == "/v1/accounts/{account}/balance" ||
-      pattern == "/v1/ledger/check" || pattern == "/v1/costs") {
+      pattern == "/v1/ledger/check" || pattern == "/v1/costs" ||
+      pattern == "/v1/jobs/{job}/budget") {
     return MoneyRoute(call, req);
   }
   if (pattern.rfind("/v1/accounts", 0) == 0 || pattern.rfind("/v1/tokens", 0) == 0 ||

@@ -44,6 +44,7 @@ std::string BodyFor(const std::string& method, const std::string& pattern) {
   if (pattern == "/v1/accounts" && method == "POST") return R"({"name":"dave"})";
   if (pattern == "/v1/tokens" && method == "POST") return R"({"name":"new"})";
   if (pattern == "/v1/teams/{team}/members") return R"({"account":"bob"})";
+  if (pattern == "/v1/jobs/{job}/budget") return R"({"max_total_cost":"5"})";
   if (method == "POST") return "{}";
   return "";
 }
@@ -72,6 +73,7 @@ const std::map<std::string, Row>& Expected() {
       {"GET /v1/jobs/{job}",                         {200,  404,  200,  200,  404,  401,  401,  200}},
       {"DELETE /v1/jobs/{job}",                      {409,  404,  409,  403,  403,  401,  401,  403}},
       {"POST /v1/jobs/{job}/cancel",                 {200,  404,  200,  403,  403,  401,  401,  403}},
+      {"POST /v1/jobs/{job}/budget",                 {200,  404,  200,  403,  403,  401,  401,  403}},
       {"GET /v1/jobs/{job}/logs",                    {200,  404,  200,  403,  403,  401,  401,  200}},
       {"GET /v1/jobs/{job}/stream",                  {200,  404,  200,  403,  403,  401,  401,  200}},
       {"GET /v1/jobs/{job}/audit",                   {200,  404,  200,  403,  403,  401,  401,  200}},

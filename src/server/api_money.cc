@@ -14,7 +14,10 @@ Json CostRowToJson(const store::CostRow& r) {
   return Json{{"key", r.key},
               {"charged_micros", r.charged_micros},
               {"fee_micros", r.fee_micros},
-              {"earnings_micros", r.charged_micros - r.fee_micros},
+              // Fees are net of the fee given back with SLA credits, so this is exact.
+              {"earnings_micros", r.charged_micros - r.credited_micros - r.fee_micros},
+              {"credited_micros", r.credited_micros},
+              {"net_micros", r.charged_micros - r.credited_micros},
               {"lost_micros", r.lost_micros},
               {"metered_ms", r.metered_ms}};
 }
@@ -33,6 +36,8 @@ Json MeterToJson(const store::MeterRecord& m) {
               {"charged_micros", m.charged_micros},
               {"fee_micros", m.fee_micros},
               {"lost_micros", m.lost_micros},
+              {"credited_micros", m.credited_micros},
+              {"credit_reason", m.credit_reason},
               {"end_cause", m.end_cause}};
 }
 
@@ -136,10 +141,33 @@ HttpResponse Api::MoneyRoute(const Call& call, const HttpRequest& req) {
       if (!txn.ok()) return ErrorResponse(txn.status());
       out["transaction_ts_ms"] = txn->ts_ms;
     } else {
-      core_->CreditChanged();  // a raised limit may let waiting jobs run
+      core_->CreditChanged(acc->id);  // a raised limit may let waiting jobs run
     }
     out.update(AccountMoneyJson(*acc));
     return JsonResponse(200, out);
+  }
+  if (pattern == "/v1/jobs/{job}/budget") {
+    // Raise (or lower, or remove with null) a job's max_total_cost; a job its budget stopped
+    // resumes from its checkpoint.
+    auto body = ObjectBody(req);
+    if (!body.ok()) return ErrorResponse(body.status());
+    if (Status s = OnlyFields(*body, {"max_total_cost"}); !s.ok()) return ErrorResponse(s);
+    if (!body->contains("max_total_cost")) {
+      return ErrorResponse(Status::InvalidArgument(
+          "expected `max_total_cost`: an amount in dollars, or null to remove the budget"));
+    }
+    std::optional<double> budget;
+    if (!body->at("max_total_cost").is_null()) {
+      auto a = AmountField(*body, "max_total_cost", false);
+      if (!a.ok()) return ErrorResponse(a.status());
+      if (*a <= 0) {
+        return ErrorResponse(Status::InvalidArgument("max_total_cost: must be more than $0"));
+      }
+      budget = static_cast<double>(*a) / 1e6;
+    }
+    auto job = core_->SetJobBudget(call.params.at("job"), budget);
+    if (!job.ok()) return ErrorResponse(job.status());
+    return JsonResponse(200, Json{{"job", RedactJobEnv(JobToJson(*job))}});
   }
   if (pattern == "/v1/accounts/{account}/balance") {
     auto acc = accounts_->FindAccount(call.params.at("account"));
@@ -218,6 +246,7 @@ HttpResponse Api::MoneyRoute(const Call& call, const HttpRequest& req) {
     out["accruing_micros"] = cost->accruing_micros;
     out["fee_micros"] = cost->fee_micros;
     out["lost_micros"] = cost->lost_micros;
+    out["credited_micros"] = cost->credited_micros;
     out["compute_micros"] = cost->compute_micros;
     out["storage_micros"] = cost->storage_micros;
     out["transfer_micros"] = cost->transfer_micros;
@@ -233,6 +262,7 @@ HttpResponse Api::MoneyRoute(const Call& call, const HttpRequest& req) {
     total.charged_micros += r.charged_micros;
     total.fee_micros += r.fee_micros;
     total.lost_micros += r.lost_micros;
+    total.credited_micros += r.credited_micros;
     total.metered_ms += r.metered_ms;
   }
   total.key = "total";

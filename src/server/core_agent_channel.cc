@@ -196,6 +196,13 @@ Status ServerCore::OnConformanceLocked(NodeState& ns, const proto::ConformanceMe
                       {"reasons", judged.record.verification_reasons}};
   entry.status = 200;
   batch.audit.push_back(std::move(entry));
+  if (!judged.verdict.verified) {
+    // SLA (issue 15 item 3): what ran on a node that failed verification is credited in full.
+    const std::string why =
+        "node " + judged.record.name + " failed verification while running it" +
+        (judged.verdict.failures.empty() ? "" : " (" + judged.verdict.failures.front() + ")");
+    for (const auto& aid : AttemptsOnLocked(node_id)) CreditInFullLocked(edit, aid, why);
+  }
   SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
   AfterVerdictLocked(ns);
   return RequestScheduleLocked();

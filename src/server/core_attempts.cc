@@ -48,6 +48,23 @@ void ServerCore::FinishAttemptLocked(const std::string& attempt_id, AttemptState
     JobRecord& job = js.record;
     // Capacity that went away under the job is not its fault: it runs again elsewhere, from its
     // last complete checkpoint, unless its restarts are used up (sched/requeue_policy.h).
+    if (state == AttemptState::kPreempted && StoppedByMoney(cause)) {
+      // Stopped by its budget or its account's credit (issue 15 item 1): it keeps its
+      // checkpoint and waits, using none of its restarts, until the budget is raised or credit
+      // added.
+      const bool credit = cause.find(kCreditStop) != std::string::npos;
+      job.state = st::JobState::kBudgetExhausted;
+      job.reason =
+          cause.substr(cause.find(credit ? kCreditStop : kBudgetStop)) + "; " +
+          (job.checkpoint.empty() ? "no checkpoint saved"
+                                  : "checkpoint " + job.checkpoint.substr(0, 12) + " kept") +
+          (credit ? "; it runs again once the account has credit (`sluice account "
+                    "credit`)"
+                  : "; `sluice budget " + job.id + " USD` raises the budget and resumes it");
+      batch.jobs.push_back(job);
+      batch.events.push_back(EventLocked(job.id, "budget-exhausted", job.reason));
+      return;
+    }
     const int max_restarts = js.spec.lifecycle.max_restarts;
     const sched::RequeueDecision next =
         sched::AfterAttempt(ToAttemptEnd(state), job.cancel_requested, job.preemptions,

@@ -118,17 +118,20 @@ Result<std::string> ServerCore::AuditBundle(const std::string& job_id) {
                           {"charged_micros", m.charged_micros},
                           {"fee_micros", m.fee_micros},
                           {"lost_micros", m.lost_micros},
+                          {"credited_micros", m.credited_micros},
+                          {"credit_reason", m.credit_reason},
                           {"end_cause", m.end_cause}});
   }
   Json statement{{"job_id", job_id},
                  {"currency", "USD"},
                  {"unit", "micro-dollars"},
-                 {"rules", "README \"Bills and earnings\""},
+                 {"rules", "README \"Bills and earnings\", \"SLA credits\""},
                  {"meters", meters},
                  {"charged_micros", cost.charged_micros},
                  {"accruing_micros", cost.accruing_micros},
                  {"fee_micros", cost.fee_micros},
                  {"lost_micros", cost.lost_micros},
+                 {"credited_micros", cost.credited_micros},
                  {"estimate_micros", cost.estimate_micros}};
   std::vector<std::pair<std::string, std::string>> files = {
       {"environment-fingerprint.json", DumpJson(env, 2) + "\n"},

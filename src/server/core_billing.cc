@@ -22,6 +22,10 @@ std::string UtcDay(int64_t ms) { return Utc(ms, "%Y-%m-%d"); }
 
 constexpr int64_t kStorageSettleMs = 3'600'000;
 
+// The published SLA rule for a lost attempt (README "SLA credits").
+constexpr std::string_view kLostCredit =
+    "lost with its node: the time after its last saved checkpoint is credited";
+
 bool Interrupted(AttemptState s) {
   return s == AttemptState::kLost || s == AttemptState::kPreempted;
 }
@@ -51,12 +55,17 @@ int64_t ServerCore::LeaseEndLocked(const std::string& node_id, int64_t fallback)
 }
 
 store::MeterRecord ServerCore::SettleIntoLocked(Edit& edit, const store::MeterRecord& meter,
-                                                int64_t until_ms, int64_t lost_micros) {
+                                                int64_t until_ms, int64_t lost_micros,
+                                                int64_t credit_micros,
+                                                const std::string& credit_reason) {
   const int64_t now = clock_->NowMillis();
   // The platform's own charges (storage) carry no fee: it is paid the whole of them.
   const int fee_bps = meter.provider == ledger::kPlatformAccount ? 0 : options_.platform_fee_bps;
   ledger::Settlement s = ledger::SettleTo(meter, until_ms, fee_bps);
   s.meter.lost_micros += lost_micros;
+  // A meter credited in full (its node failed verification while running it) has every new
+  // charge credited too.
+  if (!meter.credit_reason.empty()) credit_micros += s.charge;
   if (s.charge > 0 || lost_micros > 0 || s.to_ms > s.from_ms) {
     store::LedgerTxn txn = ledger::ChargeTxn(s, now);
     for (const auto& e : txn.entries) edit.balance_deltas[e.account] += e.amount_micros;
@@ -65,7 +74,47 @@ store::MeterRecord ServerCore::SettleIntoLocked(Edit& edit, const store::MeterRe
                                       UtcDay(s.to_ms), meter.resource, s.charge, s.fee, lost_micros,
                                       s.to_ms - s.from_ms});
   }
+  CreditIntoLocked(edit, s.meter, credit_micros,
+                   meter.credit_reason.empty() ? credit_reason : meter.credit_reason);
   return s.meter;
+}
+
+void ServerCore::CreditIntoLocked(Edit& edit, store::MeterRecord& m, int64_t amount,
+                                  const std::string& reason) {
+  // Never more than was charged and not yet credited.
+  amount = std::min(amount, m.charged_micros - m.credited_micros);
+  if (amount <= 0 || m.provider == ledger::kPlatformAccount) return;
+  const int64_t now = clock_->NowMillis();
+  store::LedgerTxn txn = ledger::CreditTxn(m, amount, options_.platform_fee_bps, now, reason);
+  for (const auto& e : txn.entries) edit.balance_deltas[e.account] += e.amount_micros;
+  edit.batch.ledger.push_back(std::move(txn));
+  store::CostDelta d{m.payer, m.provider, m.job_id, m.node_id, UtcDay(now), m.resource};
+  d.credited_micros = amount;
+  // The platform gives back its fee on the amount (as CreditTxn takes it): fees are kept net.
+  d.fee_micros = -ledger::FeeFor(amount, options_.platform_fee_bps);
+  edit.batch.cost_deltas.push_back(std::move(d));
+  m.credited_micros += amount;
+  if (m.credit_reason.empty()) m.credit_reason = reason;  // shown with the meter
+  edit.batch.events.push_back(EventLocked(
+      m.job_id, "sla-credit",
+      ledger::FormatMicros(amount) + " credited for attempt " + m.attempt_id + ": " + reason));
+}
+
+void ServerCore::CreditInFullLocked(Edit& edit, const std::string& attempt_id,
+                                    const std::string& reason) {
+  auto staged = edit.meters.find(attempt_id);
+  std::optional<store::MeterRecord> open;
+  if (staged != edit.meters.end()) {
+    open = staged->second;
+  } else if (auto live = open_meters_.find(attempt_id); live != open_meters_.end()) {
+    open = live->second;
+  }
+  if (!open || open->end_ms != 0 || !open->credit_reason.empty()) return;
+  store::MeterRecord m = *open;
+  m.credit_reason = reason;
+  CreditIntoLocked(edit, m, m.charged_micros, reason);  // what it was charged so far
+  edit.meters[attempt_id] = m;
+  edit.batch.meters.push_back(m);
 }
 
 void ServerCore::MeterLocked(Edit& edit) {
@@ -105,6 +154,7 @@ void ServerCore::MeterLocked(Edit& edit) {
     // restart is charged no further than what was already settled.
     store::MeterRecord m = *open;
     int64_t end = std::min(a.ended_ms, LeaseEndLocked(a.node_id, m.settled_ms));
+    end = std::min(end, BudgetEndLocked(edit, m));  // never past the job's budget
     end = std::max(end, m.settled_ms);
     m.end_ms = end;
     m.end_cause = a.cause;
@@ -126,7 +176,10 @@ void ServerCore::MeterLocked(Edit& edit) {
       lost = ledger::ChargeFor(m.price_micros_per_hour, end - m.start_ms) -
              ledger::ChargeFor(m.price_micros_per_hour, saved - m.start_ms);
     }
-    m = SettleIntoLocked(edit, m, end, lost);
+    // SLA (issue 15 item 3): an attempt lost with its node is credited the work it lost.
+    const bool sla = a.state == AttemptState::kLost && lost > 0;
+    m = SettleIntoLocked(edit, m, end, lost, sla ? lost : 0,
+                         sla ? std::string(kLostCredit) : std::string());
     edit.meters[a.id] = std::nullopt;
     edit.batch.meters.push_back(m);
   }
@@ -170,7 +223,8 @@ void ServerCore::ChargeTransferLocked(Edit& edit, const std::string& job_id,
                                       const std::string& attempt_id, const std::string& node_id,
                                       int64_t bytes, const std::string& what) {
   const int64_t per_gb = ledger::PricePerHourMicros(options_.transfer_price_per_gb);
-  const int64_t amount = ledger::TransferCharge(bytes, per_gb);
+  // A job's budget bounds its transfers too (the final upload is reserved before it starts).
+  const int64_t amount = WithinBudgetLocked(edit, job_id, ledger::TransferCharge(bytes, per_gb));
   if (amount <= 0) return;
   const JobState* js = ViewJobLocked(edit, job_id);
   const std::string payer = PayerLocked(js != nullptr ? js->record.owner : "");
@@ -284,7 +338,8 @@ Status ServerCore::SettleMetersLocked() {
   const int64_t now = clock_->NowMillis();
   for (const auto& [id, meter] : open_meters_) {
     if (meter.resource == "storage") continue;  // SettleStorageLocked, below
-    const int64_t until = std::min(now, LeaseEndLocked(meter.node_id, meter.settled_ms));
+    int64_t until = std::min(now, LeaseEndLocked(meter.node_id, meter.settled_ms));
+    until = std::min(until, BudgetEndLocked(edit, meter));
     if (until <= meter.settled_ms) continue;
     store::MeterRecord m = SettleIntoLocked(edit, meter, until, 0);
     edit.meters[id] = m;
@@ -329,14 +384,21 @@ Result<store::LedgerTxn> ServerCore::TopUp(const std::string& account_id, int64_
   store::LedgerTxn txn = ledger::TopUpTxn(account_id, amount, clock_->NowMillis(), memo);
   for (const auto& e : txn.entries) edit.balance_deltas[e.account] += e.amount_micros;
   edit.batch.ledger.push_back(txn);
+  // Jobs its credit stopped run again (in the same commit: memory and disk agree).
+  RequeueExhaustedLocked(edit, account_id, nullptr);
   SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
   // Its jobs waiting for credit may run now.
   if (!queued_.empty()) SLUICE_RETURN_IF_ERROR(RequestScheduleLocked());
   return txn;
 }
 
-void ServerCore::CreditChanged() {
+void ServerCore::CreditChanged(const std::string& account_id) {
   std::lock_guard<std::mutex> lock(mu_);
+  Edit edit;
+  RequeueExhaustedLocked(edit, account_id, nullptr);
+  if (Status s = CommitLocked(edit); !s.ok()) {
+    DegradedLocked("budget", "queuing again the jobs a credit limit stopped", s);
+  }
   if (queued_.empty()) return;
   if (Status s = RequestScheduleLocked(); !s.ok()) {
     DegradedLocked("schedule", "scheduling after a credit limit changed", s);
@@ -360,6 +422,7 @@ Result<JobCost> ServerCore::CostOfJob(const std::string& job_id) {
     (m.resource == "storage" ? cost.storage_micros : cost.compute_micros) += m.charged_micros;
     cost.fee_micros += m.fee_micros;
     cost.lost_micros += m.lost_micros;
+    cost.credited_micros += m.credited_micros;
     if (m.end_ms == 0) {
       const int64_t until =
           m.resource == "storage" ? now : std::min(now, LeaseEndLocked(m.node_id, m.settled_ms));
@@ -412,6 +475,13 @@ Result<LedgerReport> ServerCore::CheckLedger() {
                               ledger::FormatMicros(c.charged_by_entries) + ", meters " +
                               ledger::FormatMicros(c.charged_by_meters) + ", cost totals " +
                               ledger::FormatMicros(c.charged_by_totals));
+  }
+  if (c.credited_by_entries != c.credited_by_meters ||
+      c.credited_by_entries != c.credited_by_totals) {
+    report.problems.push_back("SLA credits disagree: entries " +
+                              ledger::FormatMicros(c.credited_by_entries) + ", meters " +
+                              ledger::FormatMicros(c.credited_by_meters) + ", cost totals " +
+                              ledger::FormatMicros(c.credited_by_totals));
   }
   return report;
 }

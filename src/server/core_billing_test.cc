@@ -9,7 +9,12 @@
 //   * at its locked price, rounded down to the micro-dollar per attempt; the fee
 //     (FeeFor of that charge) goes to the platform, the rest to the node's provider;
 //   * a server restart forgets renewals it had not settled: a node that never speaks to the
-//     restarted server is charged up to the last settlement before the crash.
+//     restarted server is charged up to the last settlement before the crash;
+//   * a job's charges never pass its max_total_cost: an attempt is billed no further than the
+//     budget its job's earlier attempts left (issue 15 item 1);
+//   * SLA credits (issue 15 item 3): an attempt that never started is charged nothing; an
+//     attempt lost with its node is credited what its time after its last saved checkpoint was
+//     charged, FeeFor(credit) from the platform and the rest from the provider.
 //
 // The ledger must equal the oracle to the micro-dollar, every transaction must balance, and
 // every history must contain charges (so an empty ledger cannot pass).
@@ -57,6 +62,8 @@ class History {
     const int pick = std::uniform_int_distribution<int>(0, 99)(rng_);
     if (pick < 14) {
       Submit();
+    } else if (pick < 18) {
+      CheckpointOne();
     } else if (pick < 24) {
       ExitOne();
     } else if (pick < 27) {
@@ -76,6 +83,12 @@ class History {
   // Ends the history: every node alive, every job finished, everything settled.
   void Finish() {
     for (int round = 0; round < 200 && !Idle(); ++round) {
+      // What no budget left room for will never run: cancelled, so the history can end.
+      for (const auto& j : core_->ListJobs(store::JobState::kQueued, 100000)) {
+        if (j.reason.find("max_total_cost") != std::string::npos) {
+          ASSERT_TRUE(core_->CancelJob(j.id).ok());
+        }
+      }
       for (auto& [node, n] : nodes_) {
         if (!n.alive && NodeLost(node)) Revive(node);
       }
@@ -92,30 +105,77 @@ class History {
     Settle();
   }
 
+  // Every budgeted job's charges (compute and transfer) are within its budget.
+  int BudgetedJobsWithinBudget() {
+    int checked = 0;
+    for (const auto& [job, budget] : budgets_) {
+      auto cost = core_->CostOfJob(job);
+      EXPECT_TRUE(cost.ok());
+      if (!cost.ok()) continue;
+      EXPECT_LE(cost->charged_micros - cost->storage_micros, budget) << job;
+      checked += cost->charged_micros > 0;
+    }
+    return checked;
+  }
+
   // --- the oracle ---------------------------------------------------------------------------
   struct Bill {
     std::map<std::string, int64_t> balances;  // account -> micro-dollars
     int64_t charged = 0;
+    int64_t credited = 0;
     int attempts = 0;
+    int never_started = 0;
   };
   Bill Oracle() {
     Bill bill;
-    for (const auto& [id, a] : started_) {
+    std::map<std::string, int64_t> spent;  // job -> charged so far, attempts in start order
+    std::vector<std::pair<int64_t, std::string>> order;
+    for (const auto& [id, a] : started_) order.emplace_back(a.started_ms, id);
+    std::sort(order.begin(), order.end());
+    for (const auto& [at, id] : order) {
+      const Started& a = started_.at(id);
       auto rec = AttemptRecordOf(a.job, id);
       EXPECT_TRUE(rec.has_value()) << id;
       if (!rec) continue;
       EXPECT_TRUE(store::IsTerminal(rec->state)) << id;
       // The end as the server received it: our own exit, or the server's (node lost, ...).
       const int64_t received = a.exited_ms > 0 ? a.exited_ms : rec->ended_ms;
-      const int64_t end = BilledEnd(a, received);
+      int64_t end = BilledEnd(a, received);
       const int64_t price = ledger::PricePerHourMicros(rec->price_per_hour);
+      if (auto budget = budgets_.find(a.job); budget != budgets_.end() && price > 0) {
+        const int64_t room = std::max<int64_t>(0, budget->second - spent[a.job]);
+        end = std::min(end, a.started_ms + room * 3'600'000 / price);
+      }
       const int64_t charge = ledger::ChargeFor(price, end - a.started_ms);
+      spent[a.job] += charge;
       const int64_t fee = ledger::FeeFor(charge, kFeeBps);
       bill.balances[a.owner] -= charge;
       bill.balances[a.provider] += charge - fee;
       bill.balances[ledger::kPlatformAccount] += fee;
       bill.charged += charge;
       ++bill.attempts;
+      if (rec->state == store::AttemptState::kLost) {
+        // Credited: what the time after its last checkpoint (saved before its end) was charged.
+        int64_t saved = a.started_ms;
+        for (int64_t c : a.checkpoints) {
+          if (c <= rec->ended_ms) saved = std::max(saved, std::min(c, end));
+        }
+        const int64_t credit = charge - ledger::ChargeFor(price, saved - a.started_ms);
+        const int64_t back = ledger::FeeFor(credit, kFeeBps);
+        bill.balances[a.owner] += credit;
+        bill.balances[a.provider] -= credit - back;
+        bill.balances[ledger::kPlatformAccount] -= back;
+        bill.credited += credit;
+      }
+    }
+    // Attempts that never started were never charged: no meter, no transaction.
+    for (const auto& [id, job] : assigned_) {
+      if (started_.count(id)) continue;
+      auto cost = core_->CostOfJob(job);
+      EXPECT_TRUE(cost.ok());
+      if (!cost.ok()) continue;
+      for (const auto& m : cost->meters) EXPECT_NE(m.attempt_id, id) << "never started";
+      ++bill.never_started;
     }
     for (auto it = bill.balances.begin(); it != bill.balances.end();) {
       it = it->second == 0 ? bill.balances.erase(it) : std::next(it);
@@ -134,7 +194,7 @@ class History {
     }
     return out;
   }
-  int crashes = 0, losses = 0, preemptions = 0;
+  int crashes = 0, losses = 0, preemptions = 0, checkpoints = 0;
 
  private:
   struct NodeAgent {
@@ -149,7 +209,8 @@ class History {
   struct Started {
     std::string job, node, owner, provider;
     int64_t started_ms = 0;
-    int64_t exited_ms = 0;  // when we reported its exit; 0: the server ended it
+    int64_t exited_ms = 0;               // when we reported its exit; 0: the server ended it
+    std::vector<int64_t> checkpoints{};  // when the server received each checkpoint it saved
   };
   // Renewals (heartbeat replies, hellos), settlements and crashes, in order.
   struct Event {
@@ -208,12 +269,38 @@ class History {
     if (std::uniform_int_distribution<int>(0, 2)(rng_) == 0) {
       s.lifecycle.capacity = spec::Capacity::kInterruptible;
     }
+    // A third of the jobs have a budget: from a few seconds' to a few minutes' worth.
+    const bool budgeted = std::uniform_int_distribution<int>(0, 2)(rng_) == 0;
+    if (budgeted) {
+      s.max_total_cost = std::uniform_int_distribution<int>(5, 300)(rng_) / 100.0;
+      s.expected_hours = 0.001;
+      s.lifecycle.grace_period_s = std::uniform_int_distribution<int>(0, 5)(rng_);
+    }
     SubmitOptions o;
     o.owner = std::uniform_int_distribution<int>(0, 1)(rng_) ? "user-a" : "user-b";
     o.queue_unschedulable = true;
     auto job = core_->SubmitJob(s, "", o);
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     owners_[job->id] = o.owner;
+    if (s.max_total_cost) budgets_[job->id] = ledger::PricePerHourMicros(*s.max_total_cost);
+  }
+  // A running attempt saves a checkpoint (stored and complete, as agents send them).
+  void CheckpointOne() {
+    std::vector<std::pair<std::string, std::string>> all;
+    for (const auto& [node, n] : nodes_) {
+      if (!n.alive) continue;
+      for (const auto& a : n.running) all.emplace_back(node, a);
+    }
+    if (all.empty()) return;
+    auto [node, att] = all[std::uniform_int_distribution<size_t>(0, all.size() - 1)(rng_)];
+    const std::string manifest = Sha256Hex(att + std::to_string(clock_.NowMillis()));
+    ASSERT_TRUE(core_
+                    ->AgentMessage(
+                        node, nodes_.at(node).link.get(),
+                        Json{{"type", "checkpoint"}, {"attempt_id", att}, {"manifest", manifest}})
+                    .ok());
+    started_.at(att).checkpoints.push_back(clock_.NowMillis());
+    ++checkpoints;
   }
   void Exit(const std::string& node, const std::string& att, int code) {
     NodeAgent& n = nodes_.at(node);
@@ -316,6 +403,15 @@ class History {
         const std::string type = m.value("type", "");
         const std::string att = m.value("attempt_id", "");
         if (type == "assign") {
+          assigned_[att] = m.value("job_id", "");
+          if (std::uniform_int_distribution<int>(0, 19)(rng_) == 0) {
+            // It could not start (its workdir would not unpack, say): never started, never billed.
+            ASSERT_TRUE(core_
+                            ->AgentMessage(node, n.link.get(),
+                                           proto::ToJson(proto::Exited{att, 0, 0, "cannot start"}))
+                            .ok());
+            continue;
+          }
           n.held.insert(att);
           ASSERT_TRUE(
               core_
@@ -336,6 +432,8 @@ class History {
   }
   bool Idle() {
     for (const auto& j : core_->ListJobs(std::nullopt, 100000)) {
+      // A job its budget stopped waits for a raise that never comes here: it is done.
+      if (j.state == store::JobState::kBudgetExhausted) continue;
       if (!store::IsTerminal(j.state) && j.state != store::JobState::kQueued) return false;
       if (j.state == store::JobState::kQueued) return false;
     }
@@ -388,13 +486,17 @@ class History {
   std::unique_ptr<ServerCore> core_;
   std::map<std::string, NodeAgent> nodes_;
   std::map<std::string, std::string> names_;
-  std::map<std::string, std::string> owners_;  // job -> account
-  std::map<std::string, Started> started_;     // attempt -> what the oracle saw
+  std::map<std::string, std::string> owners_;    // job -> account
+  std::map<std::string, Started> started_;       // attempt -> what the oracle saw
+  std::map<std::string, std::string> assigned_;  // every attempt assigned -> its job
+  std::map<std::string, int64_t> budgets_;       // job -> max_total_cost, micro-dollars
   std::vector<Event> events_;
 };
 
 TEST(CoreBilling, TheLedgerEqualsTheOracleInRandomHistories) {
-  int crashes = 0, losses = 0, preemptions = 0;
+  int crashes = 0, losses = 0, preemptions = 0, checkpoints = 0, never_started = 0;
+  int budgeted = 0;
+  int64_t credited = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     auto dir = std::filesystem::temp_directory_path() / ("sluice-billing-" + RandomHex(6));
@@ -411,6 +513,10 @@ TEST(CoreBilling, TheLedgerEqualsTheOracleInRandomHistories) {
       EXPECT_GT(bill.charged, 0) << "a history without charges proves nothing";
       EXPECT_GT(bill.attempts, 0);
       EXPECT_EQ(h.LedgerBalances(), bill.balances);
+      budgeted += h.BudgetedJobsWithinBudget();
+      credited += bill.credited;
+      never_started += bill.never_started;
+      checkpoints += h.checkpoints;
       crashes += h.crashes;
       losses += h.losses;
       preemptions += h.preemptions;
@@ -421,6 +527,10 @@ TEST(CoreBilling, TheLedgerEqualsTheOracleInRandomHistories) {
   EXPECT_GT(crashes, 0);
   EXPECT_GT(losses, 0);
   EXPECT_GT(preemptions, 0);
+  EXPECT_GT(checkpoints, 0);
+  EXPECT_GT(never_started, 0);
+  EXPECT_GT(budgeted, 0);
+  EXPECT_GT(credited, 0) << "no attempt was lost with its node: the SLA rule went untested";
 }
 
 // Storage and transfer (the issue's second rule): a job's workdir and kept checkpoints are billed

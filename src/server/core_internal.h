@@ -44,5 +44,19 @@ inline double GiB(uint64_t mib) { return static_cast<double>(mib) / 1024.0; }
 // An attempt's cause while its preemption is under way. Stored with the attempt, so an exit that
 // arrives after a server restart is still recognised as the end of a preemption.
 constexpr std::string_view kPreemptingPrefix = "preempting: ";
+// The causes of stops by money (issue 15 item 1): the job's max_total_cost, its account's
+// credit. An attempt that ends with one of them leaves its job budget-exhausted, not requeued.
+constexpr std::string_view kBudgetStop = "max_total_cost reached";
+constexpr std::string_view kCreditStop = "credit limit reached";
+// Whether an attempt's cause is one of those stops (as preempting or as preempted).
+inline bool StoppedByMoney(std::string_view cause) {
+  for (std::string_view prefix : {kPreemptingPrefix, std::string_view("preempted: ")}) {
+    if (cause.substr(0, prefix.size()) != prefix) continue;
+    const std::string_view rest = cause.substr(prefix.size());
+    return rest.substr(0, kBudgetStop.size()) == kBudgetStop ||
+           rest.substr(0, kCreditStop.size()) == kCreditStop;
+  }
+  return false;
+}
 
 }  // namespace sluice::server::core

@@ -142,12 +142,13 @@ Result<JobRecord> ServerCore::CancelJob(const std::string& id) {
   if (live.cancel_requested) return live;  // idempotent
   Edit edit;
   JobRecord& job = StagedJobLocked(edit, id).record;
-  if (job.state == st::JobState::kQueued) {
+  if (job.state == st::JobState::kQueued || job.state == st::JobState::kBudgetExhausted) {
     job.state = st::JobState::kCancelled;
     job.finished_ms = clock_->NowMillis();
     job.reason = "cancelled by user";
     edit.batch.jobs.push_back(job);
-    edit.batch.events.push_back(EventLocked(id, "cancelled", "cancelled while queued"));
+    edit.batch.events.push_back(EventLocked(
+        id, "cancelled", "cancelled while " + std::string(st::Name(it->second.record.state))));
   } else {
     job.cancel_requested = true;
     edit.batch.jobs.push_back(job);

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "common/inventory.h"
+#include "ledger/metering.h"
 #include "market/gpu_identity.h"
 #include "market/perf.h"
 #include "sched/requeue_policy.h"
@@ -160,7 +161,7 @@ std::vector<std::shared_ptr<const sched::NodeCapacity>> ServerCore::CapacityLock
         if (a == active_attempts_.end()) continue;
         const AttemptRecord& att = a->second;
         now->running.push_back({aid, att.gpus, att.cpus, att.memory_gb, att.interruptible,
-                                att.cause.rfind(kPreemptingPrefix, 0) == 0});
+                                att.cause.rfind(kPreemptingPrefix, 0) == 0, att.price_per_hour});
         for (auto& g : now->gpus) {
           if (std::find(att.gpus.begin(), att.gpus.end(), g.index) != att.gpus.end()) {
             g.free = false;
@@ -243,27 +244,62 @@ void ServerCore::SchedulerLoop() {
   }
 }
 
+sched::JobRequest ServerCore::MakeRequestLocked(const std::string& id, const JobState& js,
+                                                int64_t spent) const {
+  const bool fallback =
+      js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand && js.fell_back;
+  sched::JobRequest r;
+  r.job_id = id;
+  r.priority = js.record.priority;
+  r.order = js.order;
+  r.gpus = js.spec.resources.gpus;
+  r.cpus = js.spec.resources.cpus;
+  r.memory_gb = js.spec.resources.memory_gb;
+  r.query = js.market.query;
+  r.max_price_per_hour = js.market.max_price_per_hour;
+  r.work = js.market.work;
+  r.objective = js.market.objective;
+  if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand) {
+    r.work.fallback_on_demand = fallback;
+  }
+  // The budget left changes as the job is charged; a job resuming from a checkpoint needs only
+  // room to run a while and stop safely (its remaining work is unknown).
+  if (const auto budget = BudgetMicrosLocked(js)) {
+    r.budget_left = static_cast<double>(std::max<int64_t>(0, *budget - spent)) / 1e6;
+    if (!js.record.checkpoint.empty()) {
+      const int64_t min_s = std::max<int64_t>(js.spec.lifecycle.checkpoint_interval_s.value_or(600),
+                                              2 * options_.budget_margin_ms / 1000);
+      r.budget_min_hours = static_cast<double>(min_s) / 3600;
+    }
+    // The stop's reserve: the grace period (and the check's margin) in hours of the price, and
+    // the final checkpoint's upload.
+    r.budget_reserve_hours =
+        static_cast<double>(js.spec.lifecycle.grace_period_s * 1000 + options_.budget_margin_ms) /
+        3.6e6;
+    r.budget_reserve = static_cast<double>(ledger::TransferCharge(
+                           static_cast<int64_t>(js.spec.lifecycle.checkpoint_size_gb * 1e9),
+                           ledger::PricePerHourMicros(options_.transfer_price_per_gb))) /
+                       1e6;
+  }
+  if (!fallback) r.bid = js.spec.lifecycle.max_bid_per_hour;  // on-demand is sold at its price
+  r.shape = sched::ShapeKey(r);
+  return r;
+}
+
 std::shared_ptr<const sched::JobRequest> ServerCore::RequestLocked(const std::string& id,
                                                                    const JobState& js) const {
   const bool fallback =
       js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand && js.fell_back;
-  if (!js.request || js.request->work.fallback_on_demand != fallback) {
-    auto r = std::make_shared<sched::JobRequest>();
-    r->job_id = id;
-    r->priority = js.record.priority;
-    r->order = js.order;
-    r->gpus = js.spec.resources.gpus;
-    r->cpus = js.spec.resources.cpus;
-    r->memory_gb = js.spec.resources.memory_gb;
-    r->query = js.market.query;
-    r->max_price_per_hour = js.market.max_price_per_hour;
-    r->work = js.market.work;
-    r->objective = js.market.objective;
-    if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand) {
-      r->work.fallback_on_demand = fallback;
-    }
-    r->shape = sched::ShapeKey(*r);
-    js.request = std::move(r);
+  const auto budget = BudgetMicrosLocked(js);
+  const int64_t spent = budget ? JobSpentLocked(id) : 0;
+  const double left = budget ? static_cast<double>(std::max<int64_t>(0, *budget - spent)) / 1e6 : 0;
+  // Rebuilt when an input that changes while a job is queued did: fell_back, the budget left,
+  // a checkpoint saved (MakeRequestLocked).
+  if (!js.request || js.request->work.fallback_on_demand != fallback ||
+      js.request->budget_left.has_value() != budget.has_value() ||
+      js.request->budget_left.value_or(0) != left ||
+      js.request->budget_min_hours.has_value() != (budget && !js.record.checkpoint.empty())) {
+    js.request = std::make_shared<sched::JobRequest>(MakeRequestLocked(id, js, spent));
   }
   auto avoid = avoid_.find(id);
   if (avoid == avoid_.end()) return js.request;
@@ -436,10 +472,21 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   }
   // On-demand work displacing interruptible attempts (DESIGN.md §6); the job is placed once
   // they have stopped and freed the room.
+  // An interruptible job's higher bid does the same (issue 15 item 4).
   for (const auto& pre : plan.preemptions) {
+    auto taker = jobs_.find(pre.job_id);
+    const bool bidder = taker != jobs_.end() &&
+                        taker->second.spec.lifecycle.capacity != spec::Capacity::kOnDemand &&
+                        taker->second.spec.lifecycle.max_bid_per_hour.has_value();
+    const double bid = bidder ? taker->second.spec.lifecycle.max_bid_per_hour.value_or(0) : 0;
     for (const auto& aid : pre.attempt_ids) {
-      if (active_attempts_.count(aid) == 0) continue;
-      SLUICE_RETURN_IF_ERROR(PreemptLocked(aid, "making room for on-demand job " + pre.job_id));
+      auto victim = active_attempts_.find(aid);
+      if (victim == active_attempts_.end()) continue;
+      const std::string cause = bidder
+                                    ? "outbid by job " + pre.job_id + " (" + Money(bid) +
+                                          " against " + Money(victim->second.price_per_hour) + ")"
+                                    : "making room for on-demand job " + pre.job_id;
+      SLUICE_RETURN_IF_ERROR(PreemptLocked(aid, cause));
     }
   }
   return Status::Ok();

@@ -69,8 +69,9 @@ bool ServerCore::ApplyReliabilityLocked(const ReliabilityHistory& h) {
     bool never_started = a.started_ms == 0;
     if (never_started && (a.state == AttemptState::kFailed || a.state == AttemptState::kLost)) {
       it->second.start_failures++;
-    } else if (!never_started &&
+    } else if (!never_started && !StoppedByMoney(a.cause) &&
                (a.state == AttemptState::kPreempted || a.state == AttemptState::kLost)) {
+      // (A stop by the job's own budget or credit is not the node's doing.)
       it->second.preemptions++;
     }
   }

@@ -59,15 +59,10 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
   js.queued_since_mono = clock_->MonotonicMillis();
   if (!opts.queue_unschedulable) {
     // Refuse what can never run rather than let it queue forever (DESIGN.md §6).
-    sched::JobRequest probe;
-    probe.job_id = "submitted";
-    probe.gpus = spec.resources.gpus;
-    probe.cpus = spec.resources.cpus;
-    probe.memory_gb = spec.resources.memory_gb;
-    probe.query = js.market.query;
-    probe.max_price_per_hour = js.market.max_price_per_hour;
-    probe.work = js.market.work;
-    probe.objective = js.market.objective;
+    // (Its budget, its bid: what placement will read, built the way placement builds it.)
+    sched::JobRequest probe = MakeRequestLocked("submitted", js, 0);
+    probe.work = js.market.work;  // interruptible-then-on-demand may ever use on-demand capacity
+    probe.shape = sched::ShapeKey(probe);
     // A shape nothing fitted in the last pass could run somewhere then, and no node's offers
     // changed since: only the nodes changed since are searched.
     sched::Plan plan =

@@ -237,6 +237,12 @@ bool ServerCore::TickState() {
   }
   AdmitVerificationsLocked();
   EndPausesLocked();
+  if (options_.budget_check_interval_ms > 0 &&
+      now - last_budget_check_mono_ >= options_.budget_check_interval_ms) {
+    if (Status s = EnforceBudgetsLocked(); !s.ok()) {
+      DegradedLocked("budget", "stopping attempts at their budget or credit", s);
+    }
+  }
   if (options_.settle_interval_ms > 0 && now - last_settle_mono_ >= options_.settle_interval_ms) {
     if (Status s = SettleMetersLocked(); !s.ok()) {
       DegradedLocked("settle", "settling running attempts' meters", s);

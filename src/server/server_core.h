@@ -125,6 +125,12 @@ struct CoreOptions {
   // GB (10^9 bytes). Storage is charged at cost_model.storage_price_per_gb_month, the rate
   // estimates use.
   double transfer_price_per_gb = 0;
+  // Budgets (issue 15 item 1; docs/design-notes.md "Budgets"): how often running work is checked
+  // against its job's max_total_cost and its account's credit, and how far ahead a stop looks
+  // (on top of the grace period and final upload it reserves), to cover the check's own
+  // interval and the exit's way back.
+  int64_t budget_check_interval_ms = 1000;
+  int64_t budget_margin_ms = 5000;
 };
 
 // A job's bill so far (`sluice job`, `sluice costs --job`): its meters and what they charged.
@@ -137,6 +143,7 @@ struct JobCost {
   int64_t accruing_micros = 0;             // open meters' time not yet settled, at now
   int64_t fee_micros = 0;
   int64_t lost_micros = 0;
+  int64_t credited_micros = 0;  // SLA credits paid back (README "SLA credits")
   // The market's expected cost to complete when its latest attempt was placed (0: unknown).
   int64_t estimate_micros = 0;
 };
@@ -355,8 +362,18 @@ class ServerCore {
   // Every transaction sums to zero, every balance in memory equals its entries' sum, and the
   // compute charged agrees three ways (entries, meters, cost totals). Holds the lock meanwhile.
   Result<LedgerReport> CheckLedger();
-  // A credit limit changed: jobs waiting for credit are tried again.
-  void CreditChanged();
+  // A credit limit changed: jobs waiting for credit are tried again, and jobs it stopped are
+  // queued again when the account may spend.
+  void CreditChanged(const std::string& account_id);
+  // Sets a job's max_total_cost (nullopt: none). A job its budget stopped is queued again and
+  // resumes from its checkpoint (issue 15 item 1); placement then says whether the new budget
+  // leaves room to run.
+  Result<store::JobRecord> SetJobBudget(const std::string& job_id,
+                                        std::optional<double> max_total_cost);
+  // Stops, through the preemption path, running attempts whose job budget or account credit
+  // would be passed within the grace period and final upload (the tick calls it every
+  // budget_check_interval_ms).
+  Status EnforceBudgets();
   // Settles every open meter up to now (the tick does it every settle_interval_ms).
   Status SettleMeters();
 
@@ -485,8 +502,18 @@ class ServerCore {
   void MeterLocked(Edit& edit);
   // Bills `meter` up to `until_ms` into the edit (a ledger transaction and its cost delta).
   Status SettleMetersLocked();
+  // `credit_micros` of it is credited back at once (an SLA credit, for `credit_reason`).
   store::MeterRecord SettleIntoLocked(Edit& edit, const store::MeterRecord& meter, int64_t until_ms,
-                                      int64_t lost_micros);
+                                      int64_t lost_micros, int64_t credit_micros = 0,
+                                      const std::string& credit_reason = "");
+  // SLA credits (issue 15 item 3): pays `amount` of what `m` charged (at most what it charged and
+  // did not credit yet) back to its payer, as a ledger transaction with `reason`, a cost delta
+  // and a job event; updates `m`'s credited_micros. The caller stages `m`.
+  void CreditIntoLocked(Edit& edit, store::MeterRecord& m, int64_t amount,
+                        const std::string& reason);
+  // Credits an open attempt's meter in full from now on, and what it charged so far (its node
+  // failed verification while running it).
+  void CreditInFullLocked(Edit& edit, const std::string& attempt_id, const std::string& reason);
   // When the lease of the node's attempts runs out (wall ms): its last renewal plus the lease.
   // `fallback` when the server has not renewed it since it started.
   int64_t LeaseEndLocked(const std::string& node_id, int64_t fallback) const;
@@ -511,6 +538,22 @@ class ServerCore {
   // Bills each job's storage up to now, starting a new storage meter when what it keeps changed.
   void SettleStorageLocked(Edit& edit);
   std::string ProviderLocked(const std::string& node_id) const;
+  // Budgets (core_budget.cc). What the job's attempts were charged (compute and transfer), as
+  // committed; its budget in micro-dollars, if it has one; what a stop costs at `price` (the
+  // grace period and the final checkpoint's upload), so a stop never overshoots.
+  int64_t JobSpentLocked(const std::string& job_id) const;
+  std::optional<int64_t> BudgetMicrosLocked(const JobState& js) const;
+  int64_t StopReserveLocked(const JobState& js, int64_t price_micros_per_hour) const;
+  // What the edit stages as charged to the job on top of JobSpentLocked.
+  int64_t StagedSpendLocked(const Edit& edit, const std::string& job_id) const;
+  // The last wall ms `meter` may be billed to without its job's charges passing its budget (a
+  // backstop: stops come earlier); INT64_MAX for a job without one.
+  int64_t BudgetEndLocked(const Edit& edit, const store::MeterRecord& meter) const;
+  // What of `amount` may still be charged to the job under its budget.
+  int64_t WithinBudgetLocked(const Edit& edit, const std::string& job_id, int64_t amount) const;
+  // Queues again the budget-exhausted jobs of `owner` (or just `only`) that may now run.
+  void RequeueExhaustedLocked(Edit& edit, const std::string& owner, const std::string* only);
+  Status EnforceBudgetsLocked();
 
   // Places what can be placed now (PlaceLocked); a failure is retried by the next tick.
   Status ScheduleLocked();
@@ -528,6 +571,9 @@ class ServerCore {
   // Places the queued jobs (`only`: just that one), committing the placements as one edit.
   Status PlaceLocked(const std::string* only = nullptr);
   // What placement reads of a job, built once and kept while it does not change.
+  // The same, built afresh; `spent`: what the job was charged so far (for its budget).
+  sched::JobRequest MakeRequestLocked(const std::string& id, const JobState& js,
+                                      int64_t spent) const;
   std::shared_ptr<const sched::JobRequest> RequestLocked(const std::string& id,
                                                          const JobState& js) const;
   std::vector<std::shared_ptr<const sched::NodeCapacity>> CapacityLocked() const;
@@ -672,6 +718,9 @@ class ServerCore {
   std::map<std::string, int64_t> balances_;
   std::map<std::string, int64_t> lease_renewed_mono_;
   int64_t last_settle_mono_ = 0;
+  int64_t last_budget_check_mono_ = 0;
+  // JobSpentLocked's cache, filled from the store on first use and kept with committed charges.
+  mutable std::map<std::string, int64_t> job_spent_;
   // StoredBytesLocked's cache: job -> (what it keeps, as a key; bytes). Derived, not state.
   std::map<std::string, std::pair<std::string, int64_t>> stored_bytes_;
   // Kept checkpoints per job, oldest first (the store's `checkpoints` table).

@@ -32,6 +32,11 @@ struct MeterRecord {
   // (preempted, node lost): work the job has to do again. Part of charged_micros, not extra.
   int64_t lost_micros = 0;
   std::string end_cause{};  // the attempt's cause when it closed ("exited", "node lost", ...)
+  // SLA credits (issue 15 item 3): how much of charged_micros was paid back to the payer, and
+  // the published rule that did it. A meter with a reason set while it runs ("the node failed
+  // verification while running it") has every later charge credited too.
+  int64_t credited_micros = 0;
+  std::string credit_reason{};
   bool operator==(const MeterRecord&) const = default;
 };
 
@@ -71,6 +76,10 @@ struct LedgerCheck {
   int64_t charged_by_entries = 0;
   int64_t charged_by_meters = 0;
   int64_t charged_by_totals = 0;
+  // SLA credits, the same three ways: the payers' sla-credit entries, the meters, the totals.
+  int64_t credited_by_entries = 0;
+  int64_t credited_by_meters = 0;
+  int64_t credited_by_totals = 0;
 };
 
 // A cost report's question (`sluice costs`). Empty fields do not filter.
@@ -96,6 +105,7 @@ struct CostDelta {
   int64_t fee_micros = 0;
   int64_t lost_micros = 0;
   int64_t metered_ms = 0;
+  int64_t credited_micros = 0;  // SLA credits paid back (part of charged_micros, not extra)
   bool operator==(const CostDelta&) const = default;
 };
 
@@ -105,7 +115,8 @@ struct CostRow {
   int64_t charged_micros = 0;
   int64_t fee_micros = 0;
   int64_t lost_micros = 0;
-  int64_t metered_ms = 0;  // compute time billed
+  int64_t metered_ms = 0;       // compute time billed
+  int64_t credited_micros = 0;  // SLA credits paid back: the net cost is charged - credited
   bool operator==(const CostRow&) const = default;
 };
 

@@ -313,6 +313,47 @@ ALTER TABLE nodes ADD COLUMN paused_until_ms INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN paused_reason TEXT NOT NULL DEFAULT '';
 )sql";
 
+// v12 (issue 15): jobs admit the state 'budget-exhausted' (a stop by budget or credit). SQLite
+// cannot change a CHECK constraint in place, so jobs is rebuilt (attempts refer to it: Migrate
+// runs with foreign keys off and checks them before each step commits). Meters and cost totals
+// gain SLA credits: what was credited back, and why.
+constexpr std::string_view kV12 = R"sql(
+CREATE TABLE jobs_v12 (
+  id TEXT PRIMARY KEY NOT NULL,
+  name TEXT NOT NULL,
+  spec TEXT NOT NULL,
+  workdir_blob TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN
+      ('queued', 'starting', 'running', 'succeeded', 'failed', 'cancelled', 'lost',
+       'budget-exhausted')),
+  priority INTEGER NOT NULL,
+  submitted_ms INTEGER NOT NULL,
+  started_ms INTEGER NOT NULL,
+  finished_ms INTEGER NOT NULL,
+  exit_code INTEGER,
+  reason TEXT NOT NULL,
+  attempt_id TEXT NOT NULL,
+  cancel_requested INTEGER NOT NULL DEFAULT 0,
+  checkpoint TEXT NOT NULL DEFAULT '',
+  preemptions INTEGER NOT NULL DEFAULT 0,
+  owner TEXT NOT NULL DEFAULT '',
+  team TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO jobs_v12 (id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms,
+    finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions, owner,
+    team)
+  SELECT id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, finished_ms,
+    exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions, owner, team
+  FROM jobs;
+DROP TABLE jobs;
+ALTER TABLE jobs_v12 RENAME TO jobs;
+CREATE INDEX jobs_by_state ON jobs (state);
+CREATE INDEX jobs_by_submitted ON jobs (submitted_ms);
+ALTER TABLE meters ADD COLUMN credited_micros INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE meters ADD COLUMN credit_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE cost_totals ADD COLUMN credited_micros INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -322,6 +363,24 @@ Status Exec(sqlite3* db, std::string_view sql, std::string_view what) {
   if (sqlite3_exec(db, text.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
     return SqliteError(db, what);
   }
+  return Status::Ok();
+}
+
+// After a step: every reference still resolves (the step ran with foreign keys off).
+Status CheckForeignKeys(sqlite3* db, int version) {
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db, "PRAGMA foreign_key_check", -1, &stmt, nullptr) != SQLITE_OK) {
+    return SqliteError(db, "prepare foreign key check");
+  }
+  const int rc = sqlite3_step(stmt);
+  std::string table;
+  if (rc == SQLITE_ROW) table = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+  sqlite3_finalize(stmt);
+  if (rc == SQLITE_ROW) {
+    return Status::Internal("schema migration: step " + std::to_string(version) +
+                            " left a row of " + table + " referring to nothing");
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db, "foreign key check");
   return Status::Ok();
 }
 
@@ -365,6 +424,7 @@ const std::vector<Migration>& Migrations() {
       {9, "accounts, scoped tokens, teams, owners, idempotency keys, blob owners", kV9},
       {10, "meters, ledger, cost totals, credit limits", kV10},
       {11, "paused nodes", kV11},
+      {12, "budget-exhausted jobs, SLA credits", kV12},
   };
   return kSteps;
 }
@@ -396,10 +456,9 @@ Result<int> ReadSchemaVersion(sqlite3* db) {
   return version;
 }
 
-Status Migrate(sqlite3* db, int target_version) {
-  if (target_version < 0 || target_version > CurrentSchemaVersion()) {
-    return Status::InvalidArgument("no schema version " + std::to_string(target_version));
-  }
+namespace {
+
+Status MigrateSteps(sqlite3* db, int target_version) {
   for (;;) {
     // BEGIN IMMEDIATE takes the write lock before reading the version, so two processes opening
     // the same new file cannot both apply step 1.
@@ -415,6 +474,7 @@ Status Migrate(sqlite3* db, int target_version) {
       if (version > CurrentSchemaVersion()) return NewerThanBuild(version);
       if (version >= target_version) return false;
       SLUICE_RETURN_IF_ERROR(ApplyStep(db, Migrations()[version]));  // steps are 1-based, dense
+      SLUICE_RETURN_IF_ERROR(CheckForeignKeys(db, version + 1));
       return true;
     }();
     Status st = stepped.ok() ? Exec(db, "COMMIT", "commit") : stepped.status();
@@ -424,6 +484,32 @@ Status Migrate(sqlite3* db, int target_version) {
     }
     if (!*stepped) return Status::Ok();
   }
+}
+
+}  // namespace
+
+Status Migrate(sqlite3* db, int target_version) {
+  if (target_version < 0 || target_version > CurrentSchemaVersion()) {
+    return Status::InvalidArgument("no schema version " + std::to_string(target_version));
+  }
+  // A step may rebuild a table others refer to (v5, v12), which SQLite allows only with foreign
+  // keys off; they are checked before each step commits instead, and turned back on after.
+  int foreign_keys = 0;
+  {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db, "PRAGMA foreign_keys", -1, &stmt, nullptr) == SQLITE_OK &&
+        sqlite3_step(stmt) == SQLITE_ROW) {
+      foreign_keys = sqlite3_column_int(stmt, 0);
+    }
+    sqlite3_finalize(stmt);
+  }
+  SLUICE_RETURN_IF_ERROR(Exec(db, "PRAGMA foreign_keys = OFF", "foreign keys off"));
+  Status st = MigrateSteps(db, target_version);
+  if (foreign_keys != 0) {
+    Status on = Exec(db, "PRAGMA foreign_keys = ON", "foreign keys on");
+    if (st.ok()) st = on;
+  }
+  return st;
 }
 
 }  // namespace sluice::store

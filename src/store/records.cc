@@ -8,7 +8,7 @@ namespace sluice::store {
 namespace {
 
 // One table per enum keeps Name and Parse from drifting apart: both read the same rows.
-constexpr std::array<std::pair<JobState, std::string_view>, 7> kJobStates = {{
+constexpr std::array<std::pair<JobState, std::string_view>, 8> kJobStates = {{
     {JobState::kQueued, "queued"},
     {JobState::kStarting, "starting"},
     {JobState::kRunning, "running"},
@@ -16,6 +16,7 @@ constexpr std::array<std::pair<JobState, std::string_view>, 7> kJobStates = {{
     {JobState::kFailed, "failed"},
     {JobState::kCancelled, "cancelled"},
     {JobState::kLost, "lost"},
+    {JobState::kBudgetExhausted, "budget-exhausted"},
 }};
 
 constexpr std::array<std::pair<AttemptState, std::string_view>, 7> kAttemptStates = {{
@@ -76,6 +77,7 @@ bool IsTerminal(JobState s) {
     case JobState::kQueued:
     case JobState::kStarting:
     case JobState::kRunning:
+    case JobState::kBudgetExhausted:
       return false;
     case JobState::kSucceeded:
     case JobState::kFailed:

@@ -14,7 +14,18 @@
 
 namespace sluice::store {
 
-enum class JobState { kQueued, kStarting, kRunning, kSucceeded, kFailed, kCancelled, kLost };
+// kBudgetExhausted: stopped by its budget or its account's credit (issue 15), its checkpoint
+// kept; not terminal: raising the budget or adding credit queues it again.
+enum class JobState {
+  kQueued,
+  kStarting,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+  kLost,
+  kBudgetExhausted
+};
 enum class AttemptState {
   kStarting,
   kRunning,

@@ -8,7 +8,7 @@ namespace {
 TEST(RecordsTest, JobStateNamesRoundTrip) {
   for (JobState s :
        {JobState::kQueued, JobState::kStarting, JobState::kRunning, JobState::kSucceeded,
-        JobState::kFailed, JobState::kCancelled, JobState::kLost}) {
+        JobState::kFailed, JobState::kCancelled, JobState::kLost, JobState::kBudgetExhausted}) {
     auto parsed = ParseJobState(Name(s));
     ASSERT_TRUE(parsed.ok()) << Name(s);
     EXPECT_EQ(*parsed, s);

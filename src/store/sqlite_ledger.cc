@@ -10,20 +10,23 @@ namespace {
 constexpr const char* kUpsertMeter =
     "INSERT INTO meters (attempt_id, job_id, payer, provider, node_id, resource, units, "
     "memory_gb, price_micros_per_hour, interruptible, start_ms, end_ms, settled_ms, "
-    "charged_micros, fee_micros, lost_micros, end_cause) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "charged_micros, fee_micros, lost_micros, end_cause, credited_micros, credit_reason) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (attempt_id) DO UPDATE SET end_ms = excluded.end_ms, "
     "settled_ms = excluded.settled_ms, charged_micros = excluded.charged_micros, "
     "fee_micros = excluded.fee_micros, lost_micros = excluded.lost_micros, "
-    "end_cause = excluded.end_cause";
+    "end_cause = excluded.end_cause, credited_micros = excluded.credited_micros, "
+    "credit_reason = excluded.credit_reason";
 constexpr const char* kSelectOpenMeters =
     "SELECT attempt_id, job_id, payer, provider, node_id, resource, units, memory_gb, "
     "price_micros_per_hour, interruptible, start_ms, end_ms, settled_ms, charged_micros, "
-    "fee_micros, lost_micros, end_cause FROM meters WHERE end_ms = 0 ORDER BY start_ms, rowid";
+    "fee_micros, lost_micros, end_cause, credited_micros, credit_reason FROM meters WHERE end_ms = "
+    "0 ORDER BY start_ms, rowid";
 constexpr const char* kSelectJobMeters =
     "SELECT attempt_id, job_id, payer, provider, node_id, resource, units, memory_gb, "
     "price_micros_per_hour, interruptible, start_ms, end_ms, settled_ms, charged_micros, "
-    "fee_micros, lost_micros, end_cause FROM meters WHERE job_id = ? ORDER BY start_ms, rowid";
+    "fee_micros, lost_micros, end_cause, credited_micros, credit_reason FROM meters WHERE job_id = "
+    "? ORDER BY start_ms, rowid";
 constexpr const char* kInsertTxn =
     "INSERT INTO ledger_txns (ts_ms, kind, job_id, attempt_id, node_id, from_ms, to_ms, memo) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
@@ -31,12 +34,14 @@ constexpr const char* kInsertEntry =
     "INSERT INTO ledger_entries (txn_id, account, category, amount_micros) VALUES (?, ?, ?, ?)";
 constexpr const char* kAddCost =
     "INSERT INTO cost_totals (payer, provider, job_id, node_id, day, resource, charged_micros, "
-    "fee_micros, lost_micros, metered_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "fee_micros, lost_micros, metered_ms, credited_micros) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+    "?) "
     "ON CONFLICT (payer, job_id, day, provider, node_id, resource) DO UPDATE SET "
     "charged_micros = charged_micros + excluded.charged_micros, "
     "fee_micros = fee_micros + excluded.fee_micros, "
     "lost_micros = lost_micros + excluded.lost_micros, "
-    "metered_ms = metered_ms + excluded.metered_ms";
+    "metered_ms = metered_ms + excluded.metered_ms, "
+    "credited_micros = credited_micros + excluded.credited_micros";
 constexpr const char* kBalances =
     "SELECT account, SUM(amount_micros) FROM ledger_entries GROUP BY account ORDER BY account";
 constexpr const char* kUnbalanced =
@@ -48,7 +53,11 @@ constexpr const char* kCounts =
     " WHERE category IN ('gpu', 'cpu')), "
     "(SELECT COALESCE(SUM(charged_micros), 0) FROM meters WHERE resource IN ('gpu', 'cpu')), "
     "(SELECT COALESCE(SUM(charged_micros), 0) FROM cost_totals "
-    " WHERE resource IN ('gpu', 'cpu'))";
+    " WHERE resource IN ('gpu', 'cpu')), "
+    "(SELECT COALESCE(SUM(amount_micros), 0) FROM ledger_entries "
+    " WHERE category = 'sla-credit' AND amount_micros > 0), "
+    "(SELECT COALESCE(SUM(credited_micros), 0) FROM meters), "
+    "(SELECT COALESCE(SUM(credited_micros), 0) FROM cost_totals)";
 
 MeterRecord ReadMeter(const Query& q) {
   MeterRecord m;
@@ -69,6 +78,8 @@ MeterRecord ReadMeter(const Query& q) {
   m.fee_micros = q.ColInt(14);
   m.lost_micros = q.ColInt(15);
   m.end_cause = q.ColText(16);
+  m.credited_micros = q.ColInt(17);
+  m.credit_reason = q.ColText(18);
   return m;
 }
 
@@ -88,6 +99,7 @@ Status WriteLedger(sqlite3* db, const PrepareFn& prepare, const WriteBatch& b) {
     q.Text(m.resource).Int(m.units).Real(m.memory_gb).Int(m.price_micros_per_hour);
     q.Int(m.interruptible ? 1 : 0).Int(m.start_ms).Int(m.end_ms).Int(m.settled_ms);
     q.Int(m.charged_micros).Int(m.fee_micros).Int(m.lost_micros).Text(m.end_cause);
+    q.Int(m.credited_micros).Text(m.credit_reason);
     SLUICE_RETURN_IF_ERROR(q.Run("write meter " + m.attempt_id));
   }
   for (const LedgerTxn& t : b.ledger) {
@@ -119,7 +131,7 @@ Status WriteLedger(sqlite3* db, const PrepareFn& prepare, const WriteBatch& b) {
     Query q(db, s);
     q.Text(c.payer).Text(c.provider).Text(c.job_id).Text(c.node_id).Text(c.day);
     q.Text(c.resource).Int(c.charged_micros).Int(c.fee_micros).Int(c.lost_micros);
-    q.Int(c.metered_ms);
+    q.Int(c.metered_ms).Int(c.credited_micros);
     SLUICE_RETURN_IF_ERROR(q.Run("add to cost totals"));
   }
   return Status::Ok();
@@ -165,6 +177,9 @@ Result<LedgerCheck> CheckLedger(sqlite3* db, const PrepareFn& prepare) {
       check.charged_by_entries = q.ColInt(2);
       check.charged_by_meters = q.ColInt(3);
       check.charged_by_totals = q.ColInt(4);
+      check.credited_by_entries = q.ColInt(5);
+      check.credited_by_meters = q.ColInt(6);
+      check.credited_by_totals = q.ColInt(7);
     }
   }
   {
@@ -204,12 +219,14 @@ Result<std::vector<CostRow>> Costs(sqlite3* db, const CostQuery& query, bool fro
   std::string sql;
   if (from_meters) {
     sql = "SELECT " + key +
-          ", SUM(charged_micros), SUM(fee_micros), SUM(lost_micros), SUM(settled_ms - start_ms) "
+          ", SUM(charged_micros), SUM(fee_micros), SUM(lost_micros), SUM(settled_ms - start_ms), "
+          "SUM(credited_micros) "
           "FROM meters WHERE (?1 = '' OR payer = ?1) AND (?2 = '' OR provider = ?2) AND "
           "(?3 = '' OR job_id = ?3) AND (end_ms = 0 OR end_ms >= ?4) ";
   } else {
     sql = "SELECT " + key +
-          ", SUM(charged_micros), SUM(fee_micros), SUM(lost_micros), SUM(metered_ms) "
+          ", SUM(charged_micros), SUM(fee_micros), SUM(lost_micros), SUM(metered_ms), "
+          "SUM(credited_micros) "
           "FROM cost_totals WHERE (?1 = '' OR payer = ?1) AND (?2 = '' OR provider = ?2) AND "
           "(?3 = '' OR job_id = ?3) AND day >= date(?4 / 1000, 'unixepoch') ";
   }
@@ -225,7 +242,8 @@ Result<std::vector<CostRow>> Costs(sqlite3* db, const CostQuery& query, bool fro
     while (true) {
       SLUICE_ASSIGN_OR_RETURN(bool row, q.Step("cost report"));
       if (!row) break;
-      out.push_back({q.ColText(0), q.ColInt(1), q.ColInt(2), q.ColInt(3), q.ColInt(4)});
+      out.push_back(
+          {q.ColText(0), q.ColInt(1), q.ColInt(2), q.ColInt(3), q.ColInt(4), q.ColInt(5)});
     }
   }
   return out;

@@ -1,0 +1,224 @@
+// Budgets that stop safely (issue 15 item 1; docs/design-notes.md "Budgets"). A job's
+// max_total_cost bounds what its attempts are charged (compute and transfer). Placement leaves
+// room for the job's expected cost plus what a stop costs (the grace period at the locked price
+// and the final checkpoint's upload); a running attempt is stopped through the preemption path
+// (SIGTERM, checkpoint saved) before its job or its account would pass its budget or credit, and
+// its job waits in the state budget-exhausted until the budget is raised or credit added. As a
+// backstop the meter never bills past the budget. Members of ServerCore; the caller holds mu_
+// unless a method takes it.
+#include <algorithm>
+#include <climits>
+
+#include "ledger/metering.h"
+#include "server/accounts.h"
+#include "server/core_internal.h"
+#include "server/server_core.h"
+
+namespace sluice::server {
+
+using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
+
+namespace {
+
+bool Charged(const store::CostDelta& d) { return d.resource != "storage"; }
+
+// $1.23 for micro-dollars.
+std::string Usd(int64_t micros) { return ledger::FormatMicros(micros); }
+
+}  // namespace
+
+int64_t ServerCore::JobSpentLocked(const std::string& job_id) const {
+  auto cached = job_spent_.find(job_id);
+  if (cached != job_spent_.end()) return cached->second;
+  store::CostQuery q;
+  q.job_id = job_id;
+  q.by = "resource";
+  auto rows = store_->Costs(q);
+  if (!rows.ok()) {
+    // Unknown is not zero: count the job as at its budget, so nothing overspends on a read error.
+    std::fprintf(stderr, "sluice server: reading the costs of %s failed (%s)\n", job_id.c_str(),
+                 rows.status().ToString().c_str());
+    return INT64_MAX / 4;
+  }
+  int64_t spent = 0;
+  for (const auto& r : *rows) {
+    if (r.key != "storage") spent += r.charged_micros;
+  }
+  job_spent_[job_id] = spent;
+  return spent;
+}
+
+std::optional<int64_t> ServerCore::BudgetMicrosLocked(const JobState& js) const {
+  if (!js.spec.max_total_cost) return std::nullopt;
+  return ledger::PricePerHourMicros(*js.spec.max_total_cost);
+}
+
+int64_t ServerCore::StopReserveLocked(const JobState& js, int64_t price_micros_per_hour) const {
+  const int64_t grace = ledger::ChargeFor(
+      price_micros_per_hour, js.spec.lifecycle.grace_period_s * 1000 + options_.budget_margin_ms);
+  const int64_t per_gb = ledger::PricePerHourMicros(options_.transfer_price_per_gb);
+  const auto bytes = static_cast<int64_t>(js.spec.lifecycle.checkpoint_size_gb * 1e9);
+  return grace + ledger::TransferCharge(bytes, per_gb);
+}
+
+int64_t ServerCore::StagedSpendLocked(const Edit& edit, const std::string& job_id) const {
+  int64_t staged = 0;
+  for (const auto& d : edit.batch.cost_deltas) {
+    if (d.job_id == job_id && Charged(d)) staged += d.charged_micros;
+  }
+  return staged;
+}
+
+int64_t ServerCore::BudgetEndLocked(const Edit& edit, const store::MeterRecord& meter) const {
+  const JobState* js = ViewJobLocked(edit, meter.job_id);
+  if (js == nullptr || meter.resource == "storage" || meter.price_micros_per_hour <= 0) {
+    return INT64_MAX;
+  }
+  const auto budget = BudgetMicrosLocked(*js);
+  if (!budget) return INT64_MAX;
+  // What this meter may charge in all: the budget less everything else charged to the job.
+  const int64_t others =
+      JobSpentLocked(meter.job_id) + StagedSpendLocked(edit, meter.job_id) - meter.charged_micros;
+  const int64_t room = std::max<int64_t>(0, *budget - others);
+  // ChargeFor(price, ms) = floor(price * ms / 3.6e6) <= room for every ms up to this.
+  const __int128 ms = static_cast<__int128>(room) * 3'600'000 / meter.price_micros_per_hour;
+  if (ms > static_cast<__int128>(INT64_MAX - meter.start_ms)) return INT64_MAX;
+  return meter.start_ms + static_cast<int64_t>(ms);
+}
+
+int64_t ServerCore::WithinBudgetLocked(const Edit& edit, const std::string& job_id,
+                                       int64_t amount) const {
+  const JobState* js = ViewJobLocked(edit, job_id);
+  const auto budget = js != nullptr ? BudgetMicrosLocked(*js) : std::nullopt;
+  if (!budget) return amount;
+  const int64_t spent = JobSpentLocked(job_id) + StagedSpendLocked(edit, job_id);
+  return std::clamp<int64_t>(*budget - spent, 0, amount);
+}
+
+void ServerCore::RequeueExhaustedLocked(Edit& edit, const std::string& owner,
+                                        const std::string* only) {
+  std::vector<std::string> ids;
+  if (only != nullptr) {
+    ids.push_back(*only);
+  } else {
+    for (const auto& [id, js] : jobs_) {
+      if (js.record.state == st::JobState::kBudgetExhausted && js.record.owner == owner) {
+        ids.push_back(id);
+      }
+    }
+  }
+  for (const auto& id : ids) {
+    const JobState* view = ViewJobLocked(edit, id);
+    if (view == nullptr || view->record.state != st::JobState::kBudgetExhausted) continue;
+    if (!CanSpendLocked(view->record.owner)) continue;  // still no credit: it stays stopped
+    const auto budget = BudgetMicrosLocked(*view);
+    const int64_t spent = JobSpentLocked(id);
+    if (budget && spent >= *budget) continue;  // nothing left to run on
+    JobState& js = StagedJobLocked(edit, id);
+    js.record.state = st::JobState::kQueued;
+    js.record.reason = "queued again after its stop by budget or credit";
+    js.queued_since_mono = clock_->MonotonicMillis();
+    edit.batch.jobs.push_back(js.record);
+    edit.batch.events.push_back(
+        EventLocked(id, "requeued",
+                    "queued again: " +
+                        (budget ? Usd(*budget - spent) + " left of max_total_cost " + Usd(*budget)
+                                : std::string("no max_total_cost")) +
+                        "; " +
+                        (js.record.checkpoint.empty()
+                             ? "no checkpoint saved, so it starts from the beginning"
+                             : "resumes from checkpoint " + js.record.checkpoint.substr(0, 12))));
+  }
+}
+
+Result<store::JobRecord> ServerCore::SetJobBudget(const std::string& job_id,
+                                                  std::optional<double> max_total_cost) {
+  if (max_total_cost && (!(*max_total_cost > 0) || *max_total_cost > 1e9)) {
+    return Status::InvalidArgument("max_total_cost: must be more than 0 and at most 1e9 USD");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
+  if (st::IsTerminal(it->second.record.state)) {
+    return Status::FailedPrecondition("job " + job_id + " already " +
+                                      std::string(st::Name(it->second.record.state)));
+  }
+  Edit edit;
+  JobState& js = StagedJobLocked(edit, job_id);
+  js.spec.max_total_cost = max_total_cost;
+  js.record.spec = spec::ToJson(js.spec);
+  js.request.reset();  // placement reads the budget
+  edit.batch.jobs.push_back(js.record);
+  const int64_t spent = JobSpentLocked(job_id);
+  edit.batch.events.push_back(EventLocked(
+      job_id, "budget",
+      (max_total_cost ? "max_total_cost set to " + Usd(ledger::PricePerHourMicros(*max_total_cost))
+                      : std::string("max_total_cost removed")) +
+          "; " + Usd(spent) + " charged so far"));
+  RequeueExhaustedLocked(edit, js.record.owner, &job_id);
+  SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
+  SLUICE_RETURN_IF_ERROR(RequestScheduleLocked());
+  return jobs_.at(job_id).record;
+}
+
+Status ServerCore::EnforceBudgets() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return EnforceBudgetsLocked();
+}
+
+Status ServerCore::EnforceBudgetsLocked() {
+  last_budget_check_mono_ = clock_->MonotonicMillis();
+  const int64_t ahead = clock_->NowMillis() + options_.budget_margin_ms;
+  std::map<std::string, std::string> stops;  // attempt -> cause
+  // Per paying account: what its running attempts will have cost by `ahead` beyond what was
+  // settled, plus what stopping them costs; and those attempts.
+  std::map<std::string, int64_t> exposure;
+  std::map<std::string, std::vector<std::string>> running_of;
+  for (const auto& [aid, att] : active_attempts_) {
+    if (att.cause.rfind(kPreemptingPrefix, 0) == 0) continue;  // already stopping
+    auto job = jobs_.find(att.job_id);
+    if (job == jobs_.end()) continue;
+    const JobState& js = job->second;
+    const int64_t price = ledger::PricePerHourMicros(att.price_per_hour);
+    int64_t accruing = 0;
+    if (auto m = open_meters_.find(aid); m != open_meters_.end()) {
+      accruing = std::max<int64_t>(
+          0, ledger::ChargeFor(price, ahead - m->second.start_ms) - m->second.charged_micros);
+    } else {
+      accruing = ledger::ChargeFor(price, options_.budget_margin_ms);  // starting
+    }
+    const int64_t reserve = StopReserveLocked(js, price);
+    if (const auto budget = BudgetMicrosLocked(js)) {
+      const int64_t spent = JobSpentLocked(att.job_id) + accruing;
+      if (spent + reserve >= *budget) {
+        stops[aid] = std::string(kBudgetStop) + ": " + Usd(spent) + " of " + Usd(*budget) +
+                     " used within " + std::to_string(options_.budget_margin_ms / 1000) + "s, " +
+                     Usd(reserve) + " kept for the grace period and the final checkpoint";
+      }
+    }
+    const std::string payer = PayerLocked(js.record.owner);
+    exposure[payer] += accruing + reserve;
+    running_of[payer].push_back(aid);
+  }
+  for (const auto& [payer, exposed] : exposure) {
+    const int64_t limit =
+        accounts_ != nullptr ? accounts_->CreditLimitOf(payer) : ledger::kUnlimited;
+    if (limit == ledger::kUnlimited) continue;
+    auto b = balances_.find(payer);
+    const int64_t balance = b != balances_.end() ? b->second : 0;
+    if (balance - exposed > -limit) continue;
+    auto acc = accounts_->FindAccount(payer);
+    const std::string cause = std::string(kCreditStop) + ": account " + (acc ? acc->name : payer) +
+                              " balance " + Usd(balance) + ", " + Usd(exposed) +
+                              " more due by the end of its jobs' grace periods, " +
+                              "credit limit " + ledger::FormatCreditLimit(limit);
+    for (const auto& aid : running_of[payer]) stops.try_emplace(aid, cause);
+  }
+  for (const auto& [aid, cause] : stops) {
+    std::fprintf(stderr, "sluice server: stopping attempt %s: %s\n", aid.c_str(), cause.c_str());
+    SLUICE_RETURN_IF_ERROR(PreemptLocked(aid, cause));
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice::server
