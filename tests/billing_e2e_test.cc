@@ -181,8 +181,9 @@ TEST_F(BillingE2ETest, ABudgetStopsTheJobSafelyAndARaiseResumesIt) {
   // $0.20: 3.6 s expected and a safe stop (2 s grace + 5 s margin) fit; it runs about 8 s.
   std::string spec = cluster_.WriteFile(
       "budget.yaml",
-      CountingJob("budget", "resources: {cpus: 1}\nmax_total_cost: 0.20\nexpected_hours: 0.001\n"
-                            "lifecycle: {grace_period: 2s, checkpoint_interval: 1s}\n"));
+      CountingJob("budget",
+                  "resources: {cpus: 1}\nmax_total_cost: 0.20\nexpected_hours: 0.001\n"
+                  "lifecycle: {grace_period: 2s, checkpoint_interval: 1s}\n"));
   CommandResult r = cluster_.Cli({"run", spec, "--detach"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string id = Trim(r.out);
@@ -206,8 +207,11 @@ TEST_F(BillingE2ETest, ABudgetStopsTheJobSafelyAndARaiseResumesIt) {
   CommandResult raised = cluster_.Cli({"budget", id, "1"});
   ASSERT_EQ(raised.exit_code, 0) << raised.err;
   EXPECT_TRUE(Contains(raised.out, "max_total_cost $1.00")) << raised.out;
-  ASSERT_TRUE(WaitUntil([&] { return Contains(cluster_.Cli({"logs", id}).out, "attempt=2"); },
-                        std::chrono::seconds(60)))
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Contains(cluster_.Cli({"logs", id}).out, "attempt=2");
+      },
+      std::chrono::seconds(60)))
       << Job(id).dump();
   const std::string logs = cluster_.Cli({"logs", id}).out;
   const size_t at = logs.find("attempt=2 resumed=1 from=");
@@ -254,8 +258,11 @@ TEST_F(BillingE2ETest, TheHigherBidWinsAndEachPaysItsBid) {
   EXPECT_EQ(la[0].value("state", ""), "preempted");
   EXPECT_TRUE(Contains(la[0].value("cause", ""), "outbid by job " + high)) << la[0];
   // The lower bid resumes from its checkpoint once the node is free.
-  ASSERT_TRUE(WaitUntil([&] { return Contains(cluster_.Cli({"logs", low}).out, "attempt=2"); },
-                        std::chrono::seconds(60)))
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Contains(cluster_.Cli({"logs", low}).out, "attempt=2");
+      },
+      std::chrono::seconds(60)))
       << Job(low).dump();
   const std::string logs = cluster_.Cli({"logs", low}).out;
   const size_t at = logs.find("attempt=2 resumed=1 from=");
@@ -274,8 +281,8 @@ TEST_F(BillingE2ETest, TheHigherBidWinsAndEachPaysItsBid) {
       EXPECT_EQ(m.value("price_micros_per_hour", int64_t{0}), bid_micros) << m.dump();
       if (m.value("end_ms", int64_t{0}) > 0) {
         EXPECT_EQ(m.value("charged_micros", int64_t{-1}),
-                  ledger::ChargeFor(bid_micros, m.value("end_ms", int64_t{0}) -
-                                                    m.value("start_ms", int64_t{0})))
+                  ledger::ChargeFor(
+                      bid_micros, m.value("end_ms", int64_t{0}) - m.value("start_ms", int64_t{0})))
             << m.dump();
       }
     }

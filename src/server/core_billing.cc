@@ -184,6 +184,7 @@ void ServerCore::MeterLocked(Edit& edit) {
     edit.batch.meters.push_back(m);
   }
   ChargeTransfersLocked(edit);
+  NoteAnomaliesLocked(edit);
 }
 
 int64_t ServerCore::BlobBytesLocked(const std::string& digest) const {

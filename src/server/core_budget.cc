@@ -27,25 +27,34 @@ std::string Usd(int64_t micros) { return ledger::FormatMicros(micros); }
 
 }  // namespace
 
-int64_t ServerCore::JobSpentLocked(const std::string& job_id) const {
-  auto cached = job_spent_.find(job_id);
-  if (cached != job_spent_.end()) return cached->second;
+const ServerCore::JobCharges& ServerCore::JobChargesLocked(const std::string& job_id) const {
+  auto cached = job_charges_.find(job_id);
+  if (cached != job_charges_.end()) return cached->second;
   store::CostQuery q;
   q.job_id = job_id;
   q.by = "resource";
   auto rows = store_->Costs(q);
+  JobCharges c;
   if (!rows.ok()) {
-    // Unknown is not zero: count the job as at its budget, so nothing overspends on a read error.
+    // Unknown is not zero: count the job as at its budget, so nothing overspends on a read error
+    // (and keep nothing: the next call reads again).
     std::fprintf(stderr, "sluice server: reading the costs of %s failed (%s)\n", job_id.c_str(),
                  rows.status().ToString().c_str());
-    return INT64_MAX / 4;
+    static JobCharges unknown;
+    unknown.compute = INT64_MAX / 4;
+    return unknown;
   }
-  int64_t spent = 0;
   for (const auto& r : *rows) {
-    if (r.key != "storage") spent += r.charged_micros;
+    (r.key == "storage"    ? c.storage
+     : r.key == "transfer" ? c.transfer
+                           : c.compute) += r.charged_micros;
   }
-  job_spent_[job_id] = spent;
-  return spent;
+  return job_charges_.emplace(job_id, c).first->second;
+}
+
+int64_t ServerCore::JobSpentLocked(const std::string& job_id) const {
+  const JobCharges& c = JobChargesLocked(job_id);
+  return c.compute + c.transfer;
 }
 
 std::optional<int64_t> ServerCore::BudgetMicrosLocked(const JobState& js) const {

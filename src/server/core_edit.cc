@@ -108,9 +108,13 @@ void ServerCore::ApplyLocked(Edit& edit) {
   for (const auto& [account, delta] : edit.balance_deltas) balances_[account] += delta;
   for (const auto& d : edit.batch.cost_deltas) {
     // Only jobs already read (JobSpentLocked reads the rest from the store, where this is now).
-    auto spent = job_spent_.find(d.job_id);
-    if (spent != job_spent_.end() && d.resource != "storage") spent->second += d.charged_micros;
+    auto known = job_charges_.find(d.job_id);
+    if (known == job_charges_.end()) continue;
+    (d.resource == "storage"    ? known->second.storage
+     : d.resource == "transfer" ? known->second.transfer
+                                : known->second.compute) += d.charged_micros;
   }
+  anomalies_raised_.insert(edit.anomalies.begin(), edit.anomalies.end());
   for (auto& [id, seq] : edit.max_log_seq) max_log_seq_[id] = seq;
   for (auto& [id, bytes] : edit.log_bytes) log_bytes_[id] = bytes;
   for (auto& [id, att] : edit.attempts) {

@@ -455,6 +455,7 @@ class ServerCore {
     std::map<std::string, std::map<std::string, int64_t>> avoid;              // cooldowns to add
     std::map<std::string, int64_t> max_log_seq;                               // per attempt
     std::map<std::string, int64_t> log_bytes;                                 // per attempt
+    std::set<std::string> anomalies;  // attempts whose cost anomaly this edit raises
     // Meters (issue 14) opened, settled or closed (nullopt: closed, it leaves the open set), and
     // what the edit's ledger transactions add to each account's balance.
     std::map<std::string, std::optional<store::MeterRecord>> meters;
@@ -542,6 +543,12 @@ class ServerCore {
   // committed; its budget in micro-dollars, if it has one; what a stop costs at `price` (the
   // grace period and the final checkpoint's upload), so a stop never overshoots.
   int64_t JobSpentLocked(const std::string& job_id) const;
+  struct JobCharges;
+  const JobCharges& JobChargesLocked(const std::string& job_id) const;
+  // Anomalies (issue 15 item 2): a job whose charges (with this edit's) run 20 % over its current
+  // attempt's estimate at placement gets a `cost-anomaly` event naming the cause: restarts, a
+  // run longer than expected, storage, transfer. Called by MeterLocked.
+  void NoteAnomaliesLocked(Edit& edit);
   std::optional<int64_t> BudgetMicrosLocked(const JobState& js) const;
   int64_t StopReserveLocked(const JobState& js, int64_t price_micros_per_hour) const;
   // What the edit stages as charged to the job on top of JobSpentLocked.
@@ -719,8 +726,14 @@ class ServerCore {
   std::map<std::string, int64_t> lease_renewed_mono_;
   int64_t last_settle_mono_ = 0;
   int64_t last_budget_check_mono_ = 0;
-  // JobSpentLocked's cache, filled from the store on first use and kept with committed charges.
-  mutable std::map<std::string, int64_t> job_spent_;
+  // What each job was charged, by kind (JobChargesLocked's cache, filled from the store on first
+  // use and kept with committed charges).
+  struct JobCharges {
+    int64_t compute = 0, transfer = 0, storage = 0;
+  };
+  mutable std::map<std::string, JobCharges> job_charges_;
+  // Attempts whose cost anomaly was already raised (NoteAnomaliesLocked): once per attempt.
+  std::set<std::string> anomalies_raised_;
   // StoredBytesLocked's cache: job -> (what it keeps, as a key; bytes). Derived, not state.
   std::map<std::string, std::pair<std::string, int64_t>> stored_bytes_;
   // Kept checkpoints per job, oldest first (the store's `checkpoints` table).
