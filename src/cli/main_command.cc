@@ -393,7 +393,7 @@ int Main(int argc, char** argv) {
   auto* jobs = app.add_subcommand("jobs", "List jobs, newest first");
   jobs->add_option("--state", state,
                    "Only jobs in this state (queued, starting, running, succeeded, failed, "
-                   "cancelled, lost)");
+                   "cancelled, lost, budget-exhausted)");
   jobs->add_option("--limit", limit, "At most this many")
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();

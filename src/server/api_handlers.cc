@@ -34,7 +34,8 @@ HttpResponse Api::ListJobs(const HttpRequest& req, const Principal& who) {
     if (!s.ok()) {
       return ErrorResponse(Status::InvalidArgument(
           "query parameter `state`: unknown state `" + it->second +
-          "` (queued, starting, running, succeeded, failed, cancelled, lost)"));
+          "` (queued, starting, running, succeeded, failed, cancelled, lost, "
+          "budget-exhausted)"));
     }
     state = *s;
   }
