@@ -83,6 +83,10 @@ int AccountListCommand(const GlobalFlags& g);
 // not given); amounts are parsed exactly.
 // `sluice budget JOB USD|none`: sets a job's max_total_cost; a job its budget stopped resumes.
 int JobBudgetCommand(const GlobalFlags& g, const std::string& job, const std::string& amount);
+// `sluice budget --account|--team NAME --monthly USD|none [--webhook URL]`; `sluice budgets`.
+int MonthlyBudgetCommand(const GlobalFlags& g, const std::string& account, const std::string& team,
+                         const std::string& monthly, const std::string& webhook);
+int BudgetsCommand(const GlobalFlags& g);
 int AccountCreditCommand(const GlobalFlags& g, const std::string& account,
                          const std::string& amount, const std::string& credit_limit,
                          const std::string& memo);

@@ -121,6 +121,10 @@ int Main(int argc, char** argv) {
                    "to and from nodes (storage is charged at --storage-price-per-gb-month)")
       ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
+  server->add_flag("--allow-private-webhooks", sopt.allow_private_webhooks,
+                   "Let budget alert webhooks point at loopback, link-local or private "
+                   "addresses (refused by default: a user's webhook must not reach what only the "
+                   "server can)");
   server
       ->add_option("--default-credit-limit", sopt.default_credit_limit,
                    "How far below zero a new user account's balance may go, in USD, or "
@@ -574,15 +578,39 @@ int Main(int argc, char** argv) {
   AddClientFlags(acct_enable, &g);
   acct_enable->callback([&] { rc = AccountDisableCommand(g, acct_name, false); });
   // Money (issue 14; README "Bills and earnings").
-  std::string budget_job, budget_amount;
+  std::string budget_job, budget_amount, budget_account, budget_team, budget_monthly,
+      budget_webhook;
   auto* budget = app.add_subcommand(
       "budget",
-      "Set a job's max_total_cost (USD for compute and transfer over all its attempts), or "
-      "`none`. A job its budget stopped (budget-exhausted) resumes from its checkpoint");
-  budget->add_option("job", budget_job, "Job id")->required();
-  budget->add_option("usd", budget_amount, "The new budget, e.g. 25 or 12.50, or none")->required();
+      "Set a job's max_total_cost (`sluice budget JOB USD|none`: compute and transfer over all "
+      "its attempts; a job its budget stopped resumes from its checkpoint), or a monthly budget "
+      "(`sluice budget --account NAME|--team NAME --monthly USD|none [--webhook URL]`: alerts at "
+      "50/80/100 %, and at 100 % its jobs stop safely until it is raised or the month ends)");
+  budget->add_option("job", budget_job, "Job id");
+  budget->add_option("usd", budget_amount, "The job's new budget, e.g. 25 or 12.50, or none");
+  budget->add_option("--account", budget_account,
+                     "An account's monthly budget (yours; admins any)");
+  budget->add_option("--team", budget_team, "A team's monthly budget (admins)");
+  budget->add_option("--monthly", budget_monthly, "USD per UTC calendar month, or none");
+  budget->add_option("--webhook", budget_webhook,
+                     "http(s) URL the alerts are POSTed to as JSON (empty: none)");
   AddClientFlags(budget, &g);
-  budget->callback([&] { rc = JobBudgetCommand(g, budget_job, budget_amount); });
+  budget->callback([&] {
+    if (!budget_account.empty() || !budget_team.empty()) {
+      rc = MonthlyBudgetCommand(g, budget_account, budget_team, budget_monthly, budget_webhook);
+    } else if (!budget_job.empty() && !budget_amount.empty()) {
+      rc = JobBudgetCommand(g, budget_job, budget_amount);
+    } else {
+      std::fprintf(stderr,
+                   "sluice: give JOB USD, or --account NAME (or --team NAME) --monthly USD; "
+                   "`sluice budgets` lists monthly budgets and alerts\n");
+      rc = 2;
+    }
+  });
+  auto* budgets = app.add_subcommand(
+      "budgets", "Monthly budgets you can see, this month's spend, and the alerts they raised");
+  AddClientFlags(budgets, &g);
+  budgets->callback([&] { rc = BudgetsCommand(g); });
   std::string credit_amount, credit_limit, credit_memo;
   auto* acct_credit = account_cmd->add_subcommand(
       "credit",

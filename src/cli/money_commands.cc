@@ -177,6 +177,82 @@ int JobBudgetCommand(const GlobalFlags& g, const std::string& job, const std::st
   return 0;
 }
 
+int MonthlyBudgetCommand(const GlobalFlags& g, const std::string& account, const std::string& team,
+                         const std::string& monthly, const std::string& webhook) {
+  if (!account.empty() && !team.empty()) {
+    std::fprintf(stderr, "sluice: give --account or --team, not both\n");
+    return 2;
+  }
+  if (monthly.empty()) {
+    std::fprintf(stderr, "sluice: give --monthly USD (or none to remove the budget)\n");
+    return 2;
+  }
+  Json body = Json::object();
+  if (!account.empty()) body["account"] = account;
+  if (!team.empty()) body["team"] = team;
+  if (monthly == "none") {
+    body["monthly"] = nullptr;
+  } else {
+    auto m = ledger::ParseDollars(monthly, "--monthly");  // named before anything is sent
+    if (!m.ok()) return Fail(m.status());
+    body["monthly"] = monthly;
+  }
+  if (!webhook.empty()) body["webhook"] = webhook;
+  auto api = Connect(g);
+  if (!api.ok()) return Fail(api.status());
+  auto resp = (*api)->Post("/v1/budgets", body);
+  if (!resp.ok()) return Fail(resp.status());
+  if (g.json) {
+    std::cout << DumpJson(*resp, 2) << "\n";
+    return 0;
+  }
+  std::cout << (account.empty() ? "team " + team : "account " + account) << ": monthly budget "
+            << resp->value("monthly", "") << "\n";
+  return 0;
+}
+
+int BudgetsCommand(const GlobalFlags& g) {
+  auto api = Connect(g);
+  if (!api.ok()) return Fail(api.status());
+  auto budgets = (*api)->Get("/v1/budgets");
+  if (!budgets.ok()) return Fail(budgets.status());
+  auto alerts = (*api)->Get("/v1/budget-alerts");
+  if (!alerts.ok()) return Fail(alerts.status());
+  if (g.json) {
+    std::cout << DumpJson(Json{{"budgets", (*budgets)["budgets"]}, {"alerts", (*alerts)["alerts"]}},
+                          2)
+              << "\n";
+    return 0;
+  }
+  Table t({"BUDGET", "MONTH", "SPENT", "MONTHLY", "USED", "WEBHOOK"});
+  for (const auto& b : (*budgets)["budgets"]) {
+    t.Add({b.value("name", ""), b.value("month", ""), b.value("spent", ""), b.value("monthly", ""),
+           std::to_string(b.value("percent", int64_t{0})) + "%", b.value("webhook", "")});
+  }
+  if (t.empty()) {
+    std::cout << "no monthly budgets (sluice budget --account NAME --monthly USD sets one)\n";
+  } else {
+    t.Print(std::cout);
+  }
+  Table a({"WHEN", "SCOPE", "MONTH", "AT", "SPENT", "OF", "WEBHOOK"});
+  for (const auto& x : (*alerts)["alerts"]) {
+    std::string hook = "-";
+    if (x.value("delivered_ms", int64_t{0}) > 0) {
+      hook = "delivered";
+    } else if (x.value("attempts", 0) > 0) {
+      hook = "failed " + std::to_string(x.value("attempts", 0)) + "x: " + x.value("last_error", "");
+    }
+    a.Add({Utc(x.value("ts_ms", int64_t{0})), x.value("scope", ""), x.value("month", ""),
+           std::to_string(x.value("percent", 0)) + "%", x.value("spent", ""), x.value("budget", ""),
+           hook});
+  }
+  if (!a.empty()) {
+    std::cout << "\nalerts:\n";
+    a.Print(std::cout);
+  }
+  return 0;
+}
+
 int AccountBalanceCommand(const GlobalFlags& g, const std::string& account) {
   auto api = Connect(g);
   if (!api.ok()) return Fail(api.status());

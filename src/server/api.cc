@@ -53,6 +53,9 @@ const std::vector<Api::RouteSpec>& Api::Routes() {
       {"GET", "/v1/accounts/{account}/balance", Access::kAccount, true},
       {"GET", "/v1/ledger/check", Access::kAdmin, true},
       {"GET", "/v1/costs", Access::kAccount, true},
+      {"GET", "/v1/budgets", Access::kAccount, true},
+      {"POST", "/v1/budgets", Access::kAccount, false},
+      {"GET", "/v1/budget-alerts", Access::kAccount, true},
       {"GET", "/v1/tokens", Access::kAccount, true},
       {"POST", "/v1/tokens", Access::kAccount, false},
       {"POST", "/v1/tokens/{token}/revoke", Access::kAccount, false},
@@ -340,7 +343,8 @@ HttpResponse Api::Dispatch(const Call& call, const HttpRequest& req,
   }
   if (pattern == "/v1/accounts/{account}/credit" || pattern == "/v1/accounts/{account}/balance" ||
       pattern == "/v1/ledger/check" || pattern == "/v1/costs" ||
-      pattern == "/v1/jobs/{job}/budget") {
+      pattern == "/v1/jobs/{job}/budget" || pattern == "/v1/budgets" ||
+      pattern == "/v1/budget-alerts") {
     return MoneyRoute(call, req);
   }
   if (pattern.rfind("/v1/accounts", 0) == 0 || pattern.rfind("/v1/tokens", 0) == 0 ||

@@ -49,6 +49,9 @@ enum class Access {
 struct ApiOptions {
   size_t max_blob_bytes_per_account = 50ull << 30;  // workdirs and checkpoints (0: no limit)
   RefusalLimiter::Options refusals;
+  // Budget alert webhooks may point at loopback, link-local or private addresses (tests; a
+  // deployment that sends alerts to an internal service on purpose).
+  bool allow_private_webhooks = false;
 };
 
 class Api {
@@ -104,6 +107,9 @@ class Api {
   HttpResponse AccountsRoute(const Call& call, const HttpRequest& req);
   // api_money.cc: balances, top-ups and credit limits, the ledger check, costs and earnings.
   HttpResponse MoneyRoute(const Call& call, const HttpRequest& req);
+  // POST /v1/budgets: an account's monthly budget (its own, or an admin's any), a team's
+  // (admins).
+  HttpResponse SetBudget(const Principal& who, const HttpRequest& req);
   Json AccountMoneyJson(const store::AccountRecord& account);
 
   ServerCore* const core_;

@@ -45,6 +45,8 @@ std::string BodyFor(const std::string& method, const std::string& pattern) {
   if (pattern == "/v1/tokens" && method == "POST") return R"({"name":"new"})";
   if (pattern == "/v1/teams/{team}/members") return R"({"account":"bob"})";
   if (pattern == "/v1/jobs/{job}/budget") return R"({"max_total_cost":"5"})";
+  // Only alice (and admins) may set alice's monthly budget; to anyone else she does not exist.
+  if (pattern == "/v1/budgets" && method == "POST") return R"({"account":"alice","monthly":"10"})";
   if (method == "POST") return "{}";
   return "";
 }
@@ -74,6 +76,9 @@ const std::map<std::string, Row>& Expected() {
       {"DELETE /v1/jobs/{job}",                      {409,  404,  409,  403,  403,  401,  401,  403}},
       {"POST /v1/jobs/{job}/cancel",                 {200,  404,  200,  403,  403,  401,  401,  403}},
       {"POST /v1/jobs/{job}/budget",                 {200,  404,  200,  403,  403,  401,  401,  403}},
+      {"GET /v1/budgets",                            {200,  200,  200,  200,  200,  401,  401,  200}},
+      {"POST /v1/budgets",                           {200,  404,  404,  404,  404,  401,  401,  403}},
+      {"GET /v1/budget-alerts",                      {200,  200,  200,  200,  200,  401,  401,  200}},
       {"GET /v1/jobs/{job}/logs",                    {200,  404,  200,  403,  403,  401,  401,  200}},
       {"GET /v1/jobs/{job}/stream",                  {200,  404,  200,  403,  403,  401,  401,  200}},
       {"GET /v1/jobs/{job}/audit",                   {200,  404,  200,  403,  403,  401,  401,  200}},
@@ -168,6 +173,39 @@ TEST(ApiIsolationTest, CostsAndBalancesShowOnlyYourOwn) {
   EXPECT_EQ(w.Call(kOwner, "GET", "/v1/accounts/alice/balance").status, 200);
   EXPECT_EQ(w.Call(kOther, "GET", "/v1/accounts/alice/balance").status, 404);
   EXPECT_EQ(w.core_->BalanceOf(w.ids_["alice"]), 100'000'000 - alice);
+}
+
+// Monthly budgets (issue 15): alice sets her own and sees it with its spend; bob sees neither it
+// nor its alerts; a team's budget is an admin's to set; a webhook aimed at what only the server
+// can reach is refused.
+TEST(ApiIsolationTest, MonthlyBudgetsAreTheirOwnersAndWebhooksStayOutside) {
+  World w;
+  w.Build();
+  if (::testing::Test::HasFatalFailure()) return;
+  HttpResponse set =
+      w.Call(kOwner, "POST", "/v1/budgets", R"({"account":"alice","monthly":"0.000001"})");
+  ASSERT_EQ(set.status, 200) << set.body;
+  // Her running job's next settlement passes 100 % of a micro-dollar: alerts are raised.
+  w.clock_.Advance(5000);
+  ASSERT_TRUE(w.core_->SettleMeters().ok());
+  HttpResponse mine = w.Call(kOwner, "GET", "/v1/budget-alerts");
+  ASSERT_EQ(mine.status, 200);
+  EXPECT_NE(mine.body.find("\"percent\":100"), std::string::npos) << mine.body;
+  EXPECT_NE(w.Call(kOwner, "GET", "/v1/budgets").body.find("account alice"), std::string::npos);
+  EXPECT_EQ(w.Call(kOther, "GET", "/v1/budgets").body.find("alice"), std::string::npos);
+  EXPECT_EQ(w.Call(kOther, "GET", "/v1/budget-alerts").body.find("percent"), std::string::npos);
+  EXPECT_EQ(w.Call(kTeam, "POST", "/v1/budgets", R"({"team":"ml","monthly":"5"})").status, 403);
+  for (const char* hook : {"http://127.0.0.1:9/x", "http://169.254.169.254/latest", "http://[::1]/",
+                           "http://localhost:8080/", "http://10.1.2.3/", "ftp://example.com/"}) {
+    HttpResponse r =
+        w.Call(kOwner, "POST", "/v1/budgets",
+               R"({"account":"alice","monthly":"10","webhook":")" + std::string(hook) + R"("})");
+    EXPECT_EQ(r.status, 400) << hook << ": " << r.body;
+  }
+  EXPECT_EQ(w.Call(kOwner, "POST", "/v1/budgets",
+                   R"({"account":"alice","monthly":"10","webhook":"https://hooks.example.com/a"})")
+                .status,
+            200);
 }
 
 // An account that reaches its credit limit starts nothing more: its queued job waits saying why

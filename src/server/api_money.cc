@@ -2,10 +2,12 @@
 // providers' earnings. Amounts travel as integers in micro-dollars (`*_micros`) beside a
 // formatted string for people; the CLI never does arithmetic on floats.
 #include <ctime>
+#include <set>
 
 #include "ledger/micros.h"
 #include "server/api.h"
 #include "server/api_util.h"
+#include "server/webhook.h"
 
 namespace sluice::server {
 namespace {
@@ -96,6 +98,64 @@ Json Api::AccountMoneyJson(const store::AccountRecord& a) {
               {"credit_limit", ledger::FormatCreditLimit(a.credit_limit_micros)}};
 }
 
+HttpResponse Api::SetBudget(const Principal& who, const HttpRequest& req) {
+  auto body = ObjectBody(req);
+  if (!body.ok()) return ErrorResponse(body.status());
+  if (Status s = OnlyFields(*body, {"account", "team", "monthly", "webhook"}); !s.ok()) {
+    return ErrorResponse(s);
+  }
+  const bool admin = who.role == Role::kAdmin;
+  auto account = GetStringOr(*body, "account", "");
+  auto team = GetStringOr(*body, "team", "");
+  auto webhook = GetStringOr(*body, "webhook", "");
+  for (const auto* r : {&account, &team, &webhook}) {
+    if (!r->ok()) return ErrorResponse(r->status());
+  }
+  if (account->empty() == team->empty()) {
+    return ErrorResponse(Status::InvalidArgument("expected one of `account` and `team`"));
+  }
+  if (!body->contains("monthly")) {
+    return ErrorResponse(
+        Status::InvalidArgument("expected `monthly`: USD per month, or null to remove it"));
+  }
+  std::string scope;
+  if (!account->empty()) {
+    auto acc = accounts_->FindAccount(*account);
+    // Another account's budget is not even confirmed to exist.
+    if (!acc || (!admin && acc->id != who.account_id)) {
+      return ErrorResponse(Status::NotFound("no account " + *account));
+    }
+    scope = "account:" + acc->id;
+  } else {
+    // Teams are an admin's to manage (their members share jobs, and so the team's budget).
+    if (!admin) {
+      return ErrorResponse(Status::PermissionDenied("only an admin sets a team's budget"));
+    }
+    if (team->size() > 64) return ErrorResponse(Status::InvalidArgument("team: at most 64 bytes"));
+    scope = "team:" + *team;
+  }
+  std::optional<int64_t> monthly;
+  if (!body->at("monthly").is_null()) {
+    auto m = AmountField(*body, "monthly", false);
+    if (!m.ok()) return ErrorResponse(m.status());
+    if (*m <= 0) return ErrorResponse(Status::InvalidArgument("monthly: must be more than $0"));
+    monthly = *m;
+  }
+  if (webhook->size() > 2048) {
+    return ErrorResponse(Status::InvalidArgument("webhook: at most 2048 bytes"));
+  }
+  if (!webhook->empty()) {
+    Status ok = CheckWebhookUrl(*webhook, options_.allow_private_webhooks, /*resolve=*/false);
+    if (!ok.ok()) return ErrorResponse(ok);
+  }
+  auto r = core_->SetMonthlyBudget(scope, monthly, *webhook);
+  if (!r.ok()) return ErrorResponse(r.status());
+  return JsonResponse(200, Json{{"scope", r->scope},
+                                {"monthly_micros", r->monthly_micros},
+                                {"monthly", monthly ? ledger::FormatMicros(*monthly) : "none"},
+                                {"webhook", r->webhook}});
+}
+
 HttpResponse Api::MoneyRoute(const Call& call, const HttpRequest& req) {
   const std::string pattern = call.route->pattern;
   const Principal& who = call.who;
@@ -168,6 +228,37 @@ HttpResponse Api::MoneyRoute(const Call& call, const HttpRequest& req) {
     auto job = core_->SetJobBudget(call.params.at("job"), budget);
     if (!job.ok()) return ErrorResponse(job.status());
     return JsonResponse(200, Json{{"job", RedactJobEnv(JobToJson(*job))}});
+  }
+  if (pattern == "/v1/budgets" && req.method == "POST") return SetBudget(who, req);
+  if (pattern == "/v1/budgets" || pattern == "/v1/budget-alerts") {
+    // Yours: your account's and your teams'; an admin's: all.
+    std::set<std::string> mine = {"account:" + who.account_id};
+    for (const auto& t : accounts_->TeamsOf(who.account_id)) mine.insert("team:" + t);
+    auto visible = [&](const std::string& scope) { return admin || mine.count(scope) > 0; };
+    if (pattern == "/v1/budgets") {
+      Json arr = Json::array();
+      for (const auto& v : core_->ListBudgets()) {
+        if (!visible(v.budget.scope)) continue;
+        const int64_t budget = v.budget.monthly_micros;
+        arr.push_back(Json{{"scope", v.budget.scope},
+                           {"name", v.name},
+                           {"month", v.month},
+                           {"monthly_micros", budget},
+                           {"monthly", ledger::FormatMicros(budget)},
+                           {"spent_micros", v.spent_micros},
+                           {"spent", ledger::FormatMicros(v.spent_micros)},
+                           {"percent", budget > 0 ? v.spent_micros * 100 / budget : 0},
+                           {"webhook", v.budget.webhook}});
+      }
+      return JsonResponse(200, Json{{"budgets", arr}});
+    }
+    auto alerts = core_->BudgetAlerts(false);
+    if (!alerts.ok()) return ErrorResponse(alerts.status());
+    Json arr = Json::array();
+    for (const auto& a : *alerts) {
+      if (visible(a.scope)) arr.push_back(AlertToJson(a, a.scope));
+    }
+    return JsonResponse(200, Json{{"alerts", arr}});
   }
   if (pattern == "/v1/accounts/{account}/balance") {
     auto acc = accounts_->FindAccount(call.params.at("account"));

@@ -53,14 +53,19 @@ void ServerCore::FinishAttemptLocked(const std::string& attempt_id, AttemptState
       // checkpoint and waits, using none of its restarts, until the budget is raised or credit
       // added.
       const bool credit = cause.find(kCreditStop) != std::string::npos;
+      const bool monthly = cause.find(kMonthlyStop) != std::string::npos;
       job.state = st::JobState::kBudgetExhausted;
       job.reason =
-          cause.substr(cause.find(credit ? kCreditStop : kBudgetStop)) + "; " +
+          cause.substr(cause.find(credit    ? kCreditStop
+                                  : monthly ? kMonthlyStop
+                                            : kBudgetStop)) +
+          "; " +
           (job.checkpoint.empty() ? "no checkpoint saved"
                                   : "checkpoint " + job.checkpoint.substr(0, 12) + " kept") +
-          (credit ? "; it runs again once the account has credit (`sluice account "
-                    "credit`)"
-                  : "; `sluice budget " + job.id + " USD` raises the budget and resumes it");
+          (credit    ? "; it runs again once the account has credit (`sluice account credit`)"
+           : monthly ? "; it runs again when the monthly budget is raised (`sluice budget "
+                       "--account|--team NAME --monthly USD`) or the month ends"
+                     : "; `sluice budget " + job.id + " USD` raises the budget and resumes it");
       batch.jobs.push_back(job);
       batch.events.push_back(EventLocked(job.id, "budget-exhausted", job.reason));
       return;

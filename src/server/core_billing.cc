@@ -185,6 +185,7 @@ void ServerCore::MeterLocked(Edit& edit) {
   }
   ChargeTransfersLocked(edit);
   NoteAnomaliesLocked(edit);
+  NoteBudgetAlertsLocked(edit);
 }
 
 int64_t ServerCore::BlobBytesLocked(const std::string& digest) const {
@@ -386,7 +387,8 @@ Result<store::LedgerTxn> ServerCore::TopUp(const std::string& account_id, int64_
   for (const auto& e : txn.entries) edit.balance_deltas[e.account] += e.amount_micros;
   edit.batch.ledger.push_back(txn);
   // Jobs its credit stopped run again (in the same commit: memory and disk agree).
-  RequeueExhaustedLocked(edit, account_id, nullptr);
+  RequeueExhaustedLocked(
+      edit, [&](const store::JobRecord& j) { return PayerLocked(j.owner) == account_id; });
   SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
   // Its jobs waiting for credit may run now.
   if (!queued_.empty()) SLUICE_RETURN_IF_ERROR(RequestScheduleLocked());
@@ -396,7 +398,8 @@ Result<store::LedgerTxn> ServerCore::TopUp(const std::string& account_id, int64_
 void ServerCore::CreditChanged(const std::string& account_id) {
   std::lock_guard<std::mutex> lock(mu_);
   Edit edit;
-  RequeueExhaustedLocked(edit, account_id, nullptr);
+  RequeueExhaustedLocked(
+      edit, [&](const store::JobRecord& j) { return PayerLocked(j.owner) == account_id; });
   if (Status s = CommitLocked(edit); !s.ok()) {
     DegradedLocked("budget", "queuing again the jobs a credit limit stopped", s);
   }

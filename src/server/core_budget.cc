@@ -104,22 +104,18 @@ int64_t ServerCore::WithinBudgetLocked(const Edit& edit, const std::string& job_
   return std::clamp<int64_t>(*budget - spent, 0, amount);
 }
 
-void ServerCore::RequeueExhaustedLocked(Edit& edit, const std::string& owner,
-                                        const std::string* only) {
+void ServerCore::RequeueExhaustedLocked(Edit& edit,
+                                        const std::function<bool(const store::JobRecord&)>& which) {
   std::vector<std::string> ids;
-  if (only != nullptr) {
-    ids.push_back(*only);
-  } else {
-    for (const auto& [id, js] : jobs_) {
-      if (js.record.state == st::JobState::kBudgetExhausted && js.record.owner == owner) {
-        ids.push_back(id);
-      }
-    }
+  for (const auto& [id, js] : jobs_) {
+    if (js.record.state == st::JobState::kBudgetExhausted) ids.push_back(id);
   }
   for (const auto& id : ids) {
     const JobState* view = ViewJobLocked(edit, id);
     if (view == nullptr || view->record.state != st::JobState::kBudgetExhausted) continue;
+    if (!which(view->record)) continue;
     if (!CanSpendLocked(view->record.owner)) continue;  // still no credit: it stays stopped
+    if (!MonthlyRefusalLocked(view->record.owner, view->record.team).empty()) continue;
     const auto budget = BudgetMicrosLocked(*view);
     const int64_t spent = JobSpentLocked(id);
     if (budget && spent >= *budget) continue;  // nothing left to run on
@@ -164,7 +160,7 @@ Result<store::JobRecord> ServerCore::SetJobBudget(const std::string& job_id,
       (max_total_cost ? "max_total_cost set to " + Usd(ledger::PricePerHourMicros(*max_total_cost))
                       : std::string("max_total_cost removed")) +
           "; " + Usd(spent) + " charged so far"));
-  RequeueExhaustedLocked(edit, js.record.owner, &job_id);
+  RequeueExhaustedLocked(edit, [&](const store::JobRecord& j) { return j.id == job_id; });
   SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
   SLUICE_RETURN_IF_ERROR(RequestScheduleLocked());
   return jobs_.at(job_id).record;
@@ -183,6 +179,9 @@ Status ServerCore::EnforceBudgetsLocked() {
   // settled, plus what stopping them costs; and those attempts.
   std::map<std::string, int64_t> exposure;
   std::map<std::string, std::vector<std::string>> running_of;
+  // The same per budgeted scope (account or team): its monthly budget.
+  std::map<std::string, int64_t> scope_exposure;
+  std::map<std::string, std::vector<std::string>> scope_running;
   for (const auto& [aid, att] : active_attempts_) {
     if (att.cause.rfind(kPreemptingPrefix, 0) == 0) continue;  // already stopping
     auto job = jobs_.find(att.job_id);
@@ -208,6 +207,20 @@ Status ServerCore::EnforceBudgetsLocked() {
     const std::string payer = PayerLocked(js.record.owner);
     exposure[payer] += accruing + reserve;
     running_of[payer].push_back(aid);
+    for (const auto& scope : BudgetScopesLocked(payer, js.record.team)) {
+      scope_exposure[scope] += accruing + reserve;
+      scope_running[scope].push_back(aid);
+    }
+  }
+  for (const auto& [scope, exposed] : scope_exposure) {
+    const int64_t budget = budgets_.at(scope).monthly_micros;
+    const int64_t spent = ScopeSpentLocked(scope);
+    if (spent + exposed < budget) continue;
+    const std::string cause = std::string(kMonthlyStop) + ": " + ScopeNameLocked(scope) + " " +
+                              Usd(spent) + " of " + Usd(budget) + " for " + MonthLocked() +
+                              " spent, " + Usd(exposed) +
+                              " more due by the end of its jobs' grace periods";
+    for (const auto& aid : scope_running[scope]) stops.try_emplace(aid, cause);
   }
   for (const auto& [payer, exposed] : exposure) {
     const int64_t limit =

@@ -115,6 +115,20 @@ void ServerCore::ApplyLocked(Edit& edit) {
                                 : known->second.compute) += d.charged_micros;
   }
   anomalies_raised_.insert(edit.anomalies.begin(), edit.anomalies.end());
+  alerts_raised_.insert(edit.alerts.begin(), edit.alerts.end());
+  if (!budgets_.empty()) {
+    // Each budgeted scope's spend this month, kept with the committed charges.
+    for (const auto& d : edit.batch.cost_deltas) {
+      auto job = jobs_.find(d.job_id);
+      const std::string team = job != jobs_.end() ? job->second.record.team : "";
+      for (const auto& scope : BudgetScopesLocked(d.payer, team)) {
+        auto cached = month_spent_.find(scope);
+        if (cached != month_spent_.end() && d.day.rfind(cached->second.first, 0) == 0) {
+          cached->second.second += d.charged_micros - d.credited_micros;
+        }
+      }
+    }
+  }
   for (auto& [id, seq] : edit.max_log_seq) max_log_seq_[id] = seq;
   for (auto& [id, bytes] : edit.log_bytes) log_bytes_[id] = bytes;
   for (auto& [id, att] : edit.attempts) {

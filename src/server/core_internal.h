@@ -48,13 +48,15 @@ constexpr std::string_view kPreemptingPrefix = "preempting: ";
 // credit. An attempt that ends with one of them leaves its job budget-exhausted, not requeued.
 constexpr std::string_view kBudgetStop = "max_total_cost reached";
 constexpr std::string_view kCreditStop = "credit limit reached";
+constexpr std::string_view kMonthlyStop = "monthly budget reached";
 // Whether an attempt's cause is one of those stops (as preempting or as preempted).
 inline bool StoppedByMoney(std::string_view cause) {
   for (std::string_view prefix : {kPreemptingPrefix, std::string_view("preempted: ")}) {
     if (cause.substr(0, prefix.size()) != prefix) continue;
     const std::string_view rest = cause.substr(prefix.size());
     return rest.substr(0, kBudgetStop.size()) == kBudgetStop ||
-           rest.substr(0, kCreditStop.size()) == kCreditStop;
+           rest.substr(0, kCreditStop.size()) == kCreditStop ||
+           rest.substr(0, kMonthlyStop.size()) == kMonthlyStop;
   }
   return false;
 }

@@ -347,10 +347,15 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     if (credit == can_spend.end()) {
       credit = can_spend.emplace(js->record.owner, CanSpendLocked(js->record.owner)).first;
     }
-    if (!credit->second) {
-      // Issue 14: an account past its credit limit starts nothing more; the job says why.
-      const std::string why = "waiting for credit: " + CreditRefusalLocked(js->record.owner);
-      if (js->record.reason.rfind("waiting for credit: ", 0) != 0) {
+    std::string monthly;
+    if (!budgets_.empty()) monthly = MonthlyRefusalLocked(js->record.owner, js->record.team);
+    if (!credit->second || !monthly.empty()) {
+      // Issue 14: an account past its credit limit starts nothing more; the job says why. So
+      // does one whose account or team spent its monthly budget (issue 15).
+      const std::string why = !credit->second
+                                  ? "waiting for credit: " + CreditRefusalLocked(js->record.owner)
+                                  : "waiting for budget: " + monthly;
+      if (js->record.reason != why) {
         JobState& waiting = StagedJobLocked(edit, id);
         waiting.record.reason = why;
         batch.jobs.push_back(waiting.record);

@@ -40,6 +40,9 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
   if (!CanSpendLocked(opts.owner)) {
     return Status::FailedPrecondition(CreditRefusalLocked(opts.owner));
   }
+  if (std::string monthly = MonthlyRefusalLocked(opts.owner, opts.team); !monthly.empty()) {
+    return Status::FailedPrecondition(monthly);
+  }
   if (!opts.exempt_from_quota && options_.max_active_jobs_per_account > 0) {
     int active = 0;
     for (const auto& [id, js] : jobs_) {

@@ -21,6 +21,7 @@
 #include "server/api.h"
 #include "server/server_core.h"
 #include "server/upload_gc.h"
+#include "server/webhook.h"
 #include "store/blob_store.h"
 #include "store/store.h"
 
@@ -212,7 +213,11 @@ int RunServer(const ServerOptions& opt) {
       static_cast<size_t>(opt.max_upload_gib_per_account * 1024 * 1024 * 1024);
   api_opt.refusals.per_second = opt.refusals_per_second;
   api_opt.refusals.burst = opt.refusals_per_second * 10;
+  api_opt.allow_private_webhooks = opt.allow_private_webhooks;
   Api api(&core, &blobs, accounts->get(), RealClock::Get(), api_opt);
+  // Budget alerts go out on a thread of their own: a slow webhook never holds up the core.
+  WebhookSender webhooks(&core, opt.allow_private_webhooks);
+  webhooks.Start();
 
   // Block the stop signals in every thread; this thread collects them with sigtimedwait.
   sigset_t stop_signals;
@@ -297,6 +302,7 @@ int RunServer(const ServerOptions& opt) {
       }
     }
   }
+  webhooks.Stop();
   http.Stop();
   std::filesystem::remove(opt.data_dir + "/server.url", ec);
   return 0;

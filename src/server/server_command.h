@@ -43,6 +43,7 @@ struct ServerOptions {
   double platform_fee_percent = 0;         // taken from the provider's share
   double settle_interval_s = 60;           // running attempts are billed this often
   double transfer_price_per_gb = 0;        // bytes the platform moves for a job
+  bool allow_private_webhooks = false;     // budget alert webhooks to internal addresses
   double reclaim_cooldown_s = 1800;        // a reclaimed or noticed node takes no new work
   std::string default_credit_limit = "0";  // new user accounts: USD below zero, or "unlimited"
 };

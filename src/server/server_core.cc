@@ -104,6 +104,13 @@ Status ServerCore::Load() {
   for (auto& m : meters) open_meters_[m.attempt_id] = std::move(m);
   SLUICE_ASSIGN_OR_RETURN(auto balances, store_->LoadBalances());
   for (auto& [account, balance] : balances) balances_[account] = balance;
+  SLUICE_ASSIGN_OR_RETURN(auto budgets, store_->LoadBudgets());
+  for (auto& b : budgets) budgets_[b.scope] = std::move(b);
+  budget_month_ = MonthLocked();
+  SLUICE_ASSIGN_OR_RETURN(auto alerts, store_->LoadBudgetAlerts(budget_month_, false));
+  for (const auto& a : alerts) {
+    alerts_raised_.insert(a.scope + "|" + a.month + "|" + std::to_string(a.percent));
+  }
   last_settle_mono_ = now_mono;
   RefreshReliabilityLocked();
   return Status::Ok();
@@ -237,6 +244,7 @@ bool ServerCore::TickState() {
   }
   AdmitVerificationsLocked();
   EndPausesLocked();
+  NewMonthLocked();
   if (options_.budget_check_interval_ms > 0 &&
       now - last_budget_check_mono_ >= options_.budget_check_interval_ms) {
     if (Status s = EnforceBudgetsLocked(); !s.ok()) {

@@ -133,6 +133,15 @@ struct CoreOptions {
   int64_t budget_margin_ms = 5000;
 };
 
+// A monthly budget as `sluice budget --list` shows it: the record, whose it is, and what the
+// scope was charged this month.
+struct BudgetView {
+  store::BudgetRecord budget;
+  std::string name;  // "account alice", "team ml"
+  std::string month;
+  int64_t spent_micros = 0;
+};
+
 // A job's bill so far (`sluice job`, `sluice costs --job`): its meters and what they charged.
 struct JobCost {
   std::vector<store::MeterRecord> meters;  // one per attempt that started, oldest first
@@ -370,6 +379,16 @@ class ServerCore {
   // leaves room to run.
   Result<store::JobRecord> SetJobBudget(const std::string& job_id,
                                         std::optional<double> max_total_cost);
+  // Monthly budgets (issue 15 item 1): sets (nullopt: removes) the budget of `scope`
+  // ("account:<id>" | "team:<name>") and where its alerts are POSTed; a raise queues again the
+  // jobs it stopped. Every budget with this month's spend; alerts of this month and the last
+  // (`undelivered`: only those whose webhook is still to be delivered); a delivery's outcome.
+  Result<store::BudgetRecord> SetMonthlyBudget(const std::string& scope,
+                                               std::optional<int64_t> monthly_micros,
+                                               const std::string& webhook);
+  std::vector<BudgetView> ListBudgets();
+  Result<std::vector<store::BudgetAlert>> BudgetAlerts(bool undelivered);
+  Status RecordAlertDelivery(const store::BudgetAlert& alert);
   // Stops, through the preemption path, running attempts whose job budget or account credit
   // would be passed within the grace period and final upload (the tick calls it every
   // budget_check_interval_ms).
@@ -456,6 +475,7 @@ class ServerCore {
     std::map<std::string, int64_t> max_log_seq;                               // per attempt
     std::map<std::string, int64_t> log_bytes;                                 // per attempt
     std::set<std::string> anomalies;  // attempts whose cost anomaly this edit raises
+    std::set<std::string> alerts;     // budget alerts (scope|month|percent) this edit raises
     // Meters (issue 14) opened, settled or closed (nullopt: closed, it leaves the open set), and
     // what the edit's ledger transactions add to each account's balance.
     std::map<std::string, std::optional<store::MeterRecord>> meters;
@@ -558,8 +578,22 @@ class ServerCore {
   int64_t BudgetEndLocked(const Edit& edit, const store::MeterRecord& meter) const;
   // What of `amount` may still be charged to the job under its budget.
   int64_t WithinBudgetLocked(const Edit& edit, const std::string& job_id, int64_t amount) const;
-  // Queues again the budget-exhausted jobs of `owner` (or just `only`) that may now run.
-  void RequeueExhaustedLocked(Edit& edit, const std::string& owner, const std::string* only);
+  // Queues again the budget-exhausted jobs `which` accepts that may now run (their budget, their
+  // account's credit and monthly budgets allow it).
+  void RequeueExhaustedLocked(Edit& edit,
+                              const std::function<bool(const store::JobRecord&)>& which);
+  // Monthly budgets (core_monthly_budget.cc): this UTC month ("2026-12"); "account alice";
+  // the budgeted scopes a charge of `payer` for a job of `team` counts against; what a scope was
+  // charged this month (cached); why an owner's job may not start now ("" when it may); alerts
+  // the edit's charges raise (called by MeterLocked); a new month requeues what budgets stopped.
+  std::string MonthLocked() const;
+  std::string ScopeNameLocked(const std::string& scope) const;
+  std::vector<std::string> BudgetScopesLocked(const std::string& payer,
+                                              const std::string& team) const;
+  int64_t ScopeSpentLocked(const std::string& scope) const;
+  std::string MonthlyRefusalLocked(const std::string& owner, const std::string& team) const;
+  void NoteBudgetAlertsLocked(Edit& edit);
+  void NewMonthLocked();
   Status EnforceBudgetsLocked();
 
   // Places what can be placed now (PlaceLocked); a failure is retried by the next tick.
@@ -734,6 +768,13 @@ class ServerCore {
   mutable std::map<std::string, JobCharges> job_charges_;
   // Attempts whose cost anomaly was already raised (NoteAnomaliesLocked): once per attempt.
   std::set<std::string> anomalies_raised_;
+  // Monthly budgets by scope; each scope's spend this month (month, micro-dollars; a cache kept
+  // with committed charges); the alerts raised this month (scope|month|percent); the month the
+  // tick last saw.
+  std::map<std::string, store::BudgetRecord> budgets_;
+  mutable std::map<std::string, std::pair<std::string, int64_t>> month_spent_;
+  std::set<std::string> alerts_raised_;
+  std::string budget_month_;
   // StoredBytesLocked's cache: job -> (what it keeps, as a key; bytes). Derived, not state.
   std::map<std::string, std::pair<std::string, int64_t>> stored_bytes_;
   // Kept checkpoints per job, oldest first (the store's `checkpoints` table).

@@ -96,6 +96,14 @@ class FailingStore : public store::Store {
   Result<std::vector<store::CostRow>> CostsFromMeters(const store::CostQuery& q) override {
     return inner_->CostsFromMeters(q);
   }
+  Result<std::vector<store::BudgetRecord>> LoadBudgets() override { return inner_->LoadBudgets(); }
+  Result<std::vector<store::BudgetAlert>> LoadBudgetAlerts(const std::string& since_month,
+                                                           bool undelivered) override {
+    return inner_->LoadBudgetAlerts(since_month, undelivered);
+  }
+  Result<int64_t> ScopeSpend(const std::string& scope, const std::string& since_day) override {
+    return inner_->ScopeSpend(scope, since_day);
+  }
 
  private:
   store::Store* inner_;

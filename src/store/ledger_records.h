@@ -120,4 +120,32 @@ struct CostRow {
   bool operator==(const CostRow&) const = default;
 };
 
+// A monthly budget (issue 15 item 1; README "Budgets"): what an account or a team may be charged
+// per UTC calendar month (net of SLA credits, every resource), and where its alerts are POSTed.
+struct BudgetRecord {
+  std::string scope;           // "account:<account id>" | "team:<team name>"
+  int64_t monthly_micros = 0;  // > 0; a removed budget is deleted (`removed`)
+  std::string webhook{};       // http(s) URL for alerts, or ""
+  int64_t updated_ms = 0;
+  bool removed = false;  // in a WriteBatch: delete the row instead
+  bool operator==(const BudgetRecord&) const = default;
+};
+
+// An alert: a scope's month crossed 50, 80 or 100 % of its budget. Raised once per scope, month
+// and threshold (the key), in the commit of the charge that crossed it; the webhook's delivery
+// is recorded on it.
+struct BudgetAlert {
+  std::string scope;
+  std::string month;  // "2026-12" (UTC)
+  int percent = 0;    // 50 | 80 | 100
+  int64_t ts_ms = 0;
+  int64_t spent_micros = 0;
+  int64_t budget_micros = 0;
+  std::string webhook{};     // where it is to be delivered ("" when none)
+  int64_t delivered_ms = 0;  // 0 until the webhook answered 2xx
+  int attempts = 0;          // deliveries tried
+  std::string last_error{};  // why the last delivery failed
+  bool operator==(const BudgetAlert&) const = default;
+};
+
 }  // namespace sluice::store

@@ -354,6 +354,30 @@ ALTER TABLE meters ADD COLUMN credit_reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE cost_totals ADD COLUMN credited_micros INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// v13 (issue 15 item 1): monthly budgets of accounts and teams, and the alerts they raised.
+constexpr std::string_view kV13 = R"sql(
+CREATE TABLE budgets (
+  scope TEXT PRIMARY KEY NOT NULL,
+  monthly_micros INTEGER NOT NULL,
+  webhook TEXT NOT NULL,
+  updated_ms INTEGER NOT NULL
+);
+CREATE TABLE budget_alerts (
+  scope TEXT NOT NULL,
+  month TEXT NOT NULL,
+  percent INTEGER NOT NULL,
+  ts_ms INTEGER NOT NULL,
+  spent_micros INTEGER NOT NULL,
+  budget_micros INTEGER NOT NULL,
+  webhook TEXT NOT NULL,
+  delivered_ms INTEGER NOT NULL,
+  attempts INTEGER NOT NULL,
+  last_error TEXT NOT NULL,
+  PRIMARY KEY (scope, month, percent)
+);
+CREATE INDEX cost_totals_by_day ON cost_totals (day);
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -425,6 +449,7 @@ const std::vector<Migration>& Migrations() {
       {10, "meters, ledger, cost totals, credit limits", kV10},
       {11, "paused nodes", kV11},
       {12, "budget-exhausted jobs, SLA credits", kV12},
+      {13, "monthly budgets and alerts", kV13},
   };
   return kSteps;
 }

@@ -291,13 +291,17 @@ struct WriteBatch {
   std::vector<MeterRecord> meters{};
   std::vector<LedgerTxn> ledger{};
   std::vector<CostDelta> cost_deltas{};
+  // Issue 15: monthly budgets (upsert by scope, or delete if removed) and their alerts (upsert by
+  // scope, month and percent).
+  std::vector<BudgetRecord> budgets{};
+  std::vector<BudgetAlert> budget_alerts{};
   bool empty() const {
     return meters.empty() && ledger.empty() && cost_deltas.empty() && log_trims.empty() &&
-           dropped_blob_owners.empty() && accounts.empty() && team_members.empty() &&
-           idempotency.empty() && blob_owners.empty() && tokens.empty() && nodes.empty() &&
-           jobs.empty() && attempts.empty() && events.empty() && logs.empty() && catalogs.empty() &&
-           checkpoints.empty() && dropped_checkpoints.empty() && deleted_jobs.empty() &&
-           snapshots.empty() && uptime.empty() && audit.empty();
+           budgets.empty() && budget_alerts.empty() && dropped_blob_owners.empty() &&
+           accounts.empty() && team_members.empty() && idempotency.empty() && blob_owners.empty() &&
+           tokens.empty() && nodes.empty() && jobs.empty() && attempts.empty() && events.empty() &&
+           logs.empty() && catalogs.empty() && checkpoints.empty() && dropped_checkpoints.empty() &&
+           deleted_jobs.empty() && snapshots.empty() && uptime.empty() && audit.empty();
   }
 };
 

@@ -15,6 +15,7 @@
 
 #include "common/json.h"
 #include "store/migrations.h"
+#include "store/sqlite_budgets.h"
 #include "store/sqlite_ledger.h"
 #include "store/sqlite_query.h"
 
@@ -609,6 +610,19 @@ class SqliteStore final : public Store {
     std::lock_guard<std::mutex> lock(mu_);
     return sqlite::Costs(db_, query, /*from_meters=*/true);
   }
+  Result<std::vector<BudgetRecord>> LoadBudgets() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sqlite::LoadBudgets(db_, PrepareFn());
+  }
+  Result<std::vector<BudgetAlert>> LoadBudgetAlerts(const std::string& since_month,
+                                                    bool undelivered) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sqlite::LoadBudgetAlerts(db_, PrepareFn(), since_month, undelivered);
+  }
+  Result<int64_t> ScopeSpend(const std::string& scope, const std::string& since_day) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sqlite::ScopeSpend(db_, PrepareFn(), scope, since_day);
+  }
 
  private:
   sqlite::PrepareFn PrepareFn() {
@@ -782,7 +796,8 @@ class SqliteStore final : public Store {
       q.Text(DumpJson(a.params)).Int(a.status);
       SLUICE_RETURN_IF_ERROR(q.Run("write audit entry " + a.action));
     }
-    return sqlite::WriteLedger(db_, PrepareFn(), b);
+    SLUICE_RETURN_IF_ERROR(sqlite::WriteLedger(db_, PrepareFn(), b));
+    return sqlite::WriteBudgets(db_, PrepareFn(), b);
   }
 
   std::mutex mu_;

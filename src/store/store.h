@@ -79,6 +79,16 @@ class Store {
   virtual Result<std::vector<CostRow>> Costs(const CostQuery& query) = 0;
   // The same report computed from the raw meter records (a check, and bench/ledger's baseline).
   virtual Result<std::vector<CostRow>> CostsFromMeters(const CostQuery& query) = 0;
+
+  // --- monthly budgets (issue 15 item 1) ---
+  virtual Result<std::vector<BudgetRecord>> LoadBudgets() = 0;
+  // Alerts of months from `since_month` ("2026-12") on, oldest first; `undelivered`: only those
+  // with a webhook not yet delivered.
+  virtual Result<std::vector<BudgetAlert>> LoadBudgetAlerts(const std::string& since_month,
+                                                            bool undelivered) = 0;
+  // What a scope was charged, net of SLA credits, on UTC days from `since_day` ("2026-12-01"):
+  // an account's as payer, a team's over its jobs.
+  virtual Result<int64_t> ScopeSpend(const std::string& scope, const std::string& since_day) = 0;
 };
 
 // SQLite in WAL mode at `path` (created if absent), schema brought up to date by versioned
