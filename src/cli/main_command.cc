@@ -670,6 +670,8 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"node", "day", "job", "resource"}))
       ->capture_default_str();
   earnings->add_option("--provider", earn_flags.provider, "Another provider's (admins)");
+  earnings->add_option("--job", earn_flags.job,
+                       "One job run on your nodes: what it earned, and each SLA credit's rule");
   earnings->add_flag("--csv", earn_flags.csv, "CSV (RFC 4180) with amounts in USD");
   AddClientFlags(earnings, &g);
   earnings->callback([&] { rc = CostsCommand(g, earn_flags, true); });

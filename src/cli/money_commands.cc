@@ -362,6 +362,13 @@ int CostsCommand(const GlobalFlags& g, const CostsFlags& f, bool earnings) {
     return 0;
   }
   PrintRows(*resp, f, earnings);
+  if (resp->contains("credits") && !f.csv) {
+    for (const auto& c : (*resp)["credits"]) {
+      std::cout << "SLA credit " << M(c, "credited_micros") << " on attempt "
+                << c.value("attempt_id", "") << " (" << c.value("node_id", "")
+                << "): " << c.value("credit_reason", "") << "\n";
+    }
+  }
   return 0;
 }
 

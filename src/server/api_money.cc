@@ -343,6 +343,22 @@ HttpResponse Api::MoneyRoute(const Call& call, const HttpRequest& req) {
     out["transfer_micros"] = cost->transfer_micros;
     out["estimate_micros"] = cost->estimate_micros;
     q.payer.clear();  // the job's own rows, whoever pays (a team's job)
+  } else if (!q.job_id.empty() && who.role == Role::kProvider) {
+    // SLA credits are visible to both parties: the provider sees each credit on its nodes and
+    // the rule behind it (nothing else of the user's bill).
+    if (Status s = CheckJob(who, q.job_id, false, nullptr); !s.ok()) return ErrorResponse(s);
+    auto cost = core_->CostOfJob(q.job_id);
+    if (!cost.ok()) return ErrorResponse(cost.status());
+    Json credits = Json::array();
+    for (const auto& m : cost->meters) {
+      if (m.provider != who.account_id || m.credited_micros <= 0) continue;
+      credits.push_back(Json{{"attempt_id", m.attempt_id},
+                             {"node_id", m.node_id},
+                             {"credited_micros", m.credited_micros},
+                             {"credit_reason", m.credit_reason}});
+    }
+    out["job"] = q.job_id;
+    out["credits"] = credits;
   }
   auto rows = core_->Costs(q);
   if (!rows.ok()) return ErrorResponse(rows.status());

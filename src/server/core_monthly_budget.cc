@@ -137,6 +137,8 @@ Result<store::BudgetRecord> ServerCore::SetMonthlyBudget(const std::string& scop
   } else {
     budgets_[scope] = r;
   }
+  // Its spend is kept only while it has a budget: read it afresh when it next matters.
+  month_spent_.erase(scope);
   // A raise may let its stopped jobs run again (a second commit: the budget is already durable,
   // and a failure here is retried by the next change or the month's end).
   Edit requeue;
