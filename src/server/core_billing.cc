@@ -351,12 +351,16 @@ Status ServerCore::SettleMetersLocked() {
   return CommitLocked(edit);
 }
 
-bool ServerCore::CanSpendLocked(const std::string& account_id) const {
+bool ServerCore::CanSpendLocked(const std::string& account_id, const Edit* edit) const {
   const std::string payer = PayerLocked(account_id);
   const int64_t limit = accounts_ != nullptr ? accounts_->CreditLimitOf(payer) : ledger::kUnlimited;
   if (limit == ledger::kUnlimited) return true;
   auto it = balances_.find(payer);
-  const int64_t balance = it != balances_.end() ? it->second : 0;
+  int64_t balance = it != balances_.end() ? it->second : 0;
+  if (edit != nullptr) {  // as the edit will leave it (a top-up in it counts)
+    auto staged = edit->balance_deltas.find(payer);
+    if (staged != edit->balance_deltas.end()) balance += staged->second;
+  }
   return balance > -limit;
 }
 

@@ -114,7 +114,7 @@ void ServerCore::RequeueExhaustedLocked(Edit& edit,
     const JobState* view = ViewJobLocked(edit, id);
     if (view == nullptr || view->record.state != st::JobState::kBudgetExhausted) continue;
     if (!which(view->record)) continue;
-    if (!CanSpendLocked(view->record.owner)) continue;  // still no credit: it stays stopped
+    if (!CanSpendLocked(view->record.owner, &edit)) continue;  // no credit yet: it stays stopped
     if (!MonthlyRefusalLocked(view->record.owner, view->record.team).empty()) continue;
     const auto budget = BudgetMicrosLocked(*view);
     const int64_t spent = JobSpentLocked(id);

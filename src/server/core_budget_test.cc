@@ -213,6 +213,29 @@ TEST_F(BudgetTest, AnAccountAtItsCreditLimitHasItsJobsStoppedAndResumedByATopUp)
   EXPECT_EQ(link_->Last("assign", "checkpoint"), kCheckpoint);
 }
 
+// An agent that keeps running past its stop drives the balance below the limit (credit has no
+// backstop: the provider's time was used); a top-up that brings it back above still resumes it.
+TEST_F(BudgetTest, ATopUpResumesAJobEvenFromBelowTheCreditLimit) {
+  Connect();
+  auto bob = accounts_->CreateAccount("bob", Role::kUser, "");
+  ASSERT_TRUE(bob.ok());
+  ASSERT_TRUE(core_->TopUp(bob->id, 20 * kMicrosPerSecond, "test").ok());
+  SubmitOptions as_bob;
+  as_bob.owner = bob->id;
+  auto job = core_->SubmitJob(Spec(4), "", as_bob);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const std::string att = Run(job->id);
+  for (int s = 1; s <= 60; ++s) Second(s);  // stopped at once, but it ignores the stop
+  ASSERT_FALSE(link_->OfType("preempt").empty());
+  Exit(att);
+  ASSERT_EQ(State(job->id), "budget-exhausted");
+  ASSERT_TRUE(core_->SettleMeters().ok());
+  ASSERT_LT(core_->BalanceOf(bob->id), 0);
+  ASSERT_TRUE(core_->TopUp(bob->id, 1'000'000, "more").ok());
+  core_->Tick();
+  EXPECT_EQ(State(job->id), "starting") << Reason(job->id);
+}
+
 TEST_F(BudgetTest, AFailedCommitOfABudgetChangeLeavesMemoryAsItWas) {
   Connect();
   auto job = core_->SubmitJob(BudgetSpec(0.10), "");

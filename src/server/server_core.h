@@ -541,7 +541,8 @@ class ServerCore {
   // A lease was renewed for the node's attempts now (a heartbeat's reply, a hello).
   void NoteLeaseRenewedLocked(const std::string& node_id);
   // Whether the account may start more work: its balance is above minus its credit limit.
-  bool CanSpendLocked(const std::string& account_id) const;
+  // `edit`: counting the balance changes it stages.
+  bool CanSpendLocked(const std::string& account_id, const Edit* edit = nullptr) const;
   // Why it may not (names the balance, the limit and the command that adds credit).
   std::string CreditRefusalLocked(const std::string& account_id) const;
   std::string PayerLocked(const std::string& owner) const;
