@@ -66,10 +66,9 @@ std::string ServerCore::MonthlyRefusalLocked(const std::string& owner,
     const int64_t budget = budgets_.at(scope).monthly_micros;
     const int64_t spent = ScopeSpentLocked(scope);
     if (spent < budget) continue;
-    return std::string(kMonthlyStop) + ": " + ScopeNameLocked(scope) + " spent " + Usd(spent) +
-           " of its " + Usd(budget) + " for " + MonthLocked() + " (`sluice budget --" +
-           (scope.rfind("team:", 0) == 0 ? "team " : "account ") +
-           scope.substr(scope.find(':') + 1) +
+    const std::string name = ScopeNameLocked(scope);  // "account alice", "team ml"
+    return std::string(kMonthlyStop) + ": " + name + " spent " + Usd(spent) + " of its " +
+           Usd(budget) + " for " + MonthLocked() + " (`sluice budget --" + name +
            " --monthly USD` raises it; it resets when the month ends)";
   }
   return "";

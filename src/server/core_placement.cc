@@ -352,10 +352,11 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     if (!credit->second || !monthly.empty()) {
       // Issue 14: an account past its credit limit starts nothing more; the job says why. So
       // does one whose account or team spent its monthly budget (issue 15).
-      const std::string why = !credit->second
-                                  ? "waiting for credit: " + CreditRefusalLocked(js->record.owner)
-                                  : "waiting for budget: " + monthly;
-      if (js->record.reason != why) {
+      const std::string prefix = !credit->second ? "waiting for credit: " : "waiting for budget: ";
+      const std::string why =
+          prefix + (!credit->second ? CreditRefusalLocked(js->record.owner) : monthly);
+      // Said once: the amounts in it change with every settlement, the reason does not.
+      if (js->record.reason.rfind(prefix, 0) != 0) {
         JobState& waiting = StagedJobLocked(edit, id);
         waiting.record.reason = why;
         batch.jobs.push_back(waiting.record);
