@@ -89,7 +89,16 @@ void Agent::PersistLocked(const Attempt& a) {
     j["checkpoint"] = a.final_checkpoint;
     j["out_of_memory"] = a.out_of_memory;
   }
-  Status s = WriteFileAtomic(AttemptsDir() + "/" + a.id + ".json", DumpJson(j));
+  // How the attempt ended (an exit, or an error before it could start) must survive a reboot:
+  // reported after it, a finished job is not run again. A record of an attempt still starting
+  // or running is for a restart of this agent's process only (the page cache keeps it): after a
+  // host crash its processes are gone anyway, and the server reconciles an attempt the agent
+  // does not report as lost. So it costs no disk flush, which on a shared disk waits for every
+  // other process's dirty data and sat on the path of each job's start (docs/benchmarks.md).
+  const Durability durability =
+      a.exit || !a.error.empty() ? Durability::kPowerLoss : Durability::kProcessCrash;
+  Status s =
+      WriteFileAtomic(AttemptsDir() + "/" + a.id + ".json", DumpJson(j), 0644, durability);
   if (!s.ok()) Log("%s", s.ToString());
 }
 
