@@ -28,19 +28,9 @@ class AnomalyTest : public ServerCoreTest {
     EXPECT_TRUE(job.ok()) << job.status().ToString();
     return job.ok() ? job->id : "";
   }
-  std::string StartAttempt() {
-    const std::string att = link_->Last("assign", "attempt_id");
-    EXPECT_TRUE(core_->AgentMessage(node_, link_.get(), Msg("started", att)).ok());
-    return att;
-  }
+  std::string StartAttempt() { return StartLastAssigned(node_, *link_); }
   void Live(int seconds) {
-    for (int s = 1; s <= seconds; ++s) {
-      clock_.Advance(1000);
-      if (s % 5 == 0) {
-        ASSERT_TRUE(core_->AgentMessage(node_, link_.get(), Json{{"type", "heartbeat"}}).ok());
-      }
-      core_->Tick();
-    }
+    for (int s = 1; s <= seconds; ++s) AgentSecond(s, node_, *link_);
   }
   std::vector<std::string> Anomalies(const std::string& job) {
     std::vector<std::string> out;

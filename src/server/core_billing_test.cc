@@ -22,6 +22,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -285,14 +286,20 @@ class History {
     if (s.max_total_cost) budgets_[job->id] = ledger::PricePerHourMicros(*s.max_total_cost);
   }
   // A running attempt saves a checkpoint (stored and complete, as agents send them).
-  void CheckpointOne() {
+  // A random running attempt on a live machine, as (node, attempt); none when nothing runs.
+  std::optional<std::pair<std::string, std::string>> PickRunning() {
     std::vector<std::pair<std::string, std::string>> all;
     for (const auto& [node, n] : nodes_) {
       if (!n.alive) continue;
       for (const auto& a : n.running) all.emplace_back(node, a);
     }
-    if (all.empty()) return;
-    auto [node, att] = all[std::uniform_int_distribution<size_t>(0, all.size() - 1)(rng_)];
+    if (all.empty()) return std::nullopt;
+    return all[std::uniform_int_distribution<size_t>(0, all.size() - 1)(rng_)];
+  }
+  void CheckpointOne() {
+    auto picked = PickRunning();
+    if (!picked) return;
+    auto [node, att] = *picked;
     const std::string manifest = Sha256Hex(att + std::to_string(clock_.NowMillis()));
     ASSERT_TRUE(core_
                     ->AgentMessage(
@@ -312,13 +319,9 @@ class History {
     n.held.erase(att);
   }
   void ExitOne() {
-    std::vector<std::pair<std::string, std::string>> all;
-    for (const auto& [node, n] : nodes_) {
-      if (!n.alive) continue;
-      for (const auto& a : n.running) all.emplace_back(node, a);
-    }
-    if (all.empty()) return;
-    auto [node, att] = all[std::uniform_int_distribution<size_t>(0, all.size() - 1)(rng_)];
+    auto picked = PickRunning();
+    if (!picked) return;
+    auto [node, att] = *picked;
     Exit(node, att, std::uniform_int_distribution<int>(0, 3)(rng_) == 0 ? 1 : 0);
   }
   // The machine dies: its agent says nothing more; its processes are gone.

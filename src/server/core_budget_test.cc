@@ -62,10 +62,8 @@ class BudgetTest : public ServerCoreTest {
   // Places and starts the job; returns its attempt.
   std::string Run(const std::string& job) {
     core_->Tick();
-    const std::string att = link_->Last("assign", "attempt_id");
-    EXPECT_FALSE(att.empty()) << Reason(job);
-    EXPECT_TRUE(core_->AgentMessage(node_, link_.get(), Msg("started", att)).ok());
-    return att;
+    EXPECT_FALSE(link_->Last("assign", "attempt_id").empty()) << Reason(job);
+    return StartLastAssigned(node_, *link_);
   }
   // Moves the clock a second at a time, the agent heartbeating every 5 s, until the server
   // asks it to stop `att` (true) or `max_s` passed (false).
@@ -81,13 +79,7 @@ class BudgetTest : public ServerCoreTest {
     }
     return false;
   }
-  void Second(int s) {
-    clock_.Advance(1000);
-    if (s % 5 == 0) {
-      EXPECT_TRUE(core_->AgentMessage(node_, link_.get(), Json{{"type", "heartbeat"}}).ok());
-    }
-    core_->Tick();
-  }
+  void Second(int s) { AgentSecond(s, node_, *link_); }
   void Exit(const std::string& att, std::string checkpoint = kCheckpoint) {
     proto::Exited ex{att, 0, 0, ""};
     ex.checkpoint = std::move(checkpoint);

@@ -47,19 +47,11 @@ class MonthlyBudgetTest : public ServerCoreTest {
     o.team = team;
     return core_->SubmitJob(s, "", o);
   }
-  std::string StartAttempt() {
-    const std::string att = link_->Last("assign", "attempt_id");
-    EXPECT_TRUE(core_->AgentMessage(node_, link_.get(), Msg("started", att)).ok());
-    return att;
-  }
+  std::string StartAttempt() { return StartLastAssigned(node_, *link_); }
   // The agent: heartbeats every 5 s; stops (saving a checkpoint) what it is told to preempt.
   void Live(int seconds) {
     for (int s = 1; s <= seconds; ++s) {
-      clock_.Advance(1000);
-      if (s % 5 == 0) {
-        ASSERT_TRUE(core_->AgentMessage(node_, link_.get(), Json{{"type", "heartbeat"}}).ok());
-      }
-      core_->Tick();
+      AgentSecond(s, node_, *link_);
       for (const auto& m : link_->OfType("preempt")) {
         const std::string att = m.value("attempt_id", "");
         if (stopped_.insert(att).second) {

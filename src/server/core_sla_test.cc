@@ -30,9 +30,7 @@ class SlaTest : public TrustTest {
     auto job = core_->SubmitJob(Spec(1, 1), "");
     EXPECT_TRUE(job.ok()) << job.status().ToString();
     job_ = job.ok() ? job->id : "";
-    const std::string att = link_->Last("assign", "attempt_id");
-    EXPECT_TRUE(core_->AgentMessage(node_, link_.get(), Msg("started", att)).ok());
-    return att;
+    return StartLastAssigned(node_, *link_);
   }
   JobCost Cost() {
     EXPECT_TRUE(core_->SettleMeters().ok());

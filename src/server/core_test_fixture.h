@@ -81,6 +81,21 @@ class ServerCoreTest : public ::testing::Test {
   Json Msg(std::string type, std::string attempt) {
     return Json{{"type", type}, {"attempt_id", attempt}};
   }
+  // The agent on `link` starts the attempt last assigned to it; returns its id.
+  std::string StartLastAssigned(const std::string& node, RecordingLink& link) {
+    const std::string att = link.Last("assign", "attempt_id");
+    EXPECT_TRUE(core_->AgentMessage(node, &link, Msg("started", att)).ok());
+    return att;
+  }
+  // Second `s` of a run on the fake clock: the agent on `link` heartbeats every 5 s, then the
+  // server ticks.
+  void AgentSecond(int s, const std::string& node, RecordingLink& link) {
+    clock_.Advance(1000);
+    if (s % 5 == 0) {
+      EXPECT_TRUE(core_->AgentMessage(node, &link, Json{{"type", "heartbeat"}}).ok());
+    }
+    core_->Tick();
+  }
 
   CoreOptions opt_ = [] {
     CoreOptions o;
