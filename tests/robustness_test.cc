@@ -8,6 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "common/text.h"
@@ -15,6 +20,8 @@
 
 namespace sluice::testing {
 namespace {
+
+namespace fs = std::filesystem;
 
 int PortOf(const std::string& url) { return std::stoi(url.substr(url.rfind(':') + 1)); }
 
@@ -268,6 +275,31 @@ TEST_F(RobustnessTest, GarbageOnTheAgentChannelClosesIt) {
   EXPECT_NE(r.find("error"), std::string::npos);
   EXPECT_NE(r.find("conformance.report.checks: expected an array"), std::string::npos) << r;
   ExpectAlive();
+}
+
+// A stop signal must reach the thread that shuts the server down: a thread that does not block
+// SIGTERM (one started before the main thread blocked it) could take it with the default action
+// and kill the server mid-commit, a flaky exit 143 instead of a clean stop. /proc shows each
+// thread's blocked set, so this checks every thread, not a lucky delivery.
+TEST_F(RobustnessTest, EveryServerThreadLeavesStopSignalsToTheShutdown) {
+  const pid_t pid = cluster_.server()->pid();
+  std::error_code ec;
+  int threads = 0;
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    // The main thread is the one that takes them: in sigtimedwait they show as unblocked.
+    if (task.path().filename() == std::to_string(pid)) continue;
+    std::ifstream in(task.path() / "status");
+    const std::string status((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+    size_t at = status.find("SigBlk:");
+    ASSERT_NE(at, std::string::npos) << status;
+    const uint64_t blocked =
+        std::stoull(status.substr(at + 7, status.find('\n', at) - at - 7), nullptr, 16);
+    const uint64_t stop = (uint64_t{1} << (SIGTERM - 1)) | (uint64_t{1} << (SIGINT - 1));
+    EXPECT_EQ(blocked & stop, stop) << "thread " << task.path().filename() << " takes SIGTERM";
+    ++threads;
+  }
+  EXPECT_GT(threads, 3) << "the server runs its scheduler, inbox and io threads";
 }
 
 }  // namespace

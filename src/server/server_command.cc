@@ -94,6 +94,15 @@ bool SplitHostPort(const std::string& listen, std::string* host, uint16_t* port)
 }
 
 int RunServer(const ServerOptions& opt) {
+  // Block the stop signals before any thread starts (threads inherit the mask); this thread
+  // collects them with sigtimedwait. A thread started earlier would keep SIGTERM's default
+  // action, and a SIGTERM delivered to it would kill the server without its shutdown.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
   std::string host;
   uint16_t port = 0;
   if (!SplitHostPort(opt.listen, &host, &port)) {
@@ -218,14 +227,6 @@ int RunServer(const ServerOptions& opt) {
   // Budget alerts go out on a thread of their own: a slow webhook never holds up the core.
   WebhookSender webhooks(&core, opt.allow_private_webhooks);
   webhooks.Start();
-
-  // Block the stop signals in every thread; this thread collects them with sigtimedwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
 
   HttpServerOptions net_opt;
   net_opt.host = host;
