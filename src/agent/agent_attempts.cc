@@ -97,8 +97,7 @@ void Agent::PersistLocked(const Attempt& a) {
   // other process's dirty data and sat on the path of each job's start (docs/benchmarks.md).
   const Durability durability =
       a.exit || !a.error.empty() ? Durability::kPowerLoss : Durability::kProcessCrash;
-  Status s =
-      WriteFileAtomic(AttemptsDir() + "/" + a.id + ".json", DumpJson(j), 0644, durability);
+  Status s = WriteFileAtomic(AttemptsDir() + "/" + a.id + ".json", DumpJson(j), 0644, durability);
   if (!s.ok()) Log("%s", s.ToString());
 }
 
