@@ -30,8 +30,11 @@ std::string_view Sv(beast::string_view s) { return {s.data(), s.size()}; }
 
 class HttpClient::Impl {
  public:
-  Impl(Url base, std::string token, std::chrono::milliseconds timeout)
-      : base_(std::move(base)), token_(std::move(token)), timeout_(timeout) {
+  Impl(Url base, std::string token, std::chrono::milliseconds timeout, std::string connect_address)
+      : base_(std::move(base)),
+        token_(std::move(token)),
+        timeout_(timeout),
+        connect_address_(std::move(connect_address)) {
     where_ = net_internal::FormatEndpoint(base_.host, base_.port);
     if (base_.secure()) {
       // A bad CA file or pin surfaces on the first request, as a connection error would.
@@ -197,7 +200,12 @@ class HttpClient::Impl {
     if (base_.secure() && !tls_) return tls_error_;
     beast::error_code ec;
     tcp::resolver resolver(ioc_);
-    auto results = resolver.resolve(base_.host, std::to_string(base_.port), ec);
+    // A given address is used as it is (numeric, no lookup): the caller checked it, and a second
+    // lookup could answer differently.
+    auto results = connect_address_.empty()
+                       ? resolver.resolve(base_.host, std::to_string(base_.port), ec)
+                       : resolver.resolve(connect_address_, std::to_string(base_.port),
+                                          tcp::resolver::numeric_host, ec);
     if (ec) return Status::Unavailable("cannot resolve " + where_ + ": " + ec.message());
     auto& tcp_stream = stream_.emplace<beast::tcp_stream>(ioc_);
     tcp_stream.expires_after(timeout_);
@@ -244,6 +252,7 @@ class HttpClient::Impl {
   const Url base_;
   const std::string token_;
   const std::chrono::milliseconds timeout_;
+  const std::string connect_address_;  // "" : look base_.host up
   std::string where_;
   std::unique_ptr<net_internal::TlsClientContext> tls_;  // https only
   Status tls_error_;                                     // why tls_ could not be made
@@ -252,8 +261,10 @@ class HttpClient::Impl {
   beast::flat_buffer buf_;
 };
 
-HttpClient::HttpClient(Url base, std::string bearer_token, std::chrono::milliseconds timeout)
-    : impl_(std::make_unique<Impl>(std::move(base), std::move(bearer_token), timeout)) {}
+HttpClient::HttpClient(Url base, std::string bearer_token, std::chrono::milliseconds timeout,
+                       std::string connect_address)
+    : impl_(std::make_unique<Impl>(std::move(base), std::move(bearer_token), timeout,
+                                   std::move(connect_address))) {}
 HttpClient::~HttpClient() = default;
 
 Result<HttpResponse> HttpClient::Request(

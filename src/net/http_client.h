@@ -19,9 +19,13 @@ class HttpClient {
  public:
   // `base` comes from ParseUrl; its base_path prefixes every path. For https, base.tls says how
   // the server is verified (docs/design-notes.md, "TLS"). `timeout` bounds connecting (TLS
-  // handshake included) and each Request as a whole.
+  // handshake included) and each Request as a whole. `connect_address` (a numeric IPv4 or IPv6
+  // address), when given, is connected to instead of looking `base.host` up; the Host header,
+  // TLS server name and certificate check still use base.host. For a caller that checked where
+  // a name points and must not be sent elsewhere by a second lookup (webhooks: DNS rebinding).
   HttpClient(Url base, std::string bearer_token,
-             std::chrono::milliseconds timeout = std::chrono::seconds(30));
+             std::chrono::milliseconds timeout = std::chrono::seconds(30),
+             std::string connect_address = "");
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;

@@ -103,6 +103,34 @@ TEST(HttpTest, RoundTripCarriesMethodPathQueryHeadersBody) {
   EXPECT_EQ(again->status, 201);
 }
 
+// A caller that checked where a name points (webhooks) connects to that address itself: the name
+// is not looked up again (".invalid" never resolves, RFC 6761), yet the request still names it.
+TEST(HttpTest, AGivenAddressIsConnectedToWithoutLookingTheNameUp) {
+  std::promise<std::string> host;
+  auto server = StartServer([&](HttpRequest req, std::shared_ptr<ResponseWriter> w) {
+    w->Send({200, "application/json", "{}", {}});
+    host.set_value(req.Header("Host"));
+  });
+  auto url = ParseUrl("http://hooks.sluice-test.invalid:" + std::to_string(server->port()));
+  ASSERT_TRUE(url.ok());
+  HttpClient looked_up(*url, "", 5s);
+  auto refused = looked_up.Request("POST", "/hook", "{}");
+  ASSERT_FALSE(refused.ok()) << "the name resolved: the test proves nothing";
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+
+  HttpClient pinned(*url, "", 5s, "127.0.0.1");
+  auto r = pinned.Request("POST", "/hook", "{}");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  auto fut = host.get_future();
+  ASSERT_EQ(fut.wait_for(2s), std::future_status::ready);
+  EXPECT_EQ(fut.get(), "hooks.sluice-test.invalid:" + std::to_string(server->port()));
+
+  // Only a numeric address is taken: a name there would be a second lookup.
+  HttpClient named(*url, "", 5s, "localhost");
+  EXPECT_FALSE(named.Request("POST", "/hook", "{}").ok());
+}
+
 TEST(HttpTest, HandlerNotFoundAndThrowingHandler) {
   auto server = StartServer([](HttpRequest req, std::shared_ptr<ResponseWriter> w) {
     if (req.path == "/boom") throw std::runtime_error("kaboom");

@@ -55,7 +55,9 @@ std::string Key(const store::BudgetAlert& a) {
 
 }  // namespace
 
-Status CheckWebhookUrl(const std::string& url, bool allow_private, bool resolve) {
+Status CheckWebhookUrl(const std::string& url, bool allow_private, bool resolve,
+                       std::string* address) {
+  if (address) address->clear();
   auto parsed = ParseUrl(url);
   if (!parsed.ok()) return Status::InvalidArgument("webhook: " + parsed.status().message());
   if (parsed->scheme != "http" && parsed->scheme != "https") {
@@ -83,15 +85,25 @@ Status CheckWebhookUrl(const std::string& url, bool allow_private, bool resolve)
     return Status::Unavailable("webhook: cannot resolve " + host + ": " + gai_strerror(rc));
   }
   bool bad = false;
+  std::string first;  // the address the delivery connects to: every one was checked
   for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    char text[INET6_ADDRSTRLEN] = "";
     if (ai->ai_family == AF_INET) {
-      bad |= PrivateV4(ntohl(reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr.s_addr));
+      const auto* in = reinterpret_cast<sockaddr_in*>(ai->ai_addr);
+      bad |= PrivateV4(ntohl(in->sin_addr.s_addr));
+      inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
     } else if (ai->ai_family == AF_INET6) {
-      bad |= PrivateV6(reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr);
+      const auto* in6 = reinterpret_cast<sockaddr_in6*>(ai->ai_addr);
+      bad |= PrivateV6(in6->sin6_addr);
+      inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
     }
+    if (first.empty()) first = text;
   }
   freeaddrinfo(found);
-  return bad ? Status::InvalidArgument(refused) : Status::Ok();
+  if (bad) return Status::InvalidArgument(refused);
+  if (first.empty()) return Status::Unavailable("webhook: " + host + " has no IP address");
+  if (address) *address = first;
+  return Status::Ok();
 }
 
 Json AlertToJson(const store::BudgetAlert& a, const std::string& scope_name) {
@@ -140,10 +152,11 @@ void WebhookSender::DeliverDue() {
     const std::string key = Key(a);
     auto due = next_try_mono_.find(key);
     if (due != next_try_mono_.end() && due->second > clock->MonotonicMillis()) continue;
-    Status sent = CheckWebhookUrl(a.webhook, allow_private_, /*resolve=*/true);
+    std::string address;  // the checked address, connected to as it is
+    Status sent = CheckWebhookUrl(a.webhook, allow_private_, /*resolve=*/true, &address);
     if (sent.ok()) {
       auto url = ParseUrl(a.webhook);
-      HttpClient client(*url, "", std::chrono::seconds(5));
+      HttpClient client(*url, "", std::chrono::seconds(5), address);
       std::string path = url->base_path.empty() ? "/" : "";
       auto r = client.Request("POST", path, DumpJson(AlertToJson(a, a.scope)) + "\n");
       if (!r.ok()) {

@@ -21,8 +21,12 @@ class ServerCore;
 // loopback, link-local (the cloud metadata address among them), private or unspecified address:
 // a user's webhook must not make the server reach what only the server can reach. `resolve`:
 // look the name up too (delivery does; setting it only checks literal addresses and
-// "localhost", so a name that does not resolve yet can still be set).
-Status CheckWebhookUrl(const std::string& url, bool allow_private, bool resolve);
+// "localhost", so a name that does not resolve yet can still be set). With `resolve`, a name's
+// checked address goes to `*address` (when not null), for the delivery to connect to that very
+// address: a second lookup by the HTTP client could be answered with a private one (DNS
+// rebinding). Left empty for a literal address or when private addresses are allowed.
+Status CheckWebhookUrl(const std::string& url, bool allow_private, bool resolve,
+                       std::string* address = nullptr);
 
 // The JSON an alert is POSTed as.
 Json AlertToJson(const store::BudgetAlert& a, const std::string& scope_name);
