@@ -292,7 +292,7 @@ TEST_F(RobustnessTest, EveryServerThreadLeavesStopSignalsToTheShutdown) {
     const std::string status((std::istreambuf_iterator<char>(in)),
                              std::istreambuf_iterator<char>());
     size_t at = status.find("SigBlk:");
-    ASSERT_NE(at, std::string::npos) << status;
+    if (at == std::string::npos) continue;  // a short-lived thread that ended since the listing
     const uint64_t blocked =
         std::stoull(status.substr(at + 7, status.find('\n', at) - at - 7), nullptr, 16);
     const uint64_t stop = (uint64_t{1} << (SIGTERM - 1)) | (uint64_t{1} << (SIGINT - 1));

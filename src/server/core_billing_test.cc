@@ -285,7 +285,6 @@ class History {
     owners_[job->id] = o.owner;
     if (s.max_total_cost) budgets_[job->id] = ledger::PricePerHourMicros(*s.max_total_cost);
   }
-  // A running attempt saves a checkpoint (stored and complete, as agents send them).
   // A random running attempt on a live machine, as (node, attempt); none when nothing runs.
   std::optional<std::pair<std::string, std::string>> PickRunning() {
     std::vector<std::pair<std::string, std::string>> all;
@@ -296,6 +295,7 @@ class History {
     if (all.empty()) return std::nullopt;
     return all[std::uniform_int_distribution<size_t>(0, all.size() - 1)(rng_)];
   }
+  // A running attempt saves a checkpoint (stored and complete, as agents send them).
   void CheckpointOne() {
     auto picked = PickRunning();
     if (!picked) return;
