@@ -27,6 +27,7 @@
 #include "common/text.h"
 #include "net/net_internal.h"
 #include "net/tls_internal.h"
+#include "net/tls_socket_stream.h"
 
 namespace sluice {
 
@@ -40,7 +41,7 @@ namespace ssl = asio::ssl;
 // A connection is plain TCP or TLS for its whole life (a server speaks one or the other); the
 // session code is written once and picks the layer through these variants.
 using PlainStream = beast::tcp_stream;
-using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+using TlsStream = net_internal::TlsSocketStream;  // holds no buffers while idle
 using PlainWs = websocket::stream<PlainStream>;
 using TlsWs = websocket::stream<TlsStream>;
 
@@ -269,7 +270,7 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
               std::shared_ptr<AddressSlot> slot)
       : shared_(std::move(shared)), id_(id), slot_(std::move(slot)) {
     if (shared_->tls) {
-      stream_.emplace<TlsStream>(std::move(socket), *shared_->tls);
+      stream_.emplace<TlsStream>(std::move(socket), shared_->tls->native_handle());
     } else {
       stream_.emplace<PlainStream>(std::move(socket));
     }
@@ -345,16 +346,15 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
     if (closed_) return;
     if (ec) return DoClose();
     if (!is_tls) return RefusePlainHttp();
+    // The sniffed bytes are handed to the TLS stream, which reads them first.
     std::get<TlsStream>(stream_).async_handshake(
-        ssl::stream_base::server, buffer_.data(),
-        [self = shared_from_this()](beast::error_code ec, size_t used) {
-          self->OnHandshake(ec, used);
-        });
+        buffer_.data(),
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHandshake(ec); });
+    buffer_.consume(buffer_.size());
   }
-  void OnHandshake(beast::error_code ec, size_t used) {
+  void OnHandshake(beast::error_code ec) {
     if (closed_) return;
     if (ec) return DoClose();  // garbage, a wrong protocol version, a timeout: nothing to say
-    buffer_.consume(used);
     ReadHeader();
   }
   void RefusePlainHttp() {
