@@ -47,7 +47,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   st::NodeRecord record = ns.record;  // the node as this hello leaves it, applied after commit
   record.name = hello.name.empty() ? hello.inventory.hostname : hello.name;
   Inventory previous;
-  if (auto p = InventoryFromJson(record.inventory); p.ok()) previous = *std::move(p);
+  if (auto p = InventoryFromJson(record.inventory.Parse()); p.ok()) previous = *std::move(p);
   HelloTrust trust = ApplyHelloTrust(record, previous, hello.inventory);
   record.inventory = ToJson(hello.inventory);
   record.state = st::NodeState::kOnline;

@@ -44,8 +44,8 @@ Status ServerCore::Load() {
   for (auto& n : nodes) {
     NodeState ns;
     if (n.state == st::NodeState::kOnline) n.state = st::NodeState::kOffline;
-    auto inv = InventoryFromJson(n.inventory);
-    auto report = conformance::ReportFromJson(n.conformance);
+    auto inv = InventoryFromJson(n.inventory.Parse());
+    auto report = conformance::ReportFromJson(n.conformance.Parse());
     if (inv.ok() && report.ok() && n.verified_ms > 0) {
       ns.verdict = JudgeReport(*inv, *report, options_.verification_rules);
       ns.has_verdict = true;

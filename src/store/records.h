@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "common/json_text.h"
 #include "common/status.h"
 #include "store/ledger_records.h"
 
@@ -105,9 +106,9 @@ struct BlobOwner {
 };
 
 struct NodeRecord {
-  std::string id;    // "node-..."
-  std::string name;  // hostname unless the provider names it
-  Json inventory;    // common::Inventory as JSON, from the probe
+  std::string id;      // "node-..."
+  std::string name;    // hostname unless the provider names it
+  JsonText inventory;  // common::Inventory as JSON, from the probe (text: json_text.h says why)
   NodeState state = NodeState::kOnline;
   int64_t registered_ms = 0;
   int64_t last_seen_ms = 0;
@@ -123,7 +124,7 @@ struct NodeRecord {
   std::string hardware_fingerprint;           // audit::HardwareFingerprint of `inventory`
   std::string software_fingerprint;           // audit::SoftwareFingerprint of `inventory`
   int64_t verified_ms = 0;                    // when the last report was evaluated
-  Json conformance = Json::object();          // the last report as the agent sent it
+  JsonText conformance = Json::object();      // the last report as the agent sent it
   std::string owner{};   // the provider account that enrolled it ("" before issue 10)
   bool revoked = false;  // `sluice node revoke`: its credential no longer works
   // Reclaimed by its provider or under a spot-termination notice (issue 15 item 5): it takes no

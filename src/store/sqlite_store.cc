@@ -205,6 +205,12 @@ Result<Json> ColumnJson(const Query& q, int i, std::string_view what) {
   return std::move(j).value();
 }
 
+// A stored document kept as text (json_text.h): checked, then its compact form kept.
+Result<JsonText> ColumnJsonText(const Query& q, int i, std::string_view what) {
+  SLUICE_ASSIGN_OR_RETURN(Json j, ColumnJson(q, i, what));
+  return JsonText(j);
+}
+
 std::string GpusToText(const std::vector<int>& gpus) { return DumpJson(Json(gpus)); }
 
 Result<std::vector<int>> GpusFromJson(const Json& j, const std::string& attempt_id) {
@@ -247,7 +253,7 @@ Result<NodeRecord> ReadNode(const Query& q) {
   NodeRecord n;
   n.id = q.ColText(0);
   n.name = q.ColText(1);
-  SLUICE_ASSIGN_OR_RETURN(n.inventory, ColumnJson(q, 2, "node " + n.id + " inventory"));
+  SLUICE_ASSIGN_OR_RETURN(n.inventory, ColumnJsonText(q, 2, "node " + n.id + " inventory"));
   SLUICE_ASSIGN_OR_RETURN(n.state, Corrupt(ParseNodeState(q.ColText(3)), "nodes", n.id));
   n.registered_ms = q.ColInt(4);
   n.last_seen_ms = q.ColInt(5);
@@ -261,7 +267,7 @@ Result<NodeRecord> ReadNode(const Query& q) {
   n.hardware_fingerprint = q.ColText(13);
   n.software_fingerprint = q.ColText(14);
   n.verified_ms = q.ColInt(15);
-  SLUICE_ASSIGN_OR_RETURN(n.conformance, ColumnJson(q, 16, "node " + n.id + " conformance"));
+  SLUICE_ASSIGN_OR_RETURN(n.conformance, ColumnJsonText(q, 16, "node " + n.id + " conformance"));
   n.owner = q.ColText(17);
   n.revoked = q.ColInt(18) != 0;
   n.paused_until_ms = q.ColInt(19);
@@ -713,12 +719,12 @@ class SqliteStore final : public Store {
     for (const NodeRecord& n : b.nodes) {
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertNode));
       Query q(db_, s);
-      q.Text(n.id).Text(n.name).Text(DumpJson(n.inventory)).Text(Name(n.state));
+      q.Text(n.id).Text(n.name).Text(n.inventory.text()).Text(Name(n.state));
       q.Int(n.registered_ms).Int(n.last_seen_ms).Real(n.price_per_gpu_hour);
       q.Real(n.price_per_cpu_hour).Text(n.region).Real(n.interruptible_price_per_gpu_hour);
       q.Real(n.interruptible_price_per_cpu_hour).Text(n.verification);
       q.Text(DumpJson(n.verification_reasons)).Text(n.hardware_fingerprint);
-      q.Text(n.software_fingerprint).Int(n.verified_ms).Text(DumpJson(n.conformance));
+      q.Text(n.software_fingerprint).Int(n.verified_ms).Text(n.conformance.text());
       q.Text(n.owner).Int(n.revoked ? 1 : 0).Int(n.paused_until_ms).Text(n.paused_reason);
       SLUICE_RETURN_IF_ERROR(q.Run("write node " + n.id));
     }
