@@ -188,6 +188,9 @@ TlsStepResult TlsSocketCore::Read(void* data, size_t size) {
   ERR_clear_error();
   size_t n = 0;
   int ret = SSL_read_ex(ssl_, data, size, &n);
+  // What OpenSSL answers while reading (KeyUpdate) waits for the next write; a peer that keeps
+  // asking while the server has nothing to send would grow it without bound, so it is cut off.
+  if (pending_.size() > kMaxOutputFromReads) return {false, 0, boost::asio::error::no_buffer_space};
   if (ret == 1) return {false, n, {}};
   return Fail(ret);
 }

@@ -66,6 +66,7 @@ class TlsSocketCore {
   // Encrypted bytes waiting to be sent. A writer moves them into the flight buffer, sends that,
   // and ends the flight; bytes queued meanwhile wait for the next flight.
   bool HasOutput() const { return !pending_.empty(); }
+  size_t PendingBytes() const { return pending_.size(); }
   bool Flushing() const { return flushing_; }
   boost::asio::const_buffer StartFlush();
   void EndFlush();
@@ -75,6 +76,7 @@ class TlsSocketCore {
   void BioWrite(const char* data, int size) { pending_.append(data, static_cast<size_t>(size)); }
 
  private:
+  static constexpr size_t kMaxOutputFromReads = 64 * 1024;
   TlsStepResult Fail(int ret);  // the result of a step OpenSSL did not finish
 
   boost::beast::tcp_stream tcp_;

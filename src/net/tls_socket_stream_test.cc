@@ -8,12 +8,14 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/beast/core/error.hpp>
+#include <csignal>
 #include <filesystem>
 #include <functional>
 #include <future>
@@ -83,6 +85,8 @@ class Client {
   }
   void SendCloseNotify() { SSL_shutdown(ssl_); }
   void CloseTcp() { socket_.close(); }
+  // Wakes a thread blocked writing, which close() would not.
+  void ShutdownTcp() { ::shutdown(socket_.native_handle(), SHUT_RDWR); }
   SSL* ssl() { return ssl_; }
 
  private:
@@ -252,6 +256,43 @@ TEST(TlsSocketStreamTest, CloseNotifyIsEndOfStreamAndACutIsTruncation) {
     auto [ec, got] = p.ServerReadSome(64);
     EXPECT_EQ(ec, asio::ssl::error::stream_truncated) << ec.message();
   }
+}
+
+// A hostile client asks for a key update with every message while the server never writes:
+// the answers OpenSSL queues while reading stay bounded, and the connection is dropped.
+TEST(TlsSocketStreamTest, KeyUpdatesAskedWhileTheServerNeverWritesAreBounded) {
+  // The client's OpenSSL writes with write(2): once the test cuts its socket, a write would
+  // raise SIGPIPE and end the test binary.
+  std::signal(SIGPIPE, SIG_IGN);
+  Pair p;
+  std::thread hostile([&] {
+    for (int i = 0; i < 20000; ++i) {
+      if (SSL_key_update(p.client->ssl(), SSL_KEY_UPDATE_REQUESTED) != 1) break;
+      if (!p.client->Write("x")) break;
+    }
+  });
+  // The server reads on its own thread until the stream fails, noting the most output queued.
+  std::string buf(16, '\0');
+  size_t most = 0;
+  int reads = 0;
+  std::promise<boost::system::error_code> failed;
+  std::function<void()> read_next = [&] {
+    p.server->next_layer().expires_after(10s);
+    p.server->async_read_some(asio::buffer(buf), [&](boost::system::error_code ec, size_t) {
+      most = std::max(most, p.server->core()->PendingBytes());
+      ++reads;
+      if (ec) return failed.set_value(ec);
+      read_next();
+    });
+  };
+  p.loop.On(read_next);
+  auto result = failed.get_future();
+  ASSERT_EQ(result.wait_for(60s), std::future_status::ready);
+  boost::system::error_code last = result.get();
+  p.client->ShutdownTcp();
+  hostile.join();
+  EXPECT_EQ(last, asio::error::no_buffer_space) << last.message() << " after " << reads;
+  EXPECT_LE(most, 64u * 1024 + 1024);
 }
 
 TEST(TlsSocketStreamTest, GarbageFailsTheHandshakeWithoutACrash) {
