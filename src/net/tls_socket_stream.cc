@@ -72,6 +72,9 @@ TlsSocketCore::TlsSocketCore(boost::asio::ip::tcp::socket&& socket, SSL_CTX* ctx
   BIO_set_data(bio, this);
   SSL_set_bio(ssl, bio, bio);  // the SSL owns the BIO now
   SSL_set_accept_state(ssl);
+  // Read-ahead: OpenSSL asks the BIO for all it can hold, not a header and then a body, so a
+  // record costs one recv.
+  SSL_set_read_ahead(ssl, 1);
   // RELEASE_BUFFERS: OpenSSL frees its record buffers whenever they are empty, which for an idle
   // connection is always. The other two let a write be retried from a moved buffer.
   SSL_set_mode(ssl, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
@@ -104,11 +107,26 @@ int TlsSocketCore::BioRead(char* out, int size, bool* retry) {
     }
     return static_cast<int>(n);
   }
+  if (wait_off_ < wait_len_) {
+    size_t n = std::min(wait_len_ - wait_off_, static_cast<size_t>(size));
+    std::memcpy(out, wait_buf_.data() + wait_off_, n);
+    wait_off_ += n;
+    return static_cast<int>(n);
+  }
   if (eof_) return 0;
+  if (drained_) {
+    // Nothing was left a moment ago: wait (the wait's read finds bytes that came since).
+    drained_ = false;
+    *retry = true;
+    return -1;
+  }
   for (;;) {
     ssize_t n = ::recv(tcp_.socket().native_handle(), out, static_cast<size_t>(size),
                        MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n > 0) return static_cast<int>(n);
+    if (n > 0) {
+      drained_ = n < size;
+      return static_cast<int>(n);
+    }
     if (n == 0) {
       eof_ = true;
       return 0;

@@ -17,6 +17,7 @@
 
 #include <openssl/ssl.h>
 
+#include <array>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -51,12 +52,19 @@ class TlsSocketCore {
   boost::beast::tcp_stream& tcp() { return tcp_; }
   SSL* native_handle() { return ssl_; }
 
-  // Bytes that arrived before TLS was set up (the ones a protocol sniffer read) or the byte a
-  // wait read: OpenSSL reads them before the socket.
+  // Bytes that arrived before TLS was set up (the ones a protocol sniffer read): OpenSSL reads
+  // them before anything else.
   void Feed(const void* data, size_t size);
-  // Where a wait for bytes reads its one byte.
-  boost::asio::mutable_buffer WaitBuffer() { return boost::asio::buffer(&wait_byte_, 1); }
-  void FeedWaitByte() { Feed(&wait_byte_, 1); }
+  // A wait for bytes reads into this small buffer (a heartbeat's record fits), and OpenSSL reads
+  // what it got next; `n` short of the buffer means the socket was drained, so OpenSSL's next
+  // read goes to the wait instead of a recv that would find nothing.
+  boost::asio::mutable_buffer WaitBuffer() { return boost::asio::buffer(wait_buf_); }
+  void Waited(size_t n) {
+    wait_off_ = 0;
+    wait_len_ = n;
+    drained_ = n < wait_buf_.size();
+  }
+  void MarkEof() { eof_ = true; }
 
   TlsStepResult Handshake();
   TlsStepResult Read(void* data, size_t size);
@@ -83,7 +91,10 @@ class TlsSocketCore {
   SSL* ssl_ = nullptr;
   std::string fed_;  // Feed()'s bytes not yet read by OpenSSL
   size_t fed_off_ = 0;
-  unsigned char wait_byte_ = 0;
+  std::array<char, 512> wait_buf_{};
+  size_t wait_off_ = 0;  // wait_buf_[wait_off_, wait_len_) not yet read by OpenSSL
+  size_t wait_len_ = 0;
+  bool drained_ = false;              // the last read from the socket emptied it
   bool eof_ = false;                  // the peer closed its side of TCP
   boost::system::error_code bio_ec_;  // a socket error met by BioRead
   std::string pending_;               // written by OpenSSL, not yet in flight
@@ -110,8 +121,16 @@ class TlsSocketOp {
         if (ec) return self.complete(ec, 0);
         break;  // on with the step's result
       case State::kWaited:
-        if (ec) return self.complete(ec, 0);
-        if (n == 1) core_->FeedWaitByte();
+        // The peer's FIN goes to OpenSSL, which tells a close_notify'd end (eof) from a cut
+        // (stream_truncated); every other error ends the operation.
+        if (ec == boost::asio::error::eof) {
+          core_->Waited(0);
+          core_->MarkEof();
+        } else if (ec) {
+          return self.complete(ec, 0);
+        } else {
+          core_->Waited(n);
+        }
         result_ = step_(*core_);
         break;
       case State::kStart:
