@@ -6,8 +6,9 @@
 // only while it is being sent; and with SSL_MODE_RELEASE_BUFFERS OpenSSL frees its own record
 // buffers between records.
 //
-// Waiting for bytes goes through the beast::tcp_stream beneath (one byte is read and handed to
-// OpenSSL first), so the tcp_stream's expiry still bounds every wait, as it did for ssl_stream.
+// Waiting for bytes goes through the beast::tcp_stream beneath (what the wait reads, up to 512
+// bytes, OpenSSL reads first), so the tcp_stream's expiry still bounds every wait, as it did
+// for ssl_stream.
 //
 // Only what the server needs is here: the server role, no renegotiation (the context refuses it)
 // and no client certificates. Reads never write to the socket: what OpenSSL wants to send while
