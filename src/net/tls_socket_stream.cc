@@ -219,7 +219,11 @@ TlsStepResult TlsSocketCore::Write(const void* data, size_t size) {
   size_t n = 0;
   int ret = SSL_write_ex(ssl_, data, size, &n);
   if (ret == 1) return {false, n, {}};
-  return Fail(ret);
+  TlsStepResult r = Fail(ret);
+  // Only a read may wait for bytes (two waits at once would share the wait buffer); a write that
+  // needs to read would mean renegotiation, which the context refuses.
+  if (r.want_read) r = {false, 0, boost::asio::error::operation_not_supported};
+  return r;
 }
 
 TlsStepResult TlsSocketCore::Shutdown() {
