@@ -48,10 +48,7 @@ class TlsSocketCore {
   TlsSocketCore(const TlsSocketCore&) = delete;
   TlsSocketCore& operator=(const TlsSocketCore&) = delete;
 
-  // False when OpenSSL could not create the connection (out of memory); every step then fails.
-  bool ok() const { return ssl_ != nullptr; }
   boost::beast::tcp_stream& tcp() { return tcp_; }
-  SSL* native_handle() { return ssl_; }
 
   // Bytes that arrived before TLS was set up (the ones a protocol sniffer read): OpenSSL reads
   // them before anything else.
@@ -89,8 +86,8 @@ class TlsSocketCore {
   TlsStepResult Fail(int ret);  // the result of a step OpenSSL did not finish
 
   boost::beast::tcp_stream tcp_;
-  SSL* ssl_ = nullptr;
-  std::string fed_;  // Feed()'s bytes not yet read by OpenSSL
+  SSL* ssl_ = nullptr;  // null when OpenSSL could not make one: every step fails (no_memory)
+  std::string fed_;     // Feed()'s bytes not yet read by OpenSSL
   size_t fed_off_ = 0;
   std::array<char, 512> wait_buf_{};
   size_t wait_off_ = 0;  // wait_buf_[wait_off_, wait_len_) not yet read by OpenSSL
@@ -190,7 +187,6 @@ class TlsSocketStream {
 
   executor_type get_executor() noexcept { return core_->tcp().get_executor(); }
   boost::beast::tcp_stream& next_layer() { return core_->tcp(); }
-  SSL* native_handle() { return core_->native_handle(); }
   const std::shared_ptr<TlsSocketCore>& core() { return core_; }
 
   // The server's half of the handshake; `initial` are bytes already read from the socket.
