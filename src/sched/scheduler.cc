@@ -6,6 +6,7 @@
 #include <memory>
 #include <queue>
 #include <tuple>
+#include <unordered_map>
 
 #include "common/money.h"
 #include "market/explain.h"
@@ -225,28 +226,46 @@ bool PlanPreemption(const std::vector<const NodeCapacity*>& nodes, const JobRequ
   return best_key.has_value();
 }
 
+// A node's offer that fits the job now. Which of its GPUs it would get is worked out only for
+// the one placed (Pass::Place): the node is unchanged since it was ranked, so they are the same.
 struct Candidate {
   size_t node = 0;  // index into the pass's nodes
   const market::Offer* offer = nullptr;
-  std::vector<int> gpus;
   market::CostEstimate estimate;
   int gpus_left = 0;
   int cpus_left = 0;
 };
 
+// Free GPUs of `offer`'s label on the node.
+int FreeGpuCount(const NodeCapacity& node, const market::Offer& offer) {
+  if (offer.gpu_label.empty()) return 0;
+  int count = 0;
+  for (const auto& g : node.gpus) count += g.free && g.label == offer.gpu_label ? 1 : 0;
+  return count;
+}
+
+// Whether the node has free counts the job needs at all (any label): a cheap test that skips a
+// busy node before its offers are read. Necessary, not sufficient (FitNow decides).
+bool MayFitNow(const NodeCapacity& n, const JobRequest& job) {
+  if (!n.online || n.free_cpus < job.cpus || n.free_memory_gb + 1e-9 < job.memory_gb) return false;
+  if (job.gpus == 0) return true;
+  int free = 0;
+  for (const auto& g : n.gpus) free += g.free ? 1 : 0;
+  return free >= job.gpus;
+}
+
 // The job on `idle` as the node stands now, when the query matches and the counts fit: only free
 // GPUs, CPUs and memory count. Called only where CouldUse(idle) holds: the terms on what a node
 // has free (gpus_available, cpus, memory) are then the only ones that can differ, so only they
 // are checked again, on the free counts, without copying the offer; and the estimate, which
-// reads no free count, is the idle offer's.
+// reads no free count, is the idle offer's (`idle_cost`, from CouldUse).
 std::optional<Candidate> FitNow(const NodeCapacity& n, size_t index, const market::Offer& idle,
-                                const JobRequest& job, const market::Workload& work,
-                                const market::CostModel& model) {
+                                const JobRequest& job, const market::CostEstimate& idle_cost) {
   if (n.free_cpus < job.cpus || n.free_memory_gb + 1e-9 < job.memory_gb) return std::nullopt;
-  std::vector<int> free = FreeGpus(n, idle);
-  if (static_cast<int>(free.size()) < job.gpus) return std::nullopt;
+  const int free = FreeGpuCount(n, idle);
+  if (free < job.gpus) return std::nullopt;
   market::Offer now;  // the free counts only
-  now.gpus_available = static_cast<int>(free.size());
+  now.gpus_available = free;
   now.cpus = n.free_cpus;
   now.memory_gb = n.free_memory_gb;
   for (const auto& term : job.query.terms) {
@@ -256,23 +275,22 @@ std::optional<Candidate> FitNow(const NodeCapacity& n, size_t index, const marke
   }
   int free_total = 0;
   for (const auto& g : n.gpus) free_total += g.free ? 1 : 0;
-  free.resize(job.gpus);
-  return Candidate{index,
-                   &idle,
-                   std::move(free),
-                   Estimate(idle, job, work, model),
-                   free_total - job.gpus,
-                   n.free_cpus - job.cpus};
+  return Candidate{index, &idle, idle_cost, free_total - job.gpus, n.free_cpus - job.cpus};
 }
 
 // Whether the job could ever use `idle` (when the node is idle and online): the query matches,
 // the price is within the budget, and interruptible-only work finds interruptible capacity.
-bool CouldUse(const market::Offer& idle, const JobRequest& job, const market::Workload& work,
-              const market::CostModel& model) {
-  if (!market::Matches(job.query, idle)) return false;
-  const market::CostEstimate idle_cost = Estimate(idle, job, work, model);
-  if (OverBudget(job, idle_cost)) return false;
-  return !(work.interruptible && !work.fallback_on_demand && !idle_cost.interruptible);
+// Returns the job's estimate on it then, for FitNow.
+std::optional<market::CostEstimate> CouldUse(const market::Offer& idle, const JobRequest& job,
+                                             const market::Workload& work,
+                                             const market::CostModel& model) {
+  if (!market::Matches(job.query, idle)) return std::nullopt;
+  market::CostEstimate idle_cost = Estimate(idle, job, work, model);
+  if (OverBudget(job, idle_cost)) return std::nullopt;
+  if (work.interruptible && !work.fallback_on_demand && !idle_cost.interruptible) {
+    return std::nullopt;
+  }
+  return idle_cost;
 }
 
 bool Avoids(const JobRequest& job, const NodeCapacity& n) {
@@ -317,11 +335,10 @@ class Pass {
     }
   }
 
-  void Consider(const JobRequest& job) {
+  // `key`: the job's shape (empty: searched on its own); `last`: no later job of the pass has
+  // its shape.
+  void Consider(const JobRequest& job, std::string key, bool last) {
     const market::Workload work = WorkOf(job);
-    std::string key = !options_.share_shapes ? std::string()
-                      : job.shape            ? *job.shape
-                                             : ShapeKey(job);
     if (key.empty()) {
       bool could_ever = false;
       std::optional<Candidate> best = Scan(job, work, &could_ever);
@@ -337,6 +354,13 @@ class Pass {
       for (const auto& id : *options_.changed_nodes) {
         auto at = index_.find(id);
         if (at != index_.end()) Push(shape, at->second, /*count_could_ever=*/false);
+      }
+    } else if (fresh && last) {
+      // The shape's only job in the pass (a submit's own pass, mostly): its best candidate is
+      // all it needs, found by a scan without ranking every node in a heap.
+      shape.done = true;
+      if (std::optional<Candidate> best = Scan(job, work, &shape.could_ever)) {
+        return Place(job, *best);
       }
     } else if (fresh) {
       for (size_t i = 0; i < nodes_.size(); ++i) Push(shape, i, /*count_could_ever=*/true);
@@ -393,6 +417,7 @@ class Pass {
     market::Workload work;
     bool could_ever = false;
     bool exhausted = false;  // its candidates ran out: nothing fits it for the rest of the pass
+    bool done = false;       // no job of the shape is left in the pass: nothing to rank for
     std::priority_queue<Entry, std::vector<Entry>, Worse> heap;
     // Why the last job of the shape waits, and the pass's counts then (StillHolds).
     std::optional<Waiting> waiting;
@@ -424,12 +449,15 @@ class Pass {
   // Ranks node i's offers for the shape as the node stands now.
   void Push(Shape& shape, size_t i, bool count_could_ever) {
     const NodeCapacity& n = *nodes_[i];
+    // Once "could it ever run" is answered, a node without the free counts is skipped unread.
+    if ((!count_could_ever || shape.could_ever) && !MayFitNow(n, *shape.first)) return;
     for (const auto& idle : n.Offers()) {
-      if (!CouldUse(idle, *shape.first, shape.work, model_)) continue;
+      auto idle_cost = CouldUse(idle, *shape.first, shape.work, model_);
+      if (!idle_cost) continue;
       if (count_could_ever) shape.could_ever = true;
       if (!n.online) continue;
-      if (auto c = FitNow(n, i, idle, *shape.first, shape.work, model_)) {
-        shape.heap.push({std::move(*c), version_[i]});
+      if (auto c = FitNow(n, i, idle, *shape.first, *idle_cost)) {
+        shape.heap.push({*c, version_[i]});
       }
     }
   }
@@ -441,12 +469,14 @@ class Pass {
     std::optional<Candidate> best;
     for (size_t i = 0; i < nodes_.size(); ++i) {
       const NodeCapacity& n = *nodes_[i];
+      if (*could_ever && !MayFitNow(n, job)) continue;
       for (const auto& idle : n.Offers()) {
-        if (!CouldUse(idle, job, work, model_)) continue;
+        auto idle_cost = CouldUse(idle, job, work, model_);
+        if (!idle_cost) continue;
         *could_ever = true;
         if (!n.online || Avoids(job, n)) continue;
-        auto c = FitNow(n, i, idle, job, work, model_);
-        if (c && (!best || ranking.Better(*c, *best))) best = std::move(c);
+        auto c = FitNow(n, i, idle, job, *idle_cost);
+        if (c && (!best || ranking.Better(*c, *best))) best = c;
       }
     }
     return best;
@@ -454,14 +484,14 @@ class Pass {
 
   void Place(const JobRequest& job, const Candidate& best) {
     NodeCapacity& n = Mutable(best.node);
+    std::vector<int> gpus = FreeGpus(n, *best.offer);  // as when ranked: the node is unchanged
+    gpus.resize(static_cast<size_t>(job.gpus));
     for (auto& g : n.gpus) {
-      if (std::find(best.gpus.begin(), best.gpus.end(), g.index) != best.gpus.end()) {
-        g.free = false;
-      }
+      if (std::find(gpus.begin(), gpus.end(), g.index) != gpus.end()) g.free = false;
     }
     n.free_cpus -= job.cpus;
     n.free_memory_gb -= job.memory_gb;
-    plan_.placements.push_back({job.job_id, n.node_id, best.offer->id, best.gpus,
+    plan_.placements.push_back({job.job_id, n.node_id, best.offer->id, std::move(gpus),
                                 best.estimate.price_per_hour, best.estimate});
     // The node changed: its old entries are stale everywhere, and every shape that still has
     // candidates sees it as it is now. (A shape already answered with a wait has none: capacity
@@ -469,7 +499,7 @@ class Pass {
     ++version_[best.node];
     ++placements_;
     for (auto& [key, shape] : shapes_) {
-      if (!shape.waiting) Push(shape, best.node, /*count_could_ever=*/false);
+      if (!shape.waiting && !shape.done) Push(shape, best.node, /*count_could_ever=*/false);
     }
   }
 
@@ -568,6 +598,17 @@ std::string ShapeKey(const JobRequest& job) {
   return key;
 }
 
+bool CouldEverRun(const std::vector<std::shared_ptr<const NodeCapacity>>& nodes,
+                  const JobRequest& job, const market::CostModel& model) {
+  const market::Workload work = WorkOf(job);
+  for (const auto& n : nodes) {
+    for (const auto& idle : n->Offers()) {
+      if (CouldUse(idle, job, work, model)) return true;
+    }
+  }
+  return false;
+}
+
 Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& queue,
               const market::CostModel& model) {
   std::vector<const JobRequest*> jobs;
@@ -595,8 +636,23 @@ Plan Schedule(std::vector<std::shared_ptr<const NodeCapacity>> nodes,
     return std::make_tuple(b->priority, a->work.interruptible, b->bid.value_or(0), a->order) <
            std::make_tuple(a->priority, b->work.interruptible, a->bid.value_or(0), b->order);
   });
+  // Each job's shape, and how many jobs of each shape are still to come.
+  std::vector<std::string> keys;
+  keys.reserve(order.size());
+  std::unordered_map<std::string, size_t> left;
+  for (const JobRequest* job : order) {
+    keys.push_back(!options.share_shapes ? std::string()
+                   : job->shape          ? *job->shape
+                                         : ShapeKey(*job));
+  }
+  for (const auto& key : keys) {
+    if (!key.empty()) ++left[key];
+  }
   Pass pass(std::move(nodes), model, options);
-  for (const JobRequest* job : order) pass.Consider(*job);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const bool last = keys[i].empty() || --left[keys[i]] == 0;
+    pass.Consider(*order[i], keys[i], last);
+  }
   return pass.Take();
 }
 

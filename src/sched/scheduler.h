@@ -168,4 +168,10 @@ Plan Schedule(std::vector<std::shared_ptr<const NodeCapacity>> nodes,
               const std::vector<const JobRequest*>& queue, const market::CostModel& model,
               ScheduleOptions options = {});
 
+// Whether some node could ever run the job: one of its offers matches the query within the
+// job's budget, the node busy or not (what Schedule's "never fits" answer rests on), found
+// without ranking anything and stopping at the first such offer.
+bool CouldEverRun(const std::vector<std::shared_ptr<const NodeCapacity>>& nodes,
+                  const JobRequest& job, const market::CostModel& model);
+
 }  // namespace sluice::sched

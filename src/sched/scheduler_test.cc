@@ -366,6 +366,34 @@ TEST(SchedulerTest, SharedShapesGiveTheSamePlanAsScanningEveryNode) {
   }
 }
 
+// A submit's own pass holds one job: its shape's only job, found by a single scan rather than a
+// heap. The same placement as the original scan, and the never-fits probe (CouldEverRun) says
+// "could ever run" exactly when that pass does not answer "never fits".
+TEST(SchedulerTest, AJobAloneGetsTheOriginalPlanAndTheProbeAgrees) {
+  std::mt19937 rng(56);
+  int placed = 0, never = 0;
+  for (int round = 0; round < 30; ++round) {
+    int node_count = 1 + static_cast<int>(rng() % 40);
+    std::vector<NodeCapacity> nodes = RandomFleet(rng, node_count);
+    std::vector<std::shared_ptr<const NodeCapacity>> shared;
+    for (const auto& n : nodes) shared.push_back(std::make_shared<const NodeCapacity>(n));
+    std::vector<JobRequest> queue = RandomQueue(rng, 40, node_count);
+    for (size_t i = 0; i < queue.size(); ++i) {
+      Plan fast = Schedule(nodes, {&queue[i]}, {}, {.share_shapes = true});
+      Plan slow = Schedule(nodes, {&queue[i]}, {}, {.share_shapes = false});
+      ExpectSamePlan(fast, slow, round * 100 + static_cast<int>(i));
+      if (HasFatalFailure()) return;
+      const bool never_fits = !slow.waiting.empty() && slow.waiting[0].never_fits;
+      EXPECT_EQ(CouldEverRun(shared, queue[i], {}), !never_fits) << round << "/" << i;
+      placed += static_cast<int>(slow.placements.size());
+      never += never_fits ? 1 : 0;
+    }
+  }
+  // Both answers were seen often: the comparison is live.
+  EXPECT_GT(placed, 100);
+  EXPECT_GT(never, 20);
+}
+
 // An incremental pass (the shapes nothing fitted last time searched only on the nodes changed
 // since) gives the plan a full scan gives, over passes where placements land, attempts end and
 // new jobs arrive.

@@ -104,6 +104,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   live.record = std::move(record);
   live.inventory = std::make_shared<const Inventory>(hello.inventory);
   live.idle.reset();
+  NodeChangedLocked(node_id);
   nodes_changed_ = true;
   if (trust.changed) live.has_verdict = false;  // its usable software is unknown until re-verified
   live.online_since_ms = online_since;
@@ -312,6 +313,7 @@ void ServerCore::DisconnectLocked(const std::string& node_id, const AgentLink* l
   auto it = nodes_.find(node_id);
   if (it == nodes_.end() || it->second.link.get() != link) return;  // replaced already
   it->second.link.reset();  // a fact, whatever the store says
+  NodeChangedLocked(node_id);
   if (it->second.record.state != st::NodeState::kOnline) return;
   Edit edit;
   NodeState& node = StagedNodeLocked(edit, node_id);

@@ -86,7 +86,9 @@ void ServerCore::ApplyLocked(Edit& edit) {
   if (!edit.nodes.empty()) nodes_changed_ = true;
   for (auto& [id, ns] : edit.nodes) {
     ns.idle.reset();  // staged from the live entry: its idle capacity may describe the old one
-    nodes_[id] = std::move(ns);
+    NodeState& live = nodes_[id] = std::move(ns);
+    TrackVerificationLocked(id, live);
+    NodeChangedLocked(id);
   }
   for (auto& [id, checkpoints] : edit.checkpoints) {
     if (checkpoints.empty()) {
@@ -139,6 +141,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
       if (node == nullptr) continue;
       changed_nodes_.insert(*node);
       if (auto n = nodes_.find(*node); n != nodes_.end()) n->second.now.reset();
+      NodeChangedLocked(*node);
     }
     if (att) {
       attempts_by_node_[att->node_id].insert(id);

@@ -76,6 +76,7 @@ void ServerCore::SendReportRequestLocked(NodeState& node, const std::string& why
   if (!node.link) return;
   node.awaiting_report = true;
   node.verify_queued = false;
+  NodeChangedLocked(node.record.id);
   node.verify_admitted_mono = clock_->MonotonicMillis();
   std::string nonce = RandomHex(16);
   node.report_nonces.push_back(nonce);

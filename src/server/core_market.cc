@@ -15,7 +15,7 @@ using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 
 std::vector<NodeView> ServerCore::ListNodes() {
   std::lock_guard<std::mutex> lock(mu_);
-  auto caps = CapacityLocked();
+  const auto& caps = CapacityLocked();
   std::map<std::string_view, const sched::NodeCapacity*> cap_of;
   for (const auto& c : caps) cap_of[c->node_id] = c.get();
   std::vector<NodeView> out;

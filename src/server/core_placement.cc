@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <set>
 #include <string_view>
@@ -120,61 +123,118 @@ std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inven
 
 }  // namespace
 
-std::vector<std::shared_ptr<const sched::NodeCapacity>> ServerCore::CapacityLocked() const {
-  std::vector<std::shared_ptr<const sched::NodeCapacity>> out;
-  out.reserve(nodes_.size());
-  const int64_t wall = clock_->NowMillis();
-  for (const auto& [id, ns] : nodes_) {
-    if (ns.record.state == st::NodeState::kLost || ns.record.revoked) continue;
-    // Only verified nodes take work (issue 5). One whose verification is under way still counts
-    // for "could this job ever run"; one that failed does not, until a new report passes.
-    bool verified = ns.record.verification == kVerified;
-    if (!verified && !ns.awaiting_report) continue;
-    if (!ns.inventory) continue;  // unreadable: never placeable
-    if (!ns.idle) {
-      ns.now.reset();
-      const Inventory* inv = ns.inventory.get();
-      auto idle = std::make_shared<sched::NodeCapacity>();
-      sched::NodeCapacity& cap = *idle;
-      cap.node_id = id;
-      cap.name = ns.record.name;
-      for (const auto& g : inv->gpus) {
-        cap.gpus.push_back({g.index, market::IdentifyGpu(g).label, GiB(g.memory_mib), true});
-      }
-      cap.total_cpus = cap.free_cpus = inv->cpu_cores;
-      cap.total_memory_gb = cap.free_memory_gb = GiB(inv->memory_mib);
-      cap.offers = std::make_shared<const std::vector<market::Offer>>(IdleOffers(
-          ns.record, *inv, cap, ns.has_verdict ? &ns.verdict : nullptr, ns.reliability.score));
-      ns.idle = std::move(idle);
+std::shared_ptr<const sched::NodeCapacity> ServerCore::NodeCapacityLocked(const std::string& id,
+                                                                          const NodeState& ns,
+                                                                          int64_t wall) const {
+  if (ns.record.state == st::NodeState::kLost || ns.record.revoked) return nullptr;
+  // Only verified nodes take work (issue 5). One whose verification is under way still counts
+  // for "could this job ever run"; one that failed does not, until a new report passes.
+  bool verified = ns.record.verification == kVerified;
+  if (!verified && !ns.awaiting_report) return nullptr;
+  if (!ns.inventory) return nullptr;  // unreadable: never placeable
+  if (!ns.idle) {
+    ns.now.reset();
+    const Inventory* inv = ns.inventory.get();
+    auto idle = std::make_shared<sched::NodeCapacity>();
+    sched::NodeCapacity& cap = *idle;
+    cap.node_id = id;
+    cap.name = ns.record.name;
+    for (const auto& g : inv->gpus) {
+      cap.gpus.push_back({g.index, market::IdentifyGpu(g).label, GiB(g.memory_mib), true});
     }
-    // Reclaimed or noticed (issue 15 item 5): online, but no new work until the pause ends.
-    const bool paused = ns.record.paused_until_ms > wall;
-    const bool online =
-        ns.record.state == st::NodeState::kOnline && ns.link != nullptr && verified && !paused;
-    if (!ns.now || ns.now->online != online || ns.now->paused.empty() == paused) {
-      auto now = std::make_shared<sched::NodeCapacity>(*ns.idle);
-      now->online = online;
-      if (paused) now->paused = "paused (" + ns.record.paused_reason + ")";
-      // Each of its attempts charged through the node's index: O(its attempts), not all.
-      for (const auto& aid : AttemptsOnLocked(id)) {
-        auto a = active_attempts_.find(aid);
-        if (a == active_attempts_.end()) continue;
-        const AttemptRecord& att = a->second;
-        now->running.push_back({aid, att.gpus, att.cpus, att.memory_gb, att.interruptible,
-                                att.cause.rfind(kPreemptingPrefix, 0) == 0, att.price_per_hour});
-        for (auto& g : now->gpus) {
-          if (std::find(att.gpus.begin(), att.gpus.end(), g.index) != att.gpus.end()) {
-            g.free = false;
-          }
-        }
-        now->free_cpus -= att.cpus;
-        now->free_memory_gb -= att.memory_gb;
-      }
-      ns.now = std::move(now);
-    }
-    out.push_back(ns.now);
+    cap.total_cpus = cap.free_cpus = inv->cpu_cores;
+    cap.total_memory_gb = cap.free_memory_gb = GiB(inv->memory_mib);
+    cap.offers = std::make_shared<const std::vector<market::Offer>>(IdleOffers(
+        ns.record, *inv, cap, ns.has_verdict ? &ns.verdict : nullptr, ns.reliability.score));
+    ns.idle = std::move(idle);
   }
-  return out;
+  // Reclaimed or noticed (issue 15 item 5): online, but no new work until the pause ends.
+  const bool paused = ns.record.paused_until_ms > wall;
+  const bool online =
+      ns.record.state == st::NodeState::kOnline && ns.link != nullptr && verified && !paused;
+  if (!ns.now || ns.now->online != online || ns.now->paused.empty() == paused) {
+    auto now = std::make_shared<sched::NodeCapacity>(*ns.idle);
+    now->online = online;
+    if (paused) now->paused = "paused (" + ns.record.paused_reason + ")";
+    // Each of its attempts charged through the node's index: O(its attempts), not all.
+    for (const auto& aid : AttemptsOnLocked(id)) {
+      auto a = active_attempts_.find(aid);
+      if (a == active_attempts_.end()) continue;
+      const AttemptRecord& att = a->second;
+      now->running.push_back({aid, att.gpus, att.cpus, att.memory_gb, att.interruptible,
+                              att.cause.rfind(kPreemptingPrefix, 0) == 0, att.price_per_hour});
+      for (auto& g : now->gpus) {
+        if (std::find(att.gpus.begin(), att.gpus.end(), g.index) != att.gpus.end()) {
+          g.free = false;
+        }
+      }
+      now->free_cpus -= att.cpus;
+      now->free_memory_gb -= att.memory_gb;
+    }
+    ns.now = std::move(now);
+  }
+  return ns.now;
+}
+
+const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::CapacityLocked() const {
+  const int64_t wall = clock_->NowMillis();
+  auto note_pause = [&](const NodeState& ns) {
+    if (ns.record.paused_until_ms > wall) {
+      capacity_pause_ends_ms_ = std::min(capacity_pause_ends_ms_, ns.record.paused_until_ms);
+    }
+  };
+  // The nodes changed since: each in its place, unless one joins or leaves the view (rare: a
+  // node verified, lost, revoked), which builds it afresh.
+  if (!capacity_stale_ && wall < capacity_pause_ends_ms_) {
+    for (const auto& id : capacity_dirty_) {
+      auto n = nodes_.find(id);
+      auto slot = capacity_slot_.find(id);
+      auto cap = n == nodes_.end() ? nullptr : NodeCapacityLocked(id, n->second, wall);
+      if ((cap == nullptr) != (slot == capacity_slot_.end())) {
+        capacity_stale_ = true;
+        break;
+      }
+      if (cap == nullptr) continue;
+      capacity_[slot->second] = std::move(cap);
+      note_pause(n->second);
+    }
+  } else {
+    capacity_stale_ = true;
+  }
+  capacity_dirty_.clear();
+  if (capacity_stale_) {
+    capacity_.clear();
+    capacity_slot_.clear();
+    capacity_pause_ends_ms_ = std::numeric_limits<int64_t>::max();
+    capacity_.reserve(nodes_.size());
+    for (const auto& [id, ns] : nodes_) {
+      auto cap = NodeCapacityLocked(id, ns, wall);
+      if (cap == nullptr) continue;
+      capacity_slot_[id] = capacity_.size();
+      capacity_.push_back(std::move(cap));
+      note_pause(ns);
+    }
+    capacity_stale_ = false;
+  }
+#ifndef NDEBUG
+  // Debug builds (the sanitizer run) check the kept view against one built from every node: a
+  // change that was not noted (NodeChangedLocked) would show here as a node out of date.
+  size_t at = 0;
+  for (const auto& [id, ns] : nodes_) {
+    auto cap = NodeCapacityLocked(id, ns, wall);
+    if (cap == nullptr) continue;
+    if (at >= capacity_.size() || capacity_[at] != cap) {
+      std::fprintf(stderr, "placement view: node %s is out of date\n", id.c_str());
+      std::abort();
+    }
+    ++at;
+  }
+  if (at != capacity_.size()) {
+    std::fprintf(stderr, "placement view: %zu nodes, %zu expected\n", capacity_.size(), at);
+    std::abort();
+  }
+#endif
+  return capacity_;
 }
 
 sched::ScheduleOptions ServerCore::IncrementalLocked() const {

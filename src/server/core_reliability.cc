@@ -80,6 +80,7 @@ bool ServerCore::ApplyReliabilityLocked(const ReliabilityHistory& h) {
     market::Reliability r = market::ComputeReliability(in[id]);
     if (r.score != ns.reliability.score) {
       ns.idle.reset();  // offers carry the score
+      NodeChangedLocked(id);
       changed = true;
       nodes_changed_ = true;
     }

@@ -68,10 +68,14 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
     probe.shape = sched::ShapeKey(probe);
     // A shape nothing fitted in the last pass could run somewhere then, and no node's offers
     // changed since: only the nodes changed since are searched.
-    sched::Plan plan =
-        sched::Schedule(CapacityLocked(), {&probe}, options_.cost_model, IncrementalLocked());
-    if (!plan.waiting.empty() && plan.waiting[0].never_fits) {
-      return Status::FailedPrecondition(UnschedulableMessageLocked(js.market, plan.waiting[0]));
+    // Most jobs match an offer among the first nodes looked at; only one that matches none
+    // pays for the full answer and its reasons.
+    const auto& nodes = CapacityLocked();
+    if (!sched::CouldEverRun(nodes, probe, options_.cost_model)) {
+      sched::Plan plan = sched::Schedule(nodes, {&probe}, options_.cost_model, IncrementalLocked());
+      if (!plan.waiting.empty() && plan.waiting[0].never_fits) {
+        return Status::FailedPrecondition(UnschedulableMessageLocked(js.market, plan.waiting[0]));
+      }
     }
   }
   st::JobRecord& job = js.record;

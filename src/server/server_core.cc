@@ -59,6 +59,7 @@ Status ServerCore::Load() {
     nodes_[ns.record.id] = std::move(ns);
   }
   loaded_mono_ = now_mono;
+  capacity_stale_ = true;
   SLUICE_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
   for (auto& j : jobs) {
     JobState js;

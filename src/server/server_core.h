@@ -18,6 +18,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "audit/signing_key.h"
@@ -618,7 +620,18 @@ class ServerCore {
                                       int64_t spent) const;
   std::shared_ptr<const sched::JobRequest> RequestLocked(const std::string& id,
                                                          const JobState& js) const;
-  std::vector<std::shared_ptr<const sched::NodeCapacity>> CapacityLocked() const;
+  // Every node that can take work or may come back, as it stands: what placement searches.
+  // Kept between calls and brought up to date from the nodes changed since (NodeChangedLocked),
+  // so a submit at 10,000 nodes does not walk them all (docs/design-notes.md "Placement at
+  // scale").
+  const std::vector<std::shared_ptr<const sched::NodeCapacity>>& CapacityLocked() const;
+  // Node `id` as CapacityLocked shows it, or null when it takes no part in placement.
+  std::shared_ptr<const sched::NodeCapacity> NodeCapacityLocked(const std::string& id,
+                                                                const NodeState& ns,
+                                                                int64_t wall) const;
+  // Something CapacityLocked reads of the node changed in place (its link, its attempts, its
+  // record, its verification flags): it is looked at again by the next CapacityLocked.
+  void NodeChangedLocked(const std::string& id) const { capacity_dirty_.insert(id); }
   // How much a pass (or a submit's probe) may skip: see exhausted_shapes_.
   sched::ScheduleOptions IncrementalLocked() const;
   // The ids of the active attempts placed on the node (attempts_by_node_).
@@ -662,8 +675,17 @@ class ServerCore {
   // a pass clears the count. Then admits queued requests.
   void AfterVerdictLocked(NodeState& node);
   // Sends queued requests, oldest first, while fewer than the maximum are running; asks again
-  // for nodes whose retry is due. Called from Tick and after every verdict.
+  // for nodes whose retry is due. Called from Tick and after every verdict. O(admitted + due +
+  // log nodes) through the indexes below, not a scan of every node: a fleet enrolling together
+  // calls it once per hello and per verdict.
   void AdmitVerificationsLocked();
+  // Files the node in the verification indexes its flags call for (verify_queued,
+  // awaiting_report, verify_retry_mono). Called wherever those flags are set or a node entry is
+  // replaced; entries that no longer hold are dropped when next met.
+  void TrackVerificationLocked(const std::string& node_id, const NodeState& node);
+#ifndef NDEBUG
+  void CheckVerificationIndexesLocked(int64_t now, int running) const;
+#endif
   // Node identity: the existing node a hello may speak for, "" to enrol a new node, or why it is
   // refused (PermissionDenied: an impersonation attempt). Changes nothing.
   Result<std::string> AdmitNodeLocked(const proto::Hello& hello, const AgentIdentity& who) const;
@@ -783,10 +805,24 @@ class ServerCore {
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
   int64_t reliability_refreshed_mono_ = 0;
-  int64_t loaded_mono_ = 0;                  // when Load ran
-  int64_t last_hello_mono_ = 0;              // the last hello applied
-  int64_t last_tick_mono_ = 0;               // for CoreOptions::stall_credit_after_ms
-  int64_t verify_queue_seq_ = 0;             // NodeState::verify_queue_order
+  int64_t loaded_mono_ = 0;       // when Load ran
+  int64_t last_hello_mono_ = 0;   // the last hello applied
+  int64_t last_tick_mono_ = 0;    // for CoreOptions::stall_credit_after_ms
+  int64_t verify_queue_seq_ = 0;  // NodeState::verify_queue_order
+  // CapacityLocked's view: the nodes in it in id order, each one's place, the nodes changed
+  // since it was brought up to date, whether it is to be built afresh, and the earliest pause
+  // in it that ends (a pause is read against the clock: past its end, all is built afresh).
+  mutable std::vector<std::shared_ptr<const sched::NodeCapacity>> capacity_;
+  mutable std::unordered_map<std::string, size_t> capacity_slot_;
+  mutable std::unordered_set<std::string> capacity_dirty_;
+  mutable bool capacity_stale_ = true;
+  mutable int64_t capacity_pause_ends_ms_ = 0;
+  // The verification indexes (TrackVerificationLocked): supersets of the nodes queued for a
+  // suite (by queue order), admitted and maybe running, and waiting for a retry (by due time).
+  // An entry is checked against the node's own flags when met, so a stale one does no harm.
+  std::set<std::pair<int64_t, std::string>> verify_queue_;
+  std::set<std::string> verify_admitted_;
+  std::set<std::pair<int64_t, std::string>> verify_retries_;
   std::map<std::string, int64_t> degraded_;  // DegradedLocked: failures by kind
   bool schedule_again_ = false;              // the last scheduling pass failed
   // The scheduler thread (StartScheduler): a pass is due; the thread is to stop.
