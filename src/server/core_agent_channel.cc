@@ -100,8 +100,17 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   }
   SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
   if (credential) accounts_->Apply({credential->record});
-  NodeState& live = enrolling ? nodes_.emplace(node_id, std::move(fresh)).first->second : ns;
+  NodeState* entry = &ns;
+  bool counted = !enrolling;  // the node's record as it was is in owned_nodes_
+  if (enrolling) {
+    auto [at, inserted] = nodes_.emplace(node_id, std::move(fresh));
+    entry = &at->second;
+    counted = !inserted;
+  }
+  NodeState& live = *entry;
+  if (counted) CountNodeLocked(live, -1);
   live.record = std::move(record);
+  CountNodeLocked(live, +1);
   live.inventory = std::make_shared<const Inventory>(hello.inventory);
   live.idle.reset();
   NodeChangedLocked(node_id);

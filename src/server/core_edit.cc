@@ -86,7 +86,9 @@ void ServerCore::ApplyLocked(Edit& edit) {
   if (!edit.nodes.empty()) nodes_changed_ = true;
   for (auto& [id, ns] : edit.nodes) {
     ns.idle.reset();  // staged from the live entry: its idle capacity may describe the old one
+    if (auto old = nodes_.find(id); old != nodes_.end()) CountNodeLocked(old->second, -1);
     NodeState& live = nodes_[id] = std::move(ns);
+    CountNodeLocked(live, +1);
     TrackVerificationLocked(id, live);
     NodeChangedLocked(id);
   }

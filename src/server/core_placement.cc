@@ -435,6 +435,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model, how);
 
   int64_t now = clock_->NowMillis();
+  std::set<std::string> snapshots_written;
   for (const auto& p : plan.placements) {
     JobState& js = StagedJobLocked(edit, p.job_id);
     AttemptRecord att;
@@ -456,9 +457,14 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     }
     // What it runs on, frozen now: the audit bundle must show this, not the node as it is later.
     const NodeState& node = nodes_.at(p.node_id);  // the plan places on known nodes only
-    st::NodeSnapshot snap = Snapshot(node.record);
-    att.node_snapshot = snap.digest;
-    batch.snapshots.push_back(std::move(snap));
+    if (!node.snapshot || !SameSnapshot(node.snapshot->first, node.record)) {
+      node.snapshot = std::make_shared<const std::pair<st::NodeRecord, st::NodeSnapshot>>(
+          node.record, Snapshot(node.record));
+    }
+    att.node_snapshot = node.snapshot->second.digest;
+    if (snapshots_written.insert(att.node_snapshot).second) {
+      batch.snapshots.push_back(node.snapshot->second);  // once per edit
+    }
     js.record.state = st::JobState::kStarting;
     js.record.attempt_id = att.id;
     js.record.reason.clear();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "audit/bundle.h"
@@ -13,6 +14,7 @@
 #include "market/gpu_labels.h"
 #include "market/perf.h"
 #include "server/core_test_fixture.h"
+#include "server/node_trust.h"
 
 namespace sluice::server {
 namespace {
@@ -501,6 +503,56 @@ TEST_F(VerificationStormTest, ASuiteThatNeverReportsGivesUpItsSlot) {
     core_->Tick();
   }
   EXPECT_EQ(c.link->OfType("reverify").size(), 1u);
+}
+
+}  // namespace
+}  // namespace sluice::server
+
+namespace sluice::server {
+namespace {
+
+// Placements reuse a node's snapshot while SameSnapshot holds, so SameSnapshot must notice a
+// change to every field Snapshot reads: each one changed alone changes the digest and is seen.
+TEST(NodeSnapshotTest, SameSnapshotSeesAChangeToEveryFieldTheSnapshotReads) {
+  store::NodeRecord base;
+  base.id = "node-1";
+  base.name = "gpu-host";
+  base.region = "eu";
+  base.inventory = Json{{"hostname", "gpu-host"}};
+  base.hardware_fingerprint = "hw";
+  base.software_fingerprint = "sw";
+  base.verification = "verified";
+  base.verification_reasons = Json::array({"ok"});
+  base.verified_ms = 5;
+  base.conformance = Json{{"checks", Json::array()}};
+  const std::vector<std::function<void(store::NodeRecord&)>> changes = {
+      [](store::NodeRecord& r) { r.id = "node-2"; },
+      [](store::NodeRecord& r) { r.name = "other"; },
+      [](store::NodeRecord& r) { r.region = "us"; },
+      [](store::NodeRecord& r) {
+        r.inventory = Json{{"hostname", "other"}};
+      },
+      [](store::NodeRecord& r) { r.hardware_fingerprint = "hw2"; },
+      [](store::NodeRecord& r) { r.software_fingerprint = "sw2"; },
+      [](store::NodeRecord& r) { r.verification = "unverified"; },
+      [](store::NodeRecord& r) { r.verification_reasons = Json::array({"slow"}); },
+      [](store::NodeRecord& r) { r.verified_ms = 6; },
+      [](store::NodeRecord& r) {
+        r.conformance = Json{{"checks", Json::array({1})}};
+      },
+  };
+  const std::string digest = Snapshot(base).digest;
+  store::NodeRecord copy = base;
+  copy.state = store::NodeState::kLost;  // not in a snapshot
+  copy.last_seen_ms = 99;
+  EXPECT_TRUE(SameSnapshot(base, copy));
+  EXPECT_EQ(Snapshot(copy).digest, digest);
+  for (size_t i = 0; i < changes.size(); ++i) {
+    store::NodeRecord changed = base;
+    changes[i](changed);
+    EXPECT_NE(Snapshot(changed).digest, digest) << i;
+    EXPECT_FALSE(SameSnapshot(base, changed)) << i;
+  }
 }
 
 }  // namespace

@@ -56,6 +56,8 @@ Status ServerCore::Load() {
     // whole grace to reconnect, so a server outage alone never loses a node (or its work).
     ns.last_seen_mono = now_mono + options_.lease_ms;
     ns.since_restart = true;
+    if (auto old = nodes_.find(ns.record.id); old != nodes_.end()) CountNodeLocked(old->second, -1);
+    CountNodeLocked(ns, +1);
     nodes_[ns.record.id] = std::move(ns);
   }
   loaded_mono_ = now_mono;

@@ -422,6 +422,10 @@ class ServerCore {
     // first use after its idle capacity, its attempts or its online state change (ApplyLocked
     // resets it), and shared with every pass and listing until then.
     mutable std::shared_ptr<const sched::NodeCapacity> now;
+    // The last Snapshot of the record and the record it was made of: placements on the node
+    // reuse it while SameSnapshot holds (a snapshot parses, dumps and hashes the whole
+    // inventory and conformance report: a tenth of the server's time in a burst of placements).
+    mutable std::shared_ptr<const std::pair<store::NodeRecord, store::NodeSnapshot>> snapshot;
     std::shared_ptr<AgentLink> link;  // null while disconnected
     int64_t last_seen_mono = 0;       // Clock::MonotonicMillis of the last sign of life
     bool since_restart = false;       // loaded at start and not back yet (reconnect_window_ms)
@@ -625,6 +629,11 @@ class ServerCore {
   // so a submit at 10,000 nodes does not walk them all (docs/design-notes.md "Placement at
   // scale").
   const std::vector<std::shared_ptr<const sched::NodeCapacity>>& CapacityLocked() const;
+  // Nodes each provider account holds (not revoked), for --max-nodes-per-provider without a walk
+  // over every node per enrolment: a node's record is counted out before it is replaced and in
+  // after (CountNodeLocked with -1, then +1).
+  void CountNodeLocked(const NodeState& ns, int delta);
+  int OwnedNodesLocked(const std::string& owner) const;
   // Node `id` as CapacityLocked shows it, or null when it takes no part in placement.
   std::shared_ptr<const sched::NodeCapacity> NodeCapacityLocked(const std::string& id,
                                                                 const NodeState& ns,
@@ -812,6 +821,7 @@ class ServerCore {
   // CapacityLocked's view: the nodes in it in id order, each one's place, the nodes changed
   // since it was brought up to date, whether it is to be built afresh, and the earliest pause
   // in it that ends (a pause is read against the clock: past its end, all is built afresh).
+  std::unordered_map<std::string, int> owned_nodes_;  // CountNodeLocked
   mutable std::vector<std::shared_ptr<const sched::NodeCapacity>> capacity_;
   mutable std::unordered_map<std::string, size_t> capacity_slot_;
   mutable std::unordered_set<std::string> capacity_dirty_;
