@@ -72,7 +72,7 @@ Result<std::string> ServerCore::AdmitNodeLocked(const proto::Hello& hello,
 }
 
 void ServerCore::CountNodeLocked(const NodeState& ns, int delta) {
-  if (ns.record.owner.empty() || ns.record.revoked) return;
+  if (ns.record.revoked) return;
   auto it = owned_nodes_.try_emplace(ns.record.owner, 0).first;
   if ((it->second += delta) <= 0) owned_nodes_.erase(it);
 }

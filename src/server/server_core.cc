@@ -241,6 +241,13 @@ bool ServerCore::TickState() {
           silent, now - std::min(last_hello_mono_, loaded_mono_ + options_.reconnect_window_ms));
     }
     if (silent > options_.heartbeat_grace_ms) {
+      // Said in the log with both clocks: when its last message was handled, and when the last
+      // one arrived (they differ by the inbox's backlog).
+      std::fprintf(stderr,
+                   "sluice server: node %s (%s) lost: nothing heard for %.1f s (last message "
+                   "handled %.1f s ago)\n",
+                   ns.record.name.c_str(), id.c_str(), static_cast<double>(silent) / 1000,
+                   static_cast<double>(now - ns.last_seen_mono) / 1000);
       Status lost = LoseNodeLocked(id, "no heartbeat for " + std::to_string(silent / 1000) + "s");
       if (!lost.ok()) DegradedLocked("node_loss", "declaring node " + id + " lost", lost);
     }
