@@ -651,7 +651,7 @@ Plan Schedule(std::vector<std::shared_ptr<const NodeCapacity>> nodes,
   Pass pass(std::move(nodes), model, options);
   for (size_t i = 0; i < order.size(); ++i) {
     const bool last = keys[i].empty() || --left[keys[i]] == 0;
-    pass.Consider(*order[i], keys[i], last);
+    pass.Consider(*order[i], std::move(keys[i]), last);  // `left` keeps its own copy
   }
   return pass.Take();
 }

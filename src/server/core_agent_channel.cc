@@ -110,6 +110,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   NodeState& live = *entry;
   if (counted) CountNodeLocked(live, -1);
   live.record = std::move(record);
+  live.snapshot_digest.clear();
   CountNodeLocked(live, +1);
   live.inventory = std::make_shared<const Inventory>(hello.inventory);
   live.idle.reset();

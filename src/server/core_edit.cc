@@ -86,6 +86,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
   if (!edit.nodes.empty()) nodes_changed_ = true;
   for (auto& [id, ns] : edit.nodes) {
     ns.idle.reset();  // staged from the live entry: its idle capacity may describe the old one
+    ns.snapshot_digest.clear();  // and its record may have changed
     if (auto old = nodes_.find(id); old != nodes_.end()) CountNodeLocked(old->second, -1);
     NodeState& live = nodes_[id] = std::move(ns);
     CountNodeLocked(live, +1);

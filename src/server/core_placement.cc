@@ -435,7 +435,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model, how);
 
   int64_t now = clock_->NowMillis();
-  std::set<std::string> snapshots_written;
+  std::map<std::string, std::string> snapshots_written;  // node id -> digest, in this edit
   for (const auto& p : plan.placements) {
     JobState& js = StagedJobLocked(edit, p.job_id);
     AttemptRecord att;
@@ -457,13 +457,22 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     }
     // What it runs on, frozen now: the audit bundle must show this, not the node as it is later.
     const NodeState& node = nodes_.at(p.node_id);  // the plan places on known nodes only
-    if (!node.snapshot || !SameSnapshot(node.snapshot->first, node.record)) {
-      node.snapshot = std::make_shared<const std::pair<st::NodeRecord, st::NodeSnapshot>>(
-          node.record, Snapshot(node.record));
-    }
-    att.node_snapshot = node.snapshot->second.digest;
-    if (snapshots_written.insert(att.node_snapshot).second) {
-      batch.snapshots.push_back(node.snapshot->second);  // once per edit
+    if (!node.snapshot_digest.empty()) {
+      att.node_snapshot = node.snapshot_digest;  // in the store already
+#ifndef NDEBUG
+      if (Snapshot(node.record).digest != node.snapshot_digest) {
+        std::fprintf(stderr, "node %s: kept snapshot digest is out of date\n", p.node_id.c_str());
+        std::abort();
+      }
+#endif
+    } else if (auto written = snapshots_written.find(p.node_id);
+               written != snapshots_written.end()) {
+      att.node_snapshot = written->second;  // written by this edit
+    } else {
+      st::NodeSnapshot snap = Snapshot(node.record);
+      att.node_snapshot = snap.digest;
+      snapshots_written.emplace(p.node_id, snap.digest);
+      batch.snapshots.push_back(std::move(snap));
     }
     js.record.state = st::JobState::kStarting;
     js.record.attempt_id = att.id;
@@ -534,6 +543,10 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   if (Status s = CommitLocked(edit); !s.ok()) {
     if (only == nullptr) exhausted_shapes_.clear();  // the next pass searches everything
     return s;
+  }
+  // The snapshots are durable now: later placements on these nodes refer to them.
+  for (const auto& [node_id, digest] : snapshots_written) {
+    if (auto n = nodes_.find(node_id); n != nodes_.end()) n->second.snapshot_digest = digest;
   }
   if (only == nullptr) {
     // What the plan saw is now the state: the next pass starts from it.

@@ -511,9 +511,10 @@ TEST_F(VerificationStormTest, ASuiteThatNeverReportsGivesUpItsSlot) {
 namespace sluice::server {
 namespace {
 
-// Placements reuse a node's snapshot while SameSnapshot holds, so SameSnapshot must notice a
-// change to every field Snapshot reads: each one changed alone changes the digest and is seen.
-TEST(NodeSnapshotTest, SameSnapshotSeesAChangeToEveryFieldTheSnapshotReads) {
+// Placements reuse a node's snapshot digest until its record is replaced, and debug builds check
+// the kept digest against a fresh one: each field a snapshot shows, changed alone, changes the
+// digest; fields it does not show leave it alone.
+TEST(NodeSnapshotTest, TheDigestChangesWithEveryFieldTheSnapshotShows) {
   store::NodeRecord base;
   base.id = "node-1";
   base.name = "gpu-host";
@@ -545,13 +546,11 @@ TEST(NodeSnapshotTest, SameSnapshotSeesAChangeToEveryFieldTheSnapshotReads) {
   store::NodeRecord copy = base;
   copy.state = store::NodeState::kLost;  // not in a snapshot
   copy.last_seen_ms = 99;
-  EXPECT_TRUE(SameSnapshot(base, copy));
   EXPECT_EQ(Snapshot(copy).digest, digest);
   for (size_t i = 0; i < changes.size(); ++i) {
     store::NodeRecord changed = base;
     changes[i](changed);
     EXPECT_NE(Snapshot(changed).digest, digest) << i;
-    EXPECT_FALSE(SameSnapshot(base, changed)) << i;
   }
 }
 

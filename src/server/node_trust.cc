@@ -160,13 +160,4 @@ store::NodeSnapshot Snapshot(const store::NodeRecord& node) {
   return s;
 }
 
-bool SameSnapshot(const store::NodeRecord& a, const store::NodeRecord& b) {
-  // The fields Snapshot reads, above; keep the two lists alike.
-  return a.id == b.id && a.name == b.name && a.region == b.region && a.inventory == b.inventory &&
-         a.hardware_fingerprint == b.hardware_fingerprint &&
-         a.software_fingerprint == b.software_fingerprint && a.verification == b.verification &&
-         a.verification_reasons == b.verification_reasons && a.verified_ms == b.verified_ms &&
-         a.conformance == b.conformance;
-}
-
 }  // namespace sluice::server

@@ -50,7 +50,5 @@ audit::Verdict ApplyReport(store::NodeRecord& node, const Inventory& inv,
 // fingerprints, verification state and reasons, and the last conformance report with the time
 // it was evaluated. Its SHA-256 is the snapshot's digest.
 store::NodeSnapshot Snapshot(const store::NodeRecord& node);
-// Whether Snapshot gives the same for both records: every field it reads is equal.
-bool SameSnapshot(const store::NodeRecord& a, const store::NodeRecord& b);
 
 }  // namespace sluice::server

@@ -422,10 +422,12 @@ class ServerCore {
     // first use after its idle capacity, its attempts or its online state change (ApplyLocked
     // resets it), and shared with every pass and listing until then.
     mutable std::shared_ptr<const sched::NodeCapacity> now;
-    // The last Snapshot of the record and the record it was made of: placements on the node
-    // reuse it while SameSnapshot holds (a snapshot parses, dumps and hashes the whole
-    // inventory and conformance report: a tenth of the server's time in a burst of placements).
-    mutable std::shared_ptr<const std::pair<store::NodeRecord, store::NodeSnapshot>> snapshot;
+    // The digest of Snapshot(record) once that snapshot is durably in the store; empty when
+    // unknown. Placements reuse it instead of parsing, dumping and hashing the whole inventory
+    // and conformance report each time (a tenth of the server's time in a burst of placements).
+    // Cleared wherever the record is replaced (ApplyLocked, a hello); set only after the commit
+    // that wrote the snapshot. Debug builds check it against a fresh Snapshot on every use.
+    std::string snapshot_digest;
     std::shared_ptr<AgentLink> link;  // null while disconnected
     int64_t last_seen_mono = 0;       // Clock::MonotonicMillis of the last sign of life
     bool since_restart = false;       // loaded at start and not back yet (reconnect_window_ms)
