@@ -166,6 +166,8 @@ class Agent:
         self.silent = False     # stops writing (heartbeats, pongs, replies); keeps reading
         self.last_sent = 0.0    # monotonic time of its last message (the core's sign of life)
         self.closed_at = None   # monotonic time the server closed the connection
+        self.last_recv = 0.0    # monotonic time of the server's last frame (debug output)
+        self.close_how = ""
         self.welcomes = 0
 
 
@@ -213,6 +215,7 @@ class Swarm:
             except (asyncio.IncompleteReadError, ConnectionError, OSError) as e:
                 if a.closed_at is None:
                     a.closed_at = time.monotonic()
+                    a.close_how = a.close_how or type(e).__name__
                 if not reconnect or self.stop.is_set():
                     if not self.stop.is_set() and not a.silent:
                         self.errors.append(f"agent {a.i}: connection lost ({e})")
@@ -261,12 +264,14 @@ class Swarm:
         try:
             while not self.stop.is_set():
                 op, payload = await read_frame(reader)
+                a.last_recv = time.monotonic()
                 if op == 0x9:  # ping: answer with a masked pong
                     if not a.silent:
                         pong = bytearray([0x8A, 0x80 | len(payload)]) + b"\0\0\0\0" + payload
                         writer.write(bytes(pong))  # not a sign of life the core counts
                     continue
                 if op == 0x8:
+                    a.close_how = "close frame"
                     raise ConnectionError("closed by the server")
                 if op != 0x1:
                     continue
@@ -519,10 +524,20 @@ async def dead_nodes(args, swarm, api):
         a.silent = True
     grace = 3 * args.interval
     t0 = time.monotonic()
+    lags = []  # how late this process's own event loop wakes: the swarm's share of any delay
     while any(a.closed_at is None for a in victims) and time.monotonic() - t0 < grace + 60:
+        before = time.monotonic()
         await asyncio.sleep(0.05)
+        lags.append(time.monotonic() - before - 0.05)
     delays = [a.closed_at - a.last_sent for a in victims if a.closed_at is not None]
     log("dead-node delays (s): " + " ".join(f"{d:.2f}" for d in sorted(delays)))
+    if os.environ.get("SWARM_DEBUG_DEAD"):
+        for a in sorted(victims, key=lambda a: a.last_sent):
+            log(f"victim {a.i}: last sent {a.last_sent - t0:+.2f} s, last heard "
+                f"{a.last_recv - t0:+.2f} s, closed {(a.closed_at or 0) - t0:+.2f} s "
+                f"({a.close_how})")
+    log(f"swarm event-loop lag while waiting: median {percentile(lags, 50) * 1000:.0f} ms, "
+        f"p99 {percentile(lags, 99) * 1000:.0f} ms, worst {max(lags, default=0) * 1000:.0f} ms")
     status, body = await asyncio.get_running_loop().run_in_executor(
         None, api.call, "GET", "/v1/nodes")
     state = {n["id"]: n.get("state") for n in json.loads(body)["nodes"]} if status == 200 else {}

@@ -18,7 +18,8 @@ Status AgentInbox::Post(InboxEntry entry) {
                                        " messages waiting for the server; reconnect and resend");
     }
     ++waiting;
-    if (!entry.disconnected && !entry.barrier) heard_[entry.node_id] = clock_->MonotonicMillis();
+    entry.arrived_mono = clock_->MonotonicMillis();
+    if (!entry.disconnected && !entry.barrier) heard_[entry.node_id] = entry.arrived_mono;
     queue_.push_back(std::move(entry));
   }
   wake_.notify_one();
@@ -76,6 +77,12 @@ int64_t AgentInbox::HeardMono(const std::string& node_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = heard_.find(node_id);
   return it == heard_.end() ? 0 : it->second;
+}
+
+size_t AgentInbox::WaitingFrom(const std::string& node_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = waiting_.find(node_id);
+  return it == waiting_.end() ? 0 : it->second;
 }
 
 size_t AgentInbox::Waiting() const {

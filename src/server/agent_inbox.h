@@ -42,6 +42,9 @@ struct InboxEntry {
   proto::AgentMessage message;
   // Its outcome, called once with no lock held (may be empty).
   std::function<void(const Status&)> done;
+  // Set by Post: Clock::MonotonicMillis when the io thread read it. A node's silence is counted
+  // from here, not from when the core got to it behind a backlog.
+  int64_t arrived_mono = 0;
 };
 
 class AgentInbox {
@@ -68,6 +71,8 @@ class AgentInbox {
   // Monotonic ms of the node's last posted message or NoteHeard; 0 when none came.
   int64_t HeardMono(const std::string& node_id) const;
   size_t Waiting() const;
+  // Entries from this node not yet taken.
+  size_t WaitingFrom(const std::string& node_id) const;
 
  private:
   const Clock* clock_;

@@ -491,6 +491,40 @@ TEST_F(CoreInboxTest, AMessageWaitingBehindABusyServerIsASignOfLife) {
   EXPECT_EQ(a.link->OfType("lease")[0]["seq"], 7);
 }
 
+TEST_F(CoreInboxTest, ASilenceIsCountedFromTheLastArrivalNotFromABacklogsEnd) {
+  Agent a = RunningAgent("a"), b = RunningAgent("b");
+  // Both heartbeat, then a falls silent; their heartbeats wait 6 s behind a burst.
+  Post(a, proto::Heartbeat{1});
+  Post(b, proto::Heartbeat{1});
+  clock_.Advance(6000);
+  core_->HandleWaitingAgentMessages();
+  ASSERT_TRUE(outcomes_[0].has_value() && outcomes_[0]->ok());
+  // b keeps speaking; a does not. A grace after a's heartbeat arrived, a is lost.
+  clock_.Advance(opt_.heartbeat_grace_ms - 6000 - 1000);
+  Post(b, proto::Heartbeat{2});
+  core_->HandleWaitingAgentMessages();
+  clock_.Advance(2000);
+  core_->Tick();
+  Json nodes = core_->StateDump()["nodes"];
+  EXPECT_EQ(nodes[a.node]["record"]["state"], "lost")
+      << "silent for the grace since its last message arrived, however late it was handled";
+  EXPECT_EQ(nodes[b.node]["record"]["state"], "online");
+}
+
+TEST_F(CoreInboxTest, ANodeIsNotLostWhileItsMessageStillWaits) {
+  Agent a = RunningAgent("a");
+  Post(a, proto::Heartbeat{1});
+  // A backlog longer than the grace: the heartbeat has not been read by the core yet.
+  clock_.Advance(opt_.heartbeat_grace_ms + 2000);
+  core_->Tick();
+  EXPECT_EQ(core_->StateDump()["nodes"][a.node]["record"]["state"], "online")
+      << "what the node sent is read before its silence is judged";
+  core_->HandleWaitingAgentMessages();
+  core_->Tick();
+  EXPECT_EQ(core_->StateDump()["nodes"][a.node]["record"]["state"], "lost")
+      << "read, it says nothing newer than a grace ago";
+}
+
 TEST_F(CoreInboxTest, ADisconnectIsHandledAfterTheMessagesBeforeIt) {
   Agent a = RunningAgent("a");
   Post(a, proto::Exited{a.attempt, 0, 0, ""});

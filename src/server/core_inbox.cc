@@ -2,6 +2,7 @@
 // send to the inbox (AgentInbox) and return to their sockets; the messages waiting are handled in
 // order, many under one lock, and the attempt messages among them (started, log, checkpoint,
 // exited) are staged into one edit and committed together. Members of ServerCore.
+#include <algorithm>
 #include <future>
 #include <variant>
 
@@ -150,7 +151,10 @@ std::vector<Status> ServerCore::HandleEntriesLocked(const std::vector<InboxEntry
       continue;
     }
     NodeState& ns = *node;
-    ns.last_seen_mono = clock_->MonotonicMillis();
+    // When it arrived, not now: behind a burst the core handles messages seconds late, and a
+    // node that then went silent must be lost a grace after it last spoke, not after the
+    // backlog cleared (docs/design-notes.md "Agent messages").
+    ns.last_seen_mono = std::max(ns.last_seen_mono, e.arrived_mono);
     const proto::AgentMessage& msg = e.message;
     if (std::holds_alternative<proto::Heartbeat>(msg)) {
       heartbeats.push_back(i);

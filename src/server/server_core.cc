@@ -228,9 +228,9 @@ bool ServerCore::TickState() {
   }
   for (auto& [id, ns] : nodes_) {
     if (ns.record.state == st::NodeState::kLost) continue;
+    // Silence counts from the last message's arrival (last_seen_mono is set from it when the
+    // message is handled; HeardMono covers one still waiting in the inbox).
     int64_t silent = now - ns.last_seen_mono;
-    // A message that came and waits in the inbox is a sign of life too: a node is never lost
-    // for the server's own backlog.
     if (silent > options_.heartbeat_grace_ms) {
       silent = std::min(silent, now - inbox_.HeardMono(id));
     }
@@ -240,14 +240,14 @@ bool ServerCore::TickState() {
       silent = std::min(
           silent, now - std::min(last_hello_mono_, loaded_mono_ + options_.reconnect_window_ms));
     }
+    // A node is never lost for the server's own backlog: what it sent is read before judging.
+    if (silent > options_.heartbeat_grace_ms && inbox_.WaitingFrom(id) > 0) continue;
     if (silent > options_.heartbeat_grace_ms) {
-      // Said in the log with both clocks: when its last message was handled, and when the last
-      // one arrived (they differ by the inbox's backlog).
       std::fprintf(stderr,
-                   "sluice server: node %s (%s) lost: nothing heard for %.1f s (last message "
-                   "handled %.1f s ago)\n",
+                   "sluice server: node %s (%s) lost: nothing heard for %.1f s (grace %.1f s; "
+                   "%zu agent messages waiting for the core)\n",
                    ns.record.name.c_str(), id.c_str(), static_cast<double>(silent) / 1000,
-                   static_cast<double>(now - ns.last_seen_mono) / 1000);
+                   static_cast<double>(options_.heartbeat_grace_ms) / 1000, inbox_.Waiting());
       Status lost = LoseNodeLocked(id, "no heartbeat for " + std::to_string(silent / 1000) + "s");
       if (!lost.ok()) DegradedLocked("node_loss", "declaring node " + id + " lost", lost);
     }
