@@ -18,6 +18,7 @@
 #include "store/sqlite_budgets.h"
 #include "store/sqlite_ledger.h"
 #include "store/sqlite_query.h"
+#include "store/wal_checkpointer.h"
 
 namespace sluice::store {
 namespace {
@@ -347,6 +348,7 @@ class SqliteStore final : public Store {
  public:
   explicit SqliteStore(sqlite3* db) : db_(db) {}
   ~SqliteStore() override {
+    checkpointer_.reset();  // its hook is on db_
     for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
     sqlite3_close(db_);
   }
@@ -819,6 +821,15 @@ class SqliteStore final : public Store {
   // 20,000 recent attempts such a read held mu_ for seconds, and every commit under the core's
   // lock with it (docs/design-notes.md "Server core").
   std::unique_ptr<SqliteStore> history_;
+
+  Status StartCheckpointer(const std::string& path, const WalCheckpointerOptions& options) {
+    std::lock_guard<std::mutex> lock(mu_);
+    SLUICE_ASSIGN_OR_RETURN(checkpointer_, WalCheckpointer::Start(path, db_, options));
+    return Status::Ok();
+  }
+
+ private:
+  std::unique_ptr<WalCheckpointer> checkpointer_;  // set once at open, before any use
 };
 
 }  // namespace
@@ -871,6 +882,11 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
     }
     store->history_ = std::make_unique<SqliteStore>(reader);
     sqlite3_busy_timeout(reader, options.busy_timeout_ms);
+    if (options.background_checkpoints) {
+      WalCheckpointerOptions wal;
+      wal.busy_timeout_ms = options.busy_timeout_ms;
+      SLUICE_RETURN_IF_ERROR(store->StartCheckpointer(path, wal));
+    }
   }
   return std::unique_ptr<Store>(std::move(store));
 }

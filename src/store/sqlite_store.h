@@ -23,6 +23,9 @@ struct SqliteStoreOptions {
   bool sync_on_every_commit = false;
   // How long a statement waits for another process's lock before failing with Unavailable.
   int busy_timeout_ms = 5000;
+  // WAL checkpoints on a thread of their own instead of inside the commit that crosses 1,000
+  // pages (store/wal_checkpointer.h). Files only; :memory: has no WAL.
+  bool background_checkpoints = true;
 };
 
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
