@@ -15,7 +15,8 @@ RSS per connected agent (against the server before any agent), server CPU while 
 heartbeat, heartbeats answered per second, submit p50/p99 while they heartbeat (ratio against
 the baseline), and committed placements per second (jobs submitted back to back until each is
 `succeeded`, which needs the commit, the assignment delivered, and the agent's `started` and
-`exited`). Not measured yet: dead-node detection, the reconnect storm, Slurm's rates.
+`exited`), placements with a deep queue, dead-node detection, the reconnect storm and Slurm's
+rates (bench/swarm/README.md).
 
 Stdlib only. Run: python3 bench/swarm/run.py [--agents 1000] [--interval 5] [--sluice PATH]
 Exit status: 0 when measured, 2 when the server cannot be started, 1 for other errors.
