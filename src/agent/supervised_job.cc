@@ -128,11 +128,17 @@ Result<std::unique_ptr<SupervisedJob>> SupervisedJob::Start(const std::string& e
     if (moved < 0) return Status::Internal(Errno("fcntl"));
     listen_fd = moved;
   }
-  Status spawned = Spawn(exe, dir, listen_fd);
-  // Connected before the supervisor accepts: the connection waits in the backlog.
-  auto fd = spawned.ok() ? Connect(sock) : Result<int>(spawned);
+  // Connected before the supervisor is started: the connection waits in the backlog. Connecting
+  // after, a supervisor whose job cannot start (a missing cwd) could end and remove the socket
+  // first, and the caller would get "connect: No such file" instead of the reason; this way the
+  // reader finds the connection closed and reads the recorded end from disk.
+  auto fd = Connect(sock);
+  Status spawned = fd.ok() ? Spawn(exe, dir, listen_fd) : fd.status();
   ::close(listen_fd);
-  if (!fd.ok()) return fd.status();
+  if (!spawned.ok()) {
+    if (fd.ok()) ::close(*fd);
+    return spawned;
+  }
   std::unique_ptr<SupervisedJob> job(new SupervisedJob(dir, std::move(cb)));
   {
     std::lock_guard<std::mutex> lock(job->mu_);
