@@ -164,6 +164,18 @@ HttpResponse Api::Metrics() {
   for (const auto& [kind, n] : core_->DegradedCounts()) {
     out += "sluice_degraded_total{kind=\"" + kind + "\"} " + std::to_string(n) + "\n";
   }
+  const store::StoreCounters sc = core_->StoreCounters();
+  out +=
+      "# HELP sluice_store_wal_checkpoints_total SQLite WAL checkpoints, by where they ran: "
+      "background (their own thread) or inline (in a commit, the WAL past its bound).\n"
+      "# TYPE sluice_store_wal_checkpoints_total counter\n"
+      "sluice_store_wal_checkpoints_total{where=\"background\"} " +
+      std::to_string(sc.background_checkpoints) +
+      "\nsluice_store_wal_checkpoints_total{where=\"inline\"} " +
+      std::to_string(sc.inline_checkpoints) + "\n";
+  counter("sluice_store_wal_checkpoint_failures_total",
+          "WAL checkpoints that copied nothing for an error (the first is logged).",
+          static_cast<uint64_t>(sc.checkpoint_failures));
   std::map<std::string, int> jobs;
   for (const auto& j : core_->ListJobs(std::nullopt, SIZE_MAX)) {
     ++jobs[std::string(store::Name(j.state))];

@@ -52,6 +52,12 @@ TEST(ApiLimitsTest, TenThousandRefusedRequestsCostACounterNotTheDatabase) {
   // Failures nobody waited for are published too (none here).
   EXPECT_NE(metrics->body.find("# TYPE sluice_degraded_total counter"), std::string::npos);
   EXPECT_EQ(metrics->body.find("sluice_degraded_total{"), std::string::npos) << metrics->body;
+  // And what the store does on its own: WAL checkpoints, none failed.
+  EXPECT_NE(metrics->body.find("sluice_store_wal_checkpoints_total{where=\"background\"} "),
+            std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("sluice_store_wal_checkpoint_failures_total 0\n"), std::string::npos)
+      << metrics->body;
   // Nothing of them was stored: not in the audit log, not in the database's size.
   auto audit = admin.Request("GET", "/v1/audit-log?limit=10000");
   ASSERT_TRUE(audit.ok());

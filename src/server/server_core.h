@@ -408,6 +408,8 @@ class ServerCore {
   // Failures nobody was waiting for (DegradedLocked), by kind; /v1/metrics exports them as
   // sluice_degraded_total{kind}.
   std::map<std::string, int64_t> DegradedCounts();
+  // The store's own work (WAL checkpoints); no lock: the store counts with atomics.
+  store::StoreCounters StoreCounters() { return store_->Counters(); }
 
  private:
   struct NodeState {

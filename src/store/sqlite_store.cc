@@ -629,6 +629,16 @@ class SqliteStore final : public Store {
     std::lock_guard<std::mutex> lock(mu_);
     return sqlite::LoadBudgetAlerts(db_, PrepareFn(), since_month, undelivered);
   }
+  StoreCounters Counters() override {
+    StoreCounters c;
+    if (checkpointer_) {  // set at open, before the store is shared
+      c.background_checkpoints = checkpointer_->background_checkpoints();
+      c.inline_checkpoints = checkpointer_->inline_checkpoints();
+      c.checkpoint_failures = checkpointer_->failures();
+    }
+    return c;
+  }
+
   Result<int64_t> ScopeSpend(const std::string& scope, const std::string& since_day) override {
     std::lock_guard<std::mutex> lock(mu_);
     return sqlite::ScopeSpend(db_, PrepareFn(), scope, since_day);

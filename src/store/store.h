@@ -14,6 +14,13 @@
 
 namespace sluice::store {
 
+// What a store did on its own, beside the writes it was asked for: /v1/metrics exports it.
+struct StoreCounters {
+  int64_t background_checkpoints = 0;  // WAL checkpoints on the checkpointer's thread
+  int64_t inline_checkpoints = 0;      // in a commit: the WAL had grown past its bound
+  int64_t checkpoint_failures = 0;     // neither copied the WAL (the first one is logged)
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -89,6 +96,8 @@ class Store {
   // What a scope was charged, net of SLA credits, on UTC days from `since_day` ("2026-12-01"):
   // an account's as payer, a team's over its jobs.
   virtual Result<int64_t> ScopeSpend(const std::string& scope, const std::string& since_day) = 0;
+  // Zero for a store that does nothing on its own (a test's, or SQLite :memory:).
+  virtual StoreCounters Counters() { return {}; }
 };
 
 // SQLite in WAL mode at `path` (created if absent), schema brought up to date by versioned

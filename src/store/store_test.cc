@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -288,6 +289,32 @@ TEST_F(SqliteStoreTest, LogsDedupOnAttemptAndSeqAndPage) {
   }
   EXPECT_TRUE(store_->ReadLogs("job-1", 0, 0)->empty());
   EXPECT_FALSE(store_->ReadLogs("job-1", 0, -1).ok());
+}
+
+TEST_F(SqliteStoreTest, TheWalIsCheckpointedBesideTheCommitsAndCounted) {
+  // About 2,000 pages of log lines in 20 commits: past the checkpointer's 1,000-page mark.
+  const std::string text(8000, 'x');
+  int64_t seq = 0;
+  for (int commit = 0; commit < 20; ++commit) {
+    WriteBatch b;
+    for (int i = 0; i < 50; ++i) b.logs.push_back(Log("job-1", "att-1", ++seq, text));
+    ASSERT_TRUE(store_->Write(b).ok());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (store_->Counters().background_checkpoints == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  StoreCounters c = store_->Counters();
+  EXPECT_GT(c.background_checkpoints, 0);
+  EXPECT_EQ(c.inline_checkpoints, 0);
+  EXPECT_EQ(c.checkpoint_failures, 0);
+  EXPECT_EQ(*store_->MaxLogSeq("att-1"), seq);
+  // Without the thread, nothing is counted (and SQLite checkpoints inside the commits).
+  store_.reset();
+  auto plain = OpenSqliteStore(path_, SqliteStoreOptions{.background_checkpoints = false});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ((*plain)->Counters().background_checkpoints, 0);
 }
 
 TEST_F(SqliteStoreTest, EventsPageInArrivalOrder) {
