@@ -29,8 +29,8 @@ struct Identity {
     auto id = LoadOrCreateTlsIdentity(dir, TlsServerNames("127.0.0.1"));
     EXPECT_TRUE(id.ok()) << id.status().ToString();
     if (id.ok()) value = *id;
-  }
-  ~Identity() {
+    // Only the PEMs in memory are used from here on. The identities below live until the
+    // process ends (never destroyed), so their files go now, not in a destructor.
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
