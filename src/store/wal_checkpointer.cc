@@ -17,6 +17,14 @@ Result<std::unique_ptr<WalCheckpointer>> WalCheckpointer::Start(
     return st;
   }
   sqlite3_busy_timeout(own, options.busy_timeout_ms);
+  // A connection learns that the database is in WAL mode from its first read; until then a
+  // checkpoint through it returns SQLITE_OK having copied nothing (log and copied = -1).
+  rc = sqlite3_exec(own, "SELECT count(*) FROM sqlite_schema", nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) {
+    Status st = sqlite::Error(own, rc, "open " + path + " for WAL checkpoints: first read");
+    sqlite3_close(own);
+    return st;
+  }
   std::unique_ptr<WalCheckpointer> c(new WalCheckpointer(writer, own, options));
   // Replaces the automatic checkpoint, which is itself a WAL hook.
   sqlite3_wal_hook(writer, &WalCheckpointer::OnCommit, c.get());
@@ -78,13 +86,13 @@ void WalCheckpointer::Run() {
     }
     int log = 0, copied = 0;
     int rc = sqlite3_wal_checkpoint_v2(own_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
-    if (rc == SQLITE_OK) {
+    if (rc == SQLITE_OK && log >= 0) {
       background_.fetch_add(1);
       copied_.store(copied);
     } else if ((rc & 0xff) != SQLITE_BUSY && failures_.fetch_add(1) == 0) {
       // Said once: the inline checkpoint past inline_frames still bounds the WAL.
       std::fprintf(stderr, "sluice store: background WAL checkpoint failed: %s\n",
-                   sqlite3_errmsg(own_));
+                   rc == SQLITE_OK ? "the connection does not see a WAL" : sqlite3_errmsg(own_));
     }
   }
 }

@@ -55,6 +55,11 @@ class WalCheckpointerTest : public ::testing::Test {
     sqlite3_close(other);
     return n;
   }
+  uintmax_t DbBytes() {
+    std::error_code ec;
+    uintmax_t n = fs::file_size(path_, ec);
+    return ec ? 0 : n;
+  }
   uintmax_t WalBytes() {
     std::error_code ec;
     uintmax_t n = fs::file_size(path_ + "-wal", ec);
@@ -79,6 +84,8 @@ TEST_F(WalCheckpointerTest, CommitsPastTheThresholdAreCopiedOnTheThreadNotInTheC
   EXPECT_GT((*c)->background_checkpoints(), 0);
   EXPECT_EQ((*c)->inline_checkpoints(), 0);
   EXPECT_EQ((*c)->failures(), 0);
+  // Copied for real: the rows' pages are in the database file, not only in the WAL.
+  EXPECT_GT(DbBytes(), uintmax_t{100} * 4096);
   EXPECT_EQ(Rows(), 300);
 }
 
@@ -92,6 +99,7 @@ TEST_F(WalCheckpointerTest, SqlitesOwnCheckpointNoLongerRunsInTheCommit) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   for (int i = 0; i < 30; ++i) Commit(50);
   EXPECT_GT(WalBytes(), uintmax_t{1200} * 4096);
+  EXPECT_LT(DbBytes(), uintmax_t{100} * 4096) << "nothing was copied into the database";
   EXPECT_EQ((*c)->background_checkpoints() + (*c)->inline_checkpoints(), 0);
 }
 
