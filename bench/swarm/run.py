@@ -392,23 +392,24 @@ def mixed_job(rng, n):
     return {"spec": {"name": f"q{n}", "run": "true", "resources": res}, "queue": True}
 
 
-def submit_all(port, token, bodies, threads):
-    """Submits every body over `threads` keep-alive connections; returns the seconds taken."""
-    import concurrent.futures
-    chunks = [bodies[k::threads] for k in range(threads)]
+def _submit_chunk(port, token, chunk):
+    api = Api(port, token)
+    for body in chunk:
+        status, reply = api.call("POST", "/v1/jobs", body)
+        if status not in (200, 201):
+            raise RuntimeError(f"submit answered {status}: {reply[:200]!r}")
 
-    def one(chunk):
-        api = Api(port, token)
-        for body in chunk:
-            status, reply = api.call("POST", "/v1/jobs", body)
-            if status not in (200, 201):
-                raise RuntimeError(f"submit answered {status}: {reply[:200]!r}")
 
-    t0 = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-        for f in [pool.submit(one, c) for c in chunks]:
-            f.result()
-    return time.monotonic() - t0
+def submit_all(port, token, bodies, clients):
+    """Submits every body over `clients` keep-alive connections, each from a client process of
+    its own (threads of this process would share the GIL with the agents' event loop, and the
+    rate would be the swarm's, not the server's); returns the seconds taken."""
+    chunks = [bodies[k::clients] for k in range(clients)]
+    with multiprocessing.get_context("spawn").Pool(clients) as pool:
+        t0 = time.monotonic()
+        for r in [pool.apply_async(_submit_chunk, (port, token, c)) for c in chunks]:
+            r.get()
+        return time.monotonic() - t0
 
 
 async def settle(counter, quiet_s=2.0, limit_s=600.0):
