@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <queue>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 
@@ -315,9 +316,9 @@ struct Ranking {
 // is copied first, so a pass over 10,000 nodes copies only the few it places on.
 class Pass {
  public:
-  Pass(std::vector<std::shared_ptr<const NodeCapacity>> nodes, const market::CostModel& model,
-       ScheduleOptions options)
-      : base_(std::move(nodes)),
+  Pass(const std::vector<std::shared_ptr<const NodeCapacity>>& nodes,
+       const market::CostModel& model, ScheduleOptions options)
+      : base_(nodes),
         own_(base_.size()),
         version_(base_.size(), 0),
         model_(model),
@@ -326,8 +327,9 @@ class Pass {
     for (const auto& n : base_) nodes_.push_back(n.get());
     if (options_.exhausted_before == nullptr || options_.changed_nodes == nullptr) {
       options_.exhausted_before = nullptr;
-    } else {
-      for (size_t i = 0; i < nodes_.size(); ++i) index_.emplace(nodes_[i]->node_id, i);
+    } else if (options_.node_index == nullptr) {
+      for (size_t i = 0; i < nodes_.size(); ++i) own_index_.emplace(nodes_[i]->node_id, i);
+      options_.node_index = &own_index_;
     }
     for (size_t i = 0; i < nodes_.size(); ++i) {
       for (const auto& r : nodes_[i]->running) preemptible_ |= r.interruptible || r.preempting;
@@ -352,8 +354,10 @@ class Pass {
       // Nothing fitted it at the end of the last pass: only a node changed since may fit now.
       shape.could_ever = true;
       for (const auto& id : *options_.changed_nodes) {
-        auto at = index_.find(id);
-        if (at != index_.end()) Push(shape, at->second, /*count_could_ever=*/false);
+        auto at = options_.node_index->find(id);
+        if (at != options_.node_index->end() && at->second < nodes_.size()) {
+          Push(shape, at->second, /*count_could_ever=*/false);
+        }
       }
     } else if (fresh && last) {
       // The shape's only job in the pass (a submit's own pass, mostly): its best candidate is
@@ -389,6 +393,21 @@ class Pass {
       shape.placements_at = placements_;
       shape.preemptions_at = plan_.preemptions.size();
     }
+  }
+
+  // Whether the shape's answer is final for the pass: one of its jobs waits, and with nothing
+  // anywhere interruptible or being preempted no preemption can be planned, so StillHolds holds
+  // for every later job of it (and its heap, empty, is never refilled).
+  bool Settled(const std::string& key) const {
+    if (key.empty() || preemptible_) return false;
+    auto it = shapes_.find(key);
+    return it != shapes_.end() && it->second.waiting.has_value();
+  }
+
+  // The later jobs of the shape just answered (Settled): they wait as its last job does.
+  void AnswerAlike(std::vector<const JobRequest*> jobs) {
+    if (jobs.empty()) return;
+    plan_.alike.push_back({plan_.waiting.size() - 1, std::move(jobs)});
   }
 
   Plan Take() {
@@ -559,16 +578,17 @@ class Pass {
     return *own_[i];
   }
 
-  std::vector<std::shared_ptr<const NodeCapacity>> base_;
+  const std::vector<std::shared_ptr<const NodeCapacity>>& base_;
   std::vector<std::unique_ptr<NodeCapacity>> own_;
   std::vector<const NodeCapacity*> nodes_;
   std::vector<uint64_t> version_;  // per node: bumped by every placement on it
   const market::CostModel& model_;
   ScheduleOptions options_;
   std::map<std::string, Shape> shapes_;
-  std::map<std::string, size_t> index_;  // node id -> index, for incremental passes
-  bool preemptible_ = false;             // some attempt is interruptible or being preempted
-  std::vector<size_t> paused_;           // nodes online but paused (NodeCapacity::paused)
+  // node id -> index, for incremental passes where the caller keeps none
+  std::unordered_map<std::string, size_t> own_index_;
+  bool preemptible_ = false;    // some attempt is interruptible or being preempted
+  std::vector<size_t> paused_;  // nodes online but paused (NodeCapacity::paused)
   size_t placements_ = 0;
   Plan plan_;
 };
@@ -625,35 +645,118 @@ Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<const JobReques
   return Schedule(std::move(shared), queue, model, options);
 }
 
-Plan Schedule(std::vector<std::shared_ptr<const NodeCapacity>> nodes,
-              const std::vector<const JobRequest*>& queue, const market::CostModel& model,
-              ScheduleOptions options) {
-  std::vector<const JobRequest*> order = queue;
-  std::stable_sort(order.begin(), order.end(), [](const JobRequest* a, const JobRequest* b) {
-    // On-demand work first among equals: it is what may take capacity from interruptible work,
-    // so the room a preemption frees goes to it and not back to the preempted job.
-    // Among interruptible work, the higher bid first: it wins contested capacity.
-    return std::make_tuple(b->priority, a->work.interruptible, b->bid.value_or(0), a->order) <
-           std::make_tuple(a->priority, b->work.interruptible, a->bid.value_or(0), b->order);
-  });
+namespace {
+
+// The order jobs are considered in (see Schedule in the header); `at` (the position in the
+// caller's queue) keeps it a strict order, as the stable sort it replaces.
+struct Queued {
+  const JobRequest* job;
+  size_t at;
+};
+
+bool Before(const Queued& a, const Queued& b) {
+  // On-demand work first among equals: it is what may take capacity from interruptible work,
+  // so the room a preemption frees goes to it and not back to the preempted job.
+  // Among interruptible work, the higher bid first: it wins contested capacity.
+  return std::make_tuple(b.job->priority, a.job->work.interruptible, b.job->bid.value_or(0),
+                         a.job->order,
+                         a.at) < std::make_tuple(a.job->priority, b.job->work.interruptible,
+                                                 a.job->bid.value_or(0), b.job->order, b.at);
+}
+
+// Every job, one after another in order.
+Plan ConsiderEach(Pass& pass, const std::vector<const JobRequest*>& queue, bool share_shapes) {
+  std::vector<Queued> order;
+  order.reserve(queue.size());
+  for (size_t i = 0; i < queue.size(); ++i) order.push_back({queue[i], i});
+  std::sort(order.begin(), order.end(), Before);
   // Each job's shape, and how many jobs of each shape are still to come.
   std::vector<std::string> keys;
   keys.reserve(order.size());
   std::unordered_map<std::string, size_t> left;
-  for (const JobRequest* job : order) {
-    keys.push_back(!options.share_shapes ? std::string()
-                   : job->shape          ? *job->shape
-                                         : ShapeKey(*job));
+  for (const Queued& q : order) {
+    keys.push_back(!share_shapes ? std::string() : q.job->shape ? *q.job->shape : ShapeKey(*q.job));
   }
   for (const auto& key : keys) {
     if (!key.empty()) ++left[key];
   }
-  Pass pass(std::move(nodes), model, options);
   for (size_t i = 0; i < order.size(); ++i) {
     const bool last = keys[i].empty() || --left[keys[i]] == 0;
-    pass.Consider(*order[i], std::move(keys[i]), last);  // `left` keeps its own copy
+    pass.Consider(*order[i].job, std::move(keys[i]), last);  // `left` keeps its own copy
   }
   return pass.Take();
+}
+
+// The same order, merged from one heap per shape, so a shape whose answer is settled leaves the
+// merge with its later jobs unsorted and unconsidered (ScheduleOptions::answer_alike_once).
+Plan ConsiderUntilSettled(Pass& pass, const std::vector<const JobRequest*>& queue) {
+  struct Group {
+    std::string key;           // empty: a job searched on its own
+    std::vector<Queued> jobs;  // a heap: the next job on top
+  };
+  auto after = [](const Queued& a, const Queued& b) { return Before(b, a); };
+  std::vector<Group> groups;
+  std::unordered_map<std::string_view, size_t> by_key;
+  std::vector<std::string> computed;  // keys the caller did not keep; never reallocated
+  computed.reserve(static_cast<size_t>(std::count_if(
+      queue.begin(), queue.end(), [](const JobRequest* j) { return !j->shape.has_value(); })));
+  for (size_t i = 0; i < queue.size(); ++i) {
+    const JobRequest* job = queue[i];
+    const std::string* key = job->shape ? &*job->shape : nullptr;
+    if (key == nullptr) {
+      computed.push_back(ShapeKey(*job));
+      key = &computed.back();
+    }
+    if (key->empty()) {
+      groups.push_back({std::string(), {{job, i}}});
+      continue;
+    }
+    auto [it, fresh] = by_key.try_emplace(*key, groups.size());
+    if (fresh) groups.push_back({*key, {}});
+    groups[it->second].jobs.push_back({job, i});
+  }
+  // The merge: each group's next job, the first in order on top.
+  auto later = [&](size_t a, size_t b) {
+    return Before(groups[b].jobs.front(), groups[a].jobs.front());
+  };
+  std::vector<size_t> heads;
+  heads.reserve(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::make_heap(groups[g].jobs.begin(), groups[g].jobs.end(), after);
+    heads.push_back(g);
+  }
+  std::make_heap(heads.begin(), heads.end(), later);
+  while (!heads.empty()) {
+    std::pop_heap(heads.begin(), heads.end(), later);
+    Group& group = groups[heads.back()];
+    std::pop_heap(group.jobs.begin(), group.jobs.end(), after);
+    const JobRequest* job = group.jobs.back().job;
+    group.jobs.pop_back();
+    pass.Consider(*job, group.key, group.jobs.empty());
+    if (!group.jobs.empty() && pass.Settled(group.key)) {
+      std::vector<const JobRequest*> rest;
+      rest.reserve(group.jobs.size());
+      for (const Queued& q : group.jobs) rest.push_back(q.job);
+      pass.AnswerAlike(std::move(rest));
+      group.jobs.clear();
+    }
+    if (group.jobs.empty()) {
+      heads.pop_back();
+    } else {
+      std::push_heap(heads.begin(), heads.end(), later);
+    }
+  }
+  return pass.Take();
+}
+
+}  // namespace
+
+Plan Schedule(const std::vector<std::shared_ptr<const NodeCapacity>>& nodes,
+              const std::vector<const JobRequest*>& queue, const market::CostModel& model,
+              ScheduleOptions options) {
+  Pass pass(nodes, model, options);
+  if (options.answer_alike_once && options.share_shapes) return ConsiderUntilSettled(pass, queue);
+  return ConsiderEach(pass, queue, options.share_shapes);
 }
 
 }  // namespace sluice::sched

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "market/offer.h"
@@ -125,6 +126,14 @@ struct Plan {
   // capacity only shrinks within a pass, no node fits them at its end either. A next pass given
   // these and the nodes changed since (ScheduleOptions) searches them on those nodes only.
   std::set<std::string> exhausted_shapes;
+  // With ScheduleOptions::answer_alike_once: jobs the pass did not consider one by one, because
+  // an earlier job of their shape was answered and the answer holds for the rest of the pass.
+  // Each waits as the entry `answer` of `waiting` says. The pointers are the caller's queue.
+  struct Alike {
+    size_t answer = 0;
+    std::vector<const JobRequest*> jobs;
+  };
+  std::vector<Alike> alike;
 };
 
 // Jobs are considered by priority (high first), on-demand before interruptible, higher bids
@@ -157,6 +166,16 @@ struct ScheduleOptions {
   // in the previous pass may not be missing from this one: the caller passes neither then.
   const std::set<std::string>* exhausted_before = nullptr;
   const std::set<std::string>* changed_nodes = nullptr;
+  // For incremental passes: node id -> its position in the nodes passed, where the caller keeps
+  // one (the pass builds its own otherwise: O(nodes) strings per pass, a submit's pass included).
+  const std::unordered_map<std::string, size_t>* node_index = nullptr;
+  // A deep queue in O(what changes), not O(queue) (docs/design-notes.md "Placement at scale"):
+  // once a shape's job waits and nothing in the pass can change that answer (no attempt anywhere
+  // is interruptible or being preempted, so no preemption can be planned and no room is coming),
+  // the shape's later jobs are not considered one by one but reported together in Plan::alike.
+  // The placements and preemptions are the very ones of the pass without it, and each job's
+  // answer is the same; only the order of the waiting entries differs.
+  bool answer_alike_once = false;
 };
 
 // The same, over a queue the caller keeps (the server's queued jobs are not copied per pass).
@@ -164,7 +183,7 @@ Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<const JobReques
               const market::CostModel& model, ScheduleOptions options = {});
 // The same, over nodes the caller keeps and shares (never written: the pass copies a node it
 // changes), so a pass does not copy every node.
-Plan Schedule(std::vector<std::shared_ptr<const NodeCapacity>> nodes,
+Plan Schedule(const std::vector<std::shared_ptr<const NodeCapacity>>& nodes,
               const std::vector<const JobRequest*>& queue, const market::CostModel& model,
               ScheduleOptions options = {});
 

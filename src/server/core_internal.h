@@ -41,6 +41,12 @@ inline std::string Utc(int64_t ms, const char* format) {
 
 inline double GiB(uint64_t mib) { return static_cast<double>(mib) / 1024.0; }
 
+// Incremental passes lean on the last full search while it is younger than kFullSearchLastsMs,
+// so a change the bookkeeping missed cannot strand a job for longer; the tick renews it from
+// kFullSearchRenewMs on (docs/design-notes.md "Placement at scale").
+constexpr int64_t kFullSearchLastsMs = 10'000;
+constexpr int64_t kFullSearchRenewMs = 8'000;
+
 // An attempt's cause while its preemption is under way. Stored with the attempt, so an exit that
 // arrives after a server restart is still recognised as the end of a preemption.
 constexpr std::string_view kPreemptingPrefix = "preempting: ";

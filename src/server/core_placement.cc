@@ -244,9 +244,10 @@ sched::ScheduleOptions ServerCore::IncrementalLocked() const {
   // "Placement at scale").
   sched::ScheduleOptions how;
   if (!nodes_changed_ && !exhausted_shapes_.empty() &&
-      clock_->MonotonicMillis() - last_full_search_mono_ < 10'000) {
+      clock_->MonotonicMillis() - last_full_search_mono_ < kFullSearchLastsMs) {
     how.exhausted_before = &exhausted_shapes_;
     how.changed_nodes = &changed_nodes_;
+    how.node_index = &capacity_slot_;  // CapacityLocked's, current once it has run
   }
   return how;
 }
@@ -384,7 +385,10 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   // Interruptible-then-on-demand jobs that have waited or been preempted enough may now use
   // on-demand capacity; the switch is an event, never silent (DESIGN.md §6).
   for (const auto& [id, live] : candidates) {
-    if (live->fell_back) continue;
+    if (live->fell_back ||
+        live->spec.lifecycle.capacity != spec::Capacity::kInterruptibleThenOnDemand) {
+      continue;
+    }
     std::string why = FallbackReasonLocked(*live);
     if (why.empty()) continue;
     StagedJobLocked(edit, id).fell_back = true;
@@ -430,9 +434,13 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   }
   if (queue.empty()) return CommitLocked(edit);
   const int64_t now_mono = clock_->MonotonicMillis();
-  const sched::ScheduleOptions how = IncrementalLocked();
+  // The tick's renewal is a full search; a submit's pass (only) stays incremental meanwhile.
+  const sched::ScheduleOptions how =
+      only == nullptr && full_search_due_ ? sched::ScheduleOptions{} : IncrementalLocked();
   const bool incremental = how.exhausted_before != nullptr;
-  sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model, how);
+  sched::ScheduleOptions alike = how;
+  alike.answer_alike_once = true;  // a deep queue costs a pass what changed, not its length
+  sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model, alike);
 
   int64_t now = clock_->NowMillis();
   std::map<std::string, std::string> snapshots_written;  // node id -> digest, in this edit
@@ -513,31 +521,39 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     edit.max_log_seq[att.id] = 0;
     edit.attempts[att.id] = std::move(att);
   }
-  for (sched::Waiting& w : plan.waiting) {
+  // Each waiting job's reason, staged where it changed.
+  auto answer = [&](const std::string& job_id, bool never_fits, const std::string& reason) {
     // Every waiting job is a candidate; the view of one staged since is looked up afresh.
-    auto seen = view.find(w.job_id);
-    const JobState& js = edit.jobs.count(w.job_id) > 0 || seen == view.end()
-                             ? *ViewJobLocked(edit, w.job_id)
+    auto seen = view.find(job_id);
+    const JobState& js = edit.jobs.count(job_id) > 0 || seen == view.end()
+                             ? *ViewJobLocked(edit, job_id)
                              : *seen->second;
+    const std::string* why = &reason;
+    std::string until_fallback;
     if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand && !js.fell_back) {
       // Not for ever: it may use on-demand capacity later.
       const auto& lc = js.spec.lifecycle;
-      w.never_fits = false;
-      w.reason = "waiting for interruptible capacity (" + w.reason + "); on-demand after " +
-                 std::to_string(lc.fallback_after_preemptions) + " preemptions or " +
-                 std::to_string(lc.fallback_after_s) + "s";
+      never_fits = false;
+      until_fallback = "waiting for interruptible capacity (" + reason + "); on-demand after " +
+                       std::to_string(lc.fallback_after_preemptions) + " preemptions or " +
+                       std::to_string(lc.fallback_after_s) + "s";
+      why = &until_fallback;
     }
-    if (js.record.reason == w.reason && js.never_fits == w.never_fits) continue;
-    JobState& staged = StagedJobLocked(edit, w.job_id);
-    if (staged.record.reason != w.reason) {
-      if (w.never_fits != staged.never_fits || w.never_fits) {
-        batch.events.push_back(
-            EventLocked(w.job_id, w.never_fits ? "unschedulable" : "waiting", w.reason));
+    if (js.record.reason == *why && js.never_fits == never_fits) return;
+    JobState& staged = StagedJobLocked(edit, job_id);
+    if (staged.record.reason != *why) {
+      if (never_fits != staged.never_fits || never_fits) {
+        batch.events.push_back(EventLocked(job_id, never_fits ? "unschedulable" : "waiting", *why));
       }
-      staged.record.reason = w.reason;
+      staged.record.reason = *why;
       batch.jobs.push_back(staged.record);
     }
-    staged.never_fits = w.never_fits;
+    staged.never_fits = never_fits;
+  };
+  for (const sched::Waiting& w : plan.waiting) answer(w.job_id, w.never_fits, w.reason);
+  for (const auto& group : plan.alike) {
+    const sched::Waiting& w = plan.waiting[group.answer];
+    for (const sched::JobRequest* r : group.jobs) answer(r->job_id, w.never_fits, w.reason);
   }
   // The allocation exists in memory, and its assignments are sent, only once it is durable.
   if (Status s = CommitLocked(edit); !s.ok()) {
@@ -553,7 +569,10 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     exhausted_shapes_ = std::move(plan.exhausted_shapes);
     changed_nodes_.clear();
     nodes_changed_ = false;
-    if (!incremental) last_full_search_mono_ = now_mono;
+    if (!incremental) {
+      last_full_search_mono_ = now_mono;
+      full_search_due_ = false;
+    }
   }
   // On-demand work displacing interruptible attempts (DESIGN.md §6); the job is placed once
   // they have stopped and freed the room.

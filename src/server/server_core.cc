@@ -299,8 +299,20 @@ bool ServerCore::TickState() {
     job = job->second.empty() ? avoid_.erase(job) : std::next(job);
   }
   for (const auto& [id, js] : queued_) {
-    if (!js->fell_back && !FallbackReasonLocked(*js).empty()) {
+    if (!js->fell_back &&
+        js->spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand &&
+        !FallbackReasonLocked(*js).empty()) {
       expired = true;  // a job may fall back to on-demand capacity now
+    }
+  }
+  // Renew the full search incremental passes lean on before it is too old for them
+  // (IncrementalLocked): on the scheduler thread, off any request, so that a submit's own pass
+  // searches the nodes changed since, not every node (docs/design-notes.md "Placement at scale").
+  if (!queued_.empty() && !full_search_due_ && !exhausted_shapes_.empty() &&
+      now - last_full_search_mono_ >= kFullSearchRenewMs) {
+    full_search_due_ = true;
+    if (Status s = RequestScheduleLocked(); !s.ok()) {
+      DegradedLocked("schedule", "renewing the full search", s);
     }
   }
   if (expired || schedule_again_) {

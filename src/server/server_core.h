@@ -776,6 +776,9 @@ class ServerCore {
   std::set<std::string> changed_nodes_;
   bool nodes_changed_ = true;
   int64_t last_full_search_mono_ = 0;
+  // The tick asked the scheduler thread for a full search before the last one grows too old for
+  // incremental passes (TickState), so a submit's own pass never falls back to every node.
+  bool full_search_due_ = false;
   std::map<std::string, int64_t> max_log_seq_;  // per active attempt
   std::map<std::string, int64_t> log_bytes_;    // stored log bytes per active attempt (lazy)
   std::map<uint64_t, Subscriber> subscribers_;
