@@ -1,0 +1,199 @@
+// bench_placement: what one placement costs the server core when the queue behind it is deep
+// (issue 12: placements per second must not fall with the queue's length).
+//
+// Two worlds are built side by side, each a ServerCore on its own SQLite store with a fake clock:
+// `--nodes` verified CPU nodes, every one holding a running job, and behind them a queue of
+// waiting jobs of the same shape, `--shallow` deep (the baseline) in one world and `--queued` deep
+// in the other. Then, in rounds that alternate between the worlds so the host's drift hits both
+// alike, one running job at a time exits; the core commits the exit, runs its placement pass and
+// places the next queued job on the freed node, and the agent reports it started. That is one
+// placement, timed from the exit to the `started` commit.
+//
+// Without the scheduler thread every exit runs a pass of its own, so this is the cost of a pass
+// and its commits, not the batched rate of a real server (bench/swarm measures that end to end).
+// Prints placements/s per world and the deep world's ratio to the baseline: 1.0 means a deep
+// queue costs a placement nothing.
+//
+//   bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] [--rounds K]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/crypto.h"
+#include "server/server_core.h"
+#include "server/test_agent_link.h"
+#include "server/test_reports.h"
+#include "store/store.h"
+
+namespace fs = std::filesystem;
+using sluice::FakeClock;
+using sluice::Json;
+using sluice::server::CoreOptions;
+using sluice::server::ServerCore;
+using sluice::server::testing::RecordingLink;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "bench_placement: %s\n", what.c_str());
+  std::exit(1);
+}
+
+sluice::spec::JobSpec Spec() {
+  sluice::spec::JobSpec s;
+  s.name = "bench";
+  s.run = "true";
+  s.resources.cpus = 4;  // a whole node: one job per node
+  s.resources.memory_gb = 1;
+  return s;
+}
+
+// One core with its fleet: node i's agent is links[i].
+struct World {
+  std::string name;
+  fs::path dir;
+  FakeClock clock;
+  std::unique_ptr<sluice::store::Store> store;
+  std::unique_ptr<ServerCore> core;
+  std::vector<std::string> nodes;
+  std::vector<std::shared_ptr<RecordingLink>> links;
+  std::vector<std::string> running;  // node i's running attempt
+  size_t queued = 0;                 // jobs still waiting
+  double seconds = 0;                // timed
+  size_t placed = 0;
+
+  // The attempt the core last assigned to node i, started as its agent would.
+  void StartLast(size_t i) {
+    RecordingLink& link = *links[i];
+    std::string att;
+    {
+      std::lock_guard<std::mutex> lock(link.mu);
+      for (auto it = link.sent.rbegin(); it != link.sent.rend(); ++it) {
+        if (it->value("type", "") == "assign") {
+          att = it->value("attempt_id", "");
+          break;
+        }
+      }
+      link.sent.clear();  // 60,000 assigns kept would measure the link, not the core
+    }
+    if (att.empty() || att == running[i]) Die(name + ": node " + nodes[i] + " was assigned no job");
+    auto s = core->AgentMessage(nodes[i], &link, Json{{"type", "started"}, {"attempt_id", att}});
+    if (!s.ok()) Die(name + ": started: " + s.ToString());
+    running[i] = att;
+  }
+};
+
+void Build(World& w, size_t nodes, size_t queued) {
+  w.dir = fs::temp_directory_path() / ("sluice-bench-placement-" + sluice::RandomHex(6));
+  fs::create_directories(w.dir);
+  auto st = sluice::store::OpenSqliteStore((w.dir / "sluice.db").string());
+  if (!st.ok()) Die("store: " + st.status().ToString());
+  w.store = std::move(*st);
+  w.core = std::make_unique<ServerCore>(w.store.get(), &w.clock, CoreOptions{});
+  if (auto s = w.core->Load(); !s.ok()) Die("load: " + s.ToString());
+  for (size_t i = 0; i < nodes; ++i) {
+    sluice::proto::Hello h;
+    h.name = "node-" + std::to_string(i);
+    h.inventory.hostname = h.name;
+    h.inventory.cpu_cores = 4;
+    h.inventory.memory_mib = 8192;
+    h.inventory.gpu_source = "none";
+    auto link = std::make_shared<RecordingLink>();
+    auto node = w.core->AgentHello(link, h);
+    if (!node.ok()) Die("hello: " + node.status().ToString());
+    auto s = w.core->AgentMessage(
+        *node, link.get(),
+        Json{{"type", "conformance"},
+             {"report",
+              sluice::conformance::ToJson(sluice::server::testing::PassingReport(h.inventory))},
+             {"nonce", link->Nonce()}});
+    if (!s.ok()) Die("conformance: " + s.ToString());
+    w.nodes.push_back(*node);
+    w.links.push_back(std::move(link));
+    w.running.emplace_back();
+  }
+  // One job per node, placed and started; then the queue.
+  for (size_t i = 0; i < nodes + queued; ++i) {
+    auto job = w.core->SubmitJob(Spec(), "", /*queue_unschedulable=*/true);
+    if (!job.ok()) Die("submit: " + job.status().ToString());
+  }
+  for (size_t i = 0; i < nodes; ++i) w.StartLast(i);
+  w.queued = queued;
+}
+
+// `count` placements: node after node, its job exits and the next queued one takes its place.
+void Release(World& w, size_t& next, size_t count) {
+  auto start = Clock::now();
+  for (size_t k = 0; k < count && w.queued > 0; ++k, --w.queued, ++w.placed) {
+    const size_t i = next++ % w.nodes.size();
+    Json exited = sluice::proto::ToJson(sluice::proto::Exited{w.running[i], 0, 0});
+    if (auto s = w.core->AgentMessage(w.nodes[i], w.links[i].get(), exited); !s.ok()) {
+      Die(w.name + ": exited: " + s.ToString());
+    }
+    w.StartLast(i);
+  }
+  w.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+size_t Arg(int argc, char** argv, const char* flag, size_t fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], flag) == 0) return std::strtoull(argv[i + 1], nullptr, 10);
+  }
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf(
+          "usage: bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] "
+          "[--rounds K]\n"
+          "  placements/s of the server core with Q jobs queued behind N full nodes, against "
+          "the same with S queued (the baseline)\n");
+      return 0;
+    }
+  }
+  const size_t nodes = Arg(argc, argv, "--nodes", 2000);
+  const size_t queued = Arg(argc, argv, "--queued", 50000);
+  const size_t shallow = Arg(argc, argv, "--shallow", 100);
+  const size_t rounds = Arg(argc, argv, "--rounds", 5);
+  const size_t releases = std::min<size_t>(Arg(argc, argv, "--releases", 500), shallow);
+  if (nodes == 0 || releases == 0 || rounds == 0)
+    Die("--nodes, --releases and --rounds must be > 0");
+  if (releases * rounds > shallow) Die("--shallow must be at least --releases × --rounds");
+
+  World base, deep;
+  base.name = "queue of " + std::to_string(shallow);
+  deep.name = "queue of " + std::to_string(queued);
+  auto setup = Clock::now();
+  Build(base, nodes, shallow);
+  Build(deep, nodes, queued);
+  std::printf("set up %zu nodes and %zu + %zu jobs in %.1f s\n", nodes, nodes + shallow,
+              nodes + queued, std::chrono::duration<double>(Clock::now() - setup).count());
+  size_t next_base = 0, next_deep = 0;
+  for (size_t r = 0; r < rounds; ++r) {
+    Release(base, next_base, releases);
+    Release(deep, next_deep, releases);
+  }
+  const double base_rate = static_cast<double>(base.placed) / base.seconds;
+  const double deep_rate = static_cast<double>(deep.placed) / deep.seconds;
+  std::printf("%-20s %8zu placements  %9.0f placements/s  (baseline)\n", base.name.c_str(),
+              base.placed, base_rate);
+  std::printf("%-20s %8zu placements  %9.0f placements/s  %.2fx the baseline\n", deep.name.c_str(),
+              deep.placed, deep_rate, deep_rate / base_rate);
+  for (World* w : {&base, &deep}) {
+    w->core.reset();
+    w->store.reset();
+    fs::remove_all(w->dir);
+  }
+  return 0;
+}
