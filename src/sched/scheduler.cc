@@ -338,8 +338,37 @@ class Pass {
   }
 
   // `key`: the job's shape (empty: searched on its own); `last`: no later job of the pass has
-  // its shape.
-  void Consider(const JobRequest& job, std::string key, bool last) {
+  // its shape; `at`: its position in the caller's queue, which its answer carries.
+  void Consider(const JobRequest& job, std::string key, bool last, size_t at) {
+    const size_t answered = plan_.waiting.size();
+    ConsiderJob(job, std::move(key), last);
+    if (plan_.waiting.size() > answered) plan_.waiting.back().at = at;
+  }
+
+  // The later jobs of the shape just answered (Settled): they wait as its last job does.
+  void AnswerAlike(std::vector<size_t> at) {
+    if (at.empty()) return;
+    plan_.alike.push_back({plan_.waiting.size() - 1, std::move(at)});
+  }
+
+  // Whether the shape's answer is final for the pass: one of its jobs waits, and with nothing
+  // anywhere interruptible or being preempted no preemption can be planned, so StillHolds holds
+  // for every later job of it (and its heap, empty, is never refilled).
+  bool Settled(const std::string& key) const {
+    if (key.empty() || preemptible_) return false;
+    auto it = shapes_.find(key);
+    return it != shapes_.end() && it->second.waiting.has_value();
+  }
+
+  Plan Take() {
+    for (const auto& [key, shape] : shapes_) {
+      if (shape.exhausted && shape.could_ever) plan_.exhausted_shapes.insert(key);
+    }
+    return std::move(plan_);
+  }
+
+ private:
+  void ConsiderJob(const JobRequest& job, std::string key, bool last) {
     const market::Workload work = WorkOf(job);
     if (key.empty()) {
       bool could_ever = false;
@@ -393,28 +422,6 @@ class Pass {
       shape.placements_at = placements_;
       shape.preemptions_at = plan_.preemptions.size();
     }
-  }
-
-  // Whether the shape's answer is final for the pass: one of its jobs waits, and with nothing
-  // anywhere interruptible or being preempted no preemption can be planned, so StillHolds holds
-  // for every later job of it (and its heap, empty, is never refilled).
-  bool Settled(const std::string& key) const {
-    if (key.empty() || preemptible_) return false;
-    auto it = shapes_.find(key);
-    return it != shapes_.end() && it->second.waiting.has_value();
-  }
-
-  // The later jobs of the shape just answered (Settled): they wait as its last job does.
-  void AnswerAlike(std::vector<const JobRequest*> jobs) {
-    if (jobs.empty()) return;
-    plan_.alike.push_back({plan_.waiting.size() - 1, std::move(jobs)});
-  }
-
-  Plan Take() {
-    for (const auto& [key, shape] : shapes_) {
-      if (shape.exhausted && shape.could_ever) plan_.exhausted_shapes.insert(key);
-    }
-    return std::move(plan_);
   }
 
  private:
@@ -682,7 +689,8 @@ Plan ConsiderEach(Pass& pass, const std::vector<const JobRequest*>& queue, bool 
   }
   for (size_t i = 0; i < order.size(); ++i) {
     const bool last = keys[i].empty() || --left[keys[i]] == 0;
-    pass.Consider(*order[i].job, std::move(keys[i]), last);  // `left` keeps its own copy
+    pass.Consider(*order[i].job, std::move(keys[i]), last,
+                  order[i].at);  // `left` keeps its own copy
   }
   return pass.Take();
 }
@@ -700,6 +708,8 @@ Plan ConsiderUntilSettled(Pass& pass, const std::vector<const JobRequest*>& queu
   std::vector<std::string> computed;  // keys the caller did not keep; never reallocated
   computed.reserve(static_cast<size_t>(std::count_if(
       queue.begin(), queue.end(), [](const JobRequest* j) { return !j->shape.has_value(); })));
+  const std::string* last_key = nullptr;  // the last job's, and its group
+  size_t last_group = 0;
   for (size_t i = 0; i < queue.size(); ++i) {
     const JobRequest* job = queue[i];
     const std::string* key = job->shape ? &*job->shape : nullptr;
@@ -711,9 +721,14 @@ Plan ConsiderUntilSettled(Pass& pass, const std::vector<const JobRequest*>& queu
       groups.push_back({std::string(), {{job, i}}});
       continue;
     }
-    auto [it, fresh] = by_key.try_emplace(*key, groups.size());
-    if (fresh) groups.push_back({*key, {}});
-    groups[it->second].jobs.push_back({job, i});
+    // A queue is mostly runs of one shape: comparing with the last key costs less than hashing.
+    if (last_key == nullptr || *last_key != *key) {
+      auto [it, fresh] = by_key.try_emplace(*key, groups.size());
+      if (fresh) groups.push_back({*key, {}});
+      last_key = key;
+      last_group = it->second;
+    }
+    groups[last_group].jobs.push_back({job, i});
   }
   // The merge: each group's next job, the first in order on top.
   auto later = [&](size_t a, size_t b) {
@@ -730,13 +745,13 @@ Plan ConsiderUntilSettled(Pass& pass, const std::vector<const JobRequest*>& queu
     std::pop_heap(heads.begin(), heads.end(), later);
     Group& group = groups[heads.back()];
     std::pop_heap(group.jobs.begin(), group.jobs.end(), after);
-    const JobRequest* job = group.jobs.back().job;
+    const Queued next = group.jobs.back();
     group.jobs.pop_back();
-    pass.Consider(*job, group.key, group.jobs.empty());
+    pass.Consider(*next.job, group.key, group.jobs.empty(), next.at);
     if (!group.jobs.empty() && pass.Settled(group.key)) {
-      std::vector<const JobRequest*> rest;
+      std::vector<size_t> rest;
       rest.reserve(group.jobs.size());
-      for (const Queued& q : group.jobs) rest.push_back(q.job);
+      for (const Queued& q : group.jobs) rest.push_back(q.at);
       pass.AnswerAlike(std::move(rest));
       group.jobs.clear();
     }

@@ -107,6 +107,9 @@ struct Waiting {
   std::string job_id;
   bool never_fits = false;  // no registered node could run it even when idle
   std::string reason;       // one line a user can act on
+  // The job's position in the queue given to Schedule, so a caller that keeps its own state per
+  // position finds it without a lookup by id.
+  size_t at = 0;
 };
 
 // Interruptible attempts to preempt so an on-demand job can be placed (DESIGN.md §6: "an
@@ -128,10 +131,11 @@ struct Plan {
   std::set<std::string> exhausted_shapes;
   // With ScheduleOptions::answer_alike_once: jobs the pass did not consider one by one, because
   // an earlier job of their shape was answered and the answer holds for the rest of the pass.
-  // Each waits as the entry `answer` of `waiting` says. The pointers are the caller's queue.
+  // Each waits as the entry `answer` of `waiting` says. `at`: their positions in the queue given
+  // to Schedule.
   struct Alike {
     size_t answer = 0;
-    std::vector<const JobRequest*> jobs;
+    std::vector<size_t> at;
   };
   std::vector<Alike> alike;
 };
@@ -158,8 +162,8 @@ struct ScheduleOptions {
   // Search once per shape (issue 12 item 3; docs/design-notes.md "Placement at scale"): the
   // candidates of a shape are kept in a heap for the rest of the pass, and a placement re-ranks
   // only the node it changed. A shape that fits nowhere is answered once. false: every job scans
-  // every node, the original algorithm, kept as the oracle the tests and bench/placement compare
-  // against (the plans are identical).
+  // every node, the original algorithm, kept as the oracle the tests compare against (the plans
+  // are identical).
   bool share_shapes = true;
   // Incremental passes: the previous pass's Plan::exhausted_shapes, and every node whose
   // capacity, offers or attempts changed since it ended (added nodes included). A node that was

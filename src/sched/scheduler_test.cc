@@ -351,18 +351,29 @@ void ExpectSamePlan(const Plan& fast, const Plan& slow, int round) {
 
 // The same placements and preemptions, in the same order, and the same answer for every job
 // that waits, whether listed on its own or answered with its shape (Plan::alike).
-void ExpectSameAnswers(const Plan& fast, const Plan& slow, int round) {
+// `queue` is the one both were given: every answer's position (Waiting::at, Alike::at) names
+// its job there.
+void ExpectSameAnswers(const Plan& fast, const Plan& slow,
+                       const std::vector<const JobRequest*>& queue, int round) {
   Plan listed = fast;
   listed.waiting.clear();
   listed.alike.clear();
   ExpectSamePlan(listed, Plan{slow.placements, {}, slow.preemptions, {}, {}}, round);
   std::map<std::string, std::pair<bool, std::string>> fast_answers, slow_answers;
+  for (const Plan* plan : {&fast, &slow}) {
+    for (const auto& w : plan->waiting) {
+      ASSERT_LT(w.at, queue.size()) << round;
+      EXPECT_EQ(queue[w.at]->job_id, w.job_id) << round << ": answer at the wrong position";
+    }
+  }
   for (const auto& w : fast.waiting) fast_answers[w.job_id] = {w.never_fits, w.reason};
   for (const auto& a : fast.alike) {
     ASSERT_LT(a.answer, fast.waiting.size()) << round;
-    for (const JobRequest* j : a.jobs) {
-      EXPECT_EQ(fast_answers.count(j->job_id), 0u) << round << ": answered twice: " << j->job_id;
-      fast_answers[j->job_id] = {fast.waiting[a.answer].never_fits, fast.waiting[a.answer].reason};
+    for (size_t at : a.at) {
+      ASSERT_LT(at, queue.size()) << round;
+      const std::string& id = queue[at]->job_id;
+      EXPECT_EQ(fast_answers.count(id), 0u) << round << ": answered twice: " << id;
+      fast_answers[id] = {fast.waiting[a.answer].never_fits, fast.waiting[a.answer].reason};
     }
   }
   for (const auto& w : slow.waiting) slow_answers[w.job_id] = {w.never_fits, w.reason};
@@ -389,7 +400,7 @@ TEST(SchedulerTest, AlikeJobsAnsweredOnceGetTheAnswersOfTheOriginalScan) {
     Plan fast = Schedule(nodes, ptrs, {}, {.answer_alike_once = true});
     Plan shared = Schedule(nodes, ptrs, {}, {});
     Plan slow = Schedule(nodes, ptrs, {}, {.share_shapes = false});
-    ExpectSameAnswers(fast, slow, round);
+    ExpectSameAnswers(fast, slow, ptrs, round);
     EXPECT_EQ(fast.exhausted_shapes, shared.exhausted_shapes) << round;
     if (HasFatalFailure()) return;
     bool preemptible = false;
@@ -399,7 +410,7 @@ TEST(SchedulerTest, AlikeJobsAnsweredOnceGetTheAnswersOfTheOriginalScan) {
     if (preemptible) {
       EXPECT_TRUE(fast.alike.empty()) << round;  // room may come: never settled
     }
-    for (const auto& a : fast.alike) alike += a.jobs.size();
+    for (const auto& a : fast.alike) alike += a.at.size();
   }
   EXPECT_GT(alike, 100u);  // the shortcut was taken, often
 }
@@ -512,7 +523,7 @@ TEST(SchedulerTest, IncrementalPassesGiveTheSamePlanAsScanningEveryNode) {
       Plan fast = Schedule(nodes, ptrs, {}, incremental);
       Plan slow = Schedule(nodes, ptrs, {}, {.share_shapes = false});
       if (incremental.answer_alike_once) {
-        ExpectSameAnswers(fast, slow, round * 10 + pass);
+        ExpectSameAnswers(fast, slow, ptrs, round * 10 + pass);
       } else {
         ExpectSamePlan(fast, slow, round * 10 + pass);
       }

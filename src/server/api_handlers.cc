@@ -164,6 +164,14 @@ HttpResponse Api::Metrics() {
   for (const auto& [kind, n] : core_->DegradedCounts()) {
     out += "sluice_degraded_total{kind=\"" + kind + "\"} " + std::to_string(n) + "\n";
   }
+  const ServerCore::PassCounts passes = core_->PlacementPasses();
+  out +=
+      "# HELP sluice_placement_passes_total Placement passes, by search: every node for every "
+      "waiting shape (full), or only the nodes changed since the last full one (incremental).\n"
+      "# TYPE sluice_placement_passes_total counter\n"
+      "sluice_placement_passes_total{search=\"full\"} " +
+      std::to_string(passes.full) + "\nsluice_placement_passes_total{search=\"incremental\"} " +
+      std::to_string(passes.incremental) + "\n";
   const store::StoreCounters sc = core_->StoreCounters();
   out +=
       "# HELP sluice_store_wal_checkpoints_total SQLite WAL checkpoints, by where they ran: "

@@ -56,6 +56,9 @@ TEST(ApiLimitsTest, TenThousandRefusedRequestsCostACounterNotTheDatabase) {
   EXPECT_NE(metrics->body.find("sluice_store_wal_checkpoints_total{where=\"background\"} "),
             std::string::npos)
       << metrics->body;
+  EXPECT_NE(metrics->body.find("sluice_placement_passes_total{search=\"full\"} "),
+            std::string::npos)
+      << metrics->body;
   EXPECT_NE(metrics->body.find("sluice_store_wal_checkpoint_failures_total 0\n"), std::string::npos)
       << metrics->body;
   // Nothing of them was stored: not in the audit log, not in the database's size.

@@ -182,11 +182,27 @@ Status ServerCore::EnforceBudgetsLocked() {
   // The same per budgeted scope (account or team): its monthly budget.
   std::map<std::string, int64_t> scope_exposure;
   std::map<std::string, std::vector<std::string>> scope_running;
+  // Each payer's credit limit, asked once a check. An attempt that no job budget, credit limit
+  // or monthly budget bounds (most, on a server without limits) costs the check one lookup.
+  std::map<std::string, int64_t> limit_of;
   for (const auto& [aid, att] : active_attempts_) {
     if (att.cause.rfind(kPreemptingPrefix, 0) == 0) continue;  // already stopping
     auto job = jobs_.find(att.job_id);
     if (job == jobs_.end()) continue;
     const JobState& js = job->second;
+    const auto budget = BudgetMicrosLocked(js);
+    const std::string payer = PayerLocked(js.record.owner);
+    auto limit = limit_of.find(payer);
+    if (limit == limit_of.end()) {
+      limit = limit_of
+                  .emplace(payer, accounts_ != nullptr ? accounts_->CreditLimitOf(payer)
+                                                       : ledger::kUnlimited)
+                  .first;
+    }
+    const bool limited = limit->second != ledger::kUnlimited;
+    const std::vector<std::string> scopes =
+        budgets_.empty() ? std::vector<std::string>{} : BudgetScopesLocked(payer, js.record.team);
+    if (!budget && !limited && scopes.empty()) continue;
     const int64_t price = ledger::PricePerHourMicros(att.price_per_hour);
     int64_t accruing = 0;
     if (auto m = open_meters_.find(aid); m != open_meters_.end()) {
@@ -196,7 +212,7 @@ Status ServerCore::EnforceBudgetsLocked() {
       accruing = ledger::ChargeFor(price, options_.budget_margin_ms);  // starting
     }
     const int64_t reserve = StopReserveLocked(js, price);
-    if (const auto budget = BudgetMicrosLocked(js)) {
+    if (budget) {
       const int64_t spent = JobSpentLocked(att.job_id) + accruing;
       if (spent + reserve >= *budget) {
         stops[aid] = std::string(kBudgetStop) + ": " + Usd(spent) + " of " + Usd(*budget) +
@@ -204,10 +220,11 @@ Status ServerCore::EnforceBudgetsLocked() {
                      Usd(reserve) + " kept for the grace period and the final checkpoint";
       }
     }
-    const std::string payer = PayerLocked(js.record.owner);
-    exposure[payer] += accruing + reserve;
-    running_of[payer].push_back(aid);
-    for (const auto& scope : BudgetScopesLocked(payer, js.record.team)) {
+    if (limited) {
+      exposure[payer] += accruing + reserve;
+      running_of[payer].push_back(aid);
+    }
+    for (const auto& scope : scopes) {
       scope_exposure[scope] += accruing + reserve;
       scope_running[scope].push_back(aid);
     }
@@ -223,9 +240,7 @@ Status ServerCore::EnforceBudgetsLocked() {
     for (const auto& aid : scope_running[scope]) stops.try_emplace(aid, cause);
   }
   for (const auto& [payer, exposed] : exposure) {
-    const int64_t limit =
-        accounts_ != nullptr ? accounts_->CreditLimitOf(payer) : ledger::kUnlimited;
-    if (limit == ledger::kUnlimited) continue;
+    const int64_t limit = limit_of.at(payer);  // limited: only those have an exposure
     auto b = balances_.find(payer);
     const int64_t balance = b != balances_.end() ? b->second : 0;
     if (balance - exposed > -limit) continue;

@@ -170,6 +170,14 @@ void ServerCore::IndexJobLocked(const std::string& job_id) {
     queued_.insert_or_assign(job_id, &it->second);
   } else {
     queued_.erase(job_id);
+    may_fall_back_.erase(job_id);
+    return;
+  }
+  const JobState& js = it->second;
+  if (!js.fell_back && js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand) {
+    may_fall_back_.insert_or_assign(job_id, &it->second);
+  } else {
+    may_fall_back_.erase(job_id);
   }
 }
 

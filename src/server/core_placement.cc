@@ -8,7 +8,6 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <string_view>
 #include <unordered_map>
 
 #include "common/inventory.h"
@@ -382,43 +381,45 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     if (it != queued_.end()) one.insert(*it);
   }
   const std::map<std::string, JobState*>& candidates = only ? one : queued_;
-  // Interruptible-then-on-demand jobs that have waited or been preempted enough may now use
-  // on-demand capacity; the switch is an event, never silent (DESIGN.md §6).
-  for (const auto& [id, live] : candidates) {
-    if (live->fell_back ||
-        live->spec.lifecycle.capacity != spec::Capacity::kInterruptibleThenOnDemand) {
-      continue;
-    }
-    std::string why = FallbackReasonLocked(*live);
-    if (why.empty()) continue;
-    StagedJobLocked(edit, id).fell_back = true;
-    batch.events.push_back(
-        EventLocked(id, "fallback", "falling back to on-demand capacity: " + why));
-  }
-  std::vector<std::shared_ptr<const sched::JobRequest>> requests;
-  std::vector<const sched::JobRequest*> queue;
-  // Each queued job as this edit sees it, by id, for the answers below.
-  std::unordered_map<std::string_view, const JobState*> view;
-  requests.reserve(candidates.size());
-  queue.reserve(candidates.size());
-  view.reserve(candidates.size());
-  // Credit per owner, asked once a pass: a deep queue is mostly a few accounts' jobs.
+  // The pass's queue, position by position: the request and the job as this edit sees it, so
+  // the answers below find a job by its position, not by a lookup per job.
+  pass_states_.clear();
+  pass_queue_.clear();
+  pass_copies_.clear();
+  // Credit per owner, asked once a pass: a deep queue is mostly a few accounts' jobs, in runs.
   std::unordered_map<std::string, bool> can_spend;
+  const std::string* owner = nullptr;  // the last job's, and whether it may spend
+  bool owner_can_spend = false;
+  // One walk over the queue (a deep one is walked once a pass, not once per concern).
   for (const auto& [id, live] : candidates) {
+    // Interruptible-then-on-demand jobs that have waited or been preempted enough may now use
+    // on-demand capacity; the switch is an event, never silent (DESIGN.md §6).
+    if (!live->fell_back &&
+        live->spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand) {
+      if (std::string why = FallbackReasonLocked(*live); !why.empty()) {
+        StagedJobLocked(edit, id).fell_back = true;
+        batch.events.push_back(
+            EventLocked(id, "fallback", "falling back to on-demand capacity: " + why));
+      }
+    }
     auto staged = edit.jobs.find(id);
     const JobState* js = staged != edit.jobs.end() ? &staged->second : live;
-    auto credit = can_spend.find(js->record.owner);
-    if (credit == can_spend.end()) {
-      credit = can_spend.emplace(js->record.owner, CanSpendLocked(js->record.owner)).first;
+    if (owner == nullptr || *owner != js->record.owner) {
+      owner = &js->record.owner;
+      auto credit = can_spend.find(*owner);
+      if (credit == can_spend.end()) {
+        credit = can_spend.emplace(*owner, CanSpendLocked(*owner)).first;
+      }
+      owner_can_spend = credit->second;
     }
     std::string monthly;
     if (!budgets_.empty()) monthly = MonthlyRefusalLocked(js->record.owner, js->record.team);
-    if (!credit->second || !monthly.empty()) {
+    if (!owner_can_spend || !monthly.empty()) {
       // Issue 14: an account past its credit limit starts nothing more; the job says why. So
       // does one whose account or team spent its monthly budget (issue 15).
-      const std::string prefix = !credit->second ? "waiting for credit: " : "waiting for budget: ";
+      const std::string prefix = !owner_can_spend ? "waiting for credit: " : "waiting for budget: ";
       const std::string why =
-          prefix + (!credit->second ? CreditRefusalLocked(js->record.owner) : monthly);
+          prefix + (!owner_can_spend ? CreditRefusalLocked(js->record.owner) : monthly);
       // Said once: the amounts in it change with every settlement, the reason does not.
       if (js->record.reason.rfind(prefix, 0) != 0) {
         JobState& waiting = StagedJobLocked(edit, id);
@@ -428,10 +429,12 @@ Status ServerCore::PlaceLocked(const std::string* only) {
       }
       continue;
     }
-    view.emplace(id, js);
-    requests.push_back(RequestLocked(id, *js));
-    queue.push_back(requests.back().get());
+    std::shared_ptr<const sched::JobRequest> request = RequestLocked(id, *js);
+    pass_states_.push_back(js);
+    pass_queue_.push_back(request.get());
+    if (request != js->request) pass_copies_.push_back(std::move(request));  // this pass's own
   }
+  const std::vector<const sched::JobRequest*>& queue = pass_queue_;
   if (queue.empty()) return CommitLocked(edit);
   const int64_t now_mono = clock_->MonotonicMillis();
   // The tick's renewal is a full search; a submit's pass (only) stays incremental meanwhile.
@@ -521,13 +524,13 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     edit.max_log_seq[att.id] = 0;
     edit.attempts[att.id] = std::move(att);
   }
-  // Each waiting job's reason, staged where it changed.
-  auto answer = [&](const std::string& job_id, bool never_fits, const std::string& reason) {
-    // Every waiting job is a candidate; the view of one staged since is looked up afresh.
-    auto seen = view.find(job_id);
-    const JobState& js = edit.jobs.count(job_id) > 0 || seen == view.end()
-                             ? *ViewJobLocked(edit, job_id)
-                             : *seen->second;
+  // Each waiting job's reason, staged where it changed; `at`: its position in the pass's queue.
+  auto answer = [&](size_t at, bool never_fits, const std::string& reason) {
+    const std::string& job_id = queue[at]->job_id;
+    // As the queue was built, unless staged since (by an earlier answer: only placements are
+    // staged in between, and a placed job is not answered).
+    auto seen = edit.jobs.find(job_id);
+    const JobState& js = seen != edit.jobs.end() ? seen->second : *pass_states_[at];
     const std::string* why = &reason;
     std::string until_fallback;
     if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand && !js.fell_back) {
@@ -550,10 +553,10 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     }
     staged.never_fits = never_fits;
   };
-  for (const sched::Waiting& w : plan.waiting) answer(w.job_id, w.never_fits, w.reason);
+  for (const sched::Waiting& w : plan.waiting) answer(w.at, w.never_fits, w.reason);
   for (const auto& group : plan.alike) {
     const sched::Waiting& w = plan.waiting[group.answer];
-    for (const sched::JobRequest* r : group.jobs) answer(r->job_id, w.never_fits, w.reason);
+    for (size_t at : group.at) answer(at, w.never_fits, w.reason);
   }
   // The allocation exists in memory, and its assignments are sent, only once it is durable.
   if (Status s = CommitLocked(edit); !s.ok()) {
@@ -574,6 +577,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
       full_search_due_ = false;
     }
   }
+  ++(incremental ? passes_.incremental : passes_.full);
   // On-demand work displacing interruptible attempts (DESIGN.md §6); the job is placed once
   // they have stopped and freed the room.
   // An interruptible job's higher bid does the same (issue 15 item 4).
@@ -594,6 +598,11 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     }
   }
   return Status::Ok();
+}
+
+ServerCore::PassCounts ServerCore::PlacementPasses() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return passes_;
 }
 
 std::string ServerCore::FallbackReasonLocked(const JobState& js) const {

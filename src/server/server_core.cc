@@ -298,11 +298,10 @@ bool ServerCore::TickState() {
     }
     job = job->second.empty() ? avoid_.erase(job) : std::next(job);
   }
-  for (const auto& [id, js] : queued_) {
-    if (!js->fell_back &&
-        js->spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand &&
-        !FallbackReasonLocked(*js).empty()) {
+  for (const auto& [id, js] : may_fall_back_) {
+    if (!FallbackReasonLocked(*js).empty()) {
       expired = true;  // a job may fall back to on-demand capacity now
+      break;
     }
   }
   // Renew the full search incremental passes lean on before it is too old for them

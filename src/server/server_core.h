@@ -408,6 +408,14 @@ class ServerCore {
   // Failures nobody was waiting for (DegradedLocked), by kind; /v1/metrics exports them as
   // sluice_degraded_total{kind}.
   std::map<std::string, int64_t> DegradedCounts();
+  // Placement passes committed (PlaceLocked), by how far they searched: every node for every
+  // shape ("full"), or only the nodes changed since the last full one ("incremental"; a
+  // submit's own pass included). /v1/metrics exports them as sluice_placement_passes_total.
+  struct PassCounts {
+    int64_t full = 0;
+    int64_t incremental = 0;
+  };
+  PassCounts PlacementPasses();
   // The store's own work (WAL checkpoints); no lock: the store counts with atomics.
   store::StoreCounters StoreCounters() { return store_->Counters(); }
 
@@ -765,6 +773,9 @@ class ServerCore {
   // The queued jobs by id (IndexJobLocked keeps it): placement and the tick walk the queue, not
   // every job ever submitted. The pointers are into jobs_, whose entries stay put until erased.
   std::map<std::string, JobState*> queued_;
+  // Those of them that may still fall back to on-demand capacity (interruptible-then-on-demand,
+  // not fallen back yet; IndexJobLocked keeps it too): the tick asks only these, not the queue.
+  std::map<std::string, JobState*> may_fall_back_;
   std::map<std::string, store::AttemptRecord> active_attempts_;  // starting/running only
   // The same attempts' ids by node (kept with active_attempts_ by ApplyLocked and Load): a
   // heartbeat, hello or node loss touches its node's attempts, not every attempt.
@@ -779,8 +790,14 @@ class ServerCore {
   // The tick asked the scheduler thread for a full search before the last one grows too old for
   // incremental passes (TickState), so a submit's own pass never falls back to every node.
   bool full_search_due_ = false;
-  std::map<std::string, int64_t> max_log_seq_;  // per active attempt
-  std::map<std::string, int64_t> log_bytes_;    // stored log bytes per active attempt (lazy)
+  PassCounts passes_;
+  // A pass's queue, kept between passes for their capacity (PlaceLocked): a deep queue's
+  // vectors allocated and freed per pass cost more in the kernel than the pass itself.
+  std::vector<const JobState*> pass_states_;
+  std::vector<const sched::JobRequest*> pass_queue_;
+  std::vector<std::shared_ptr<const sched::JobRequest>> pass_copies_;  // not cached in a job
+  std::map<std::string, int64_t> max_log_seq_;                         // per active attempt
+  std::map<std::string, int64_t> log_bytes_;  // stored log bytes per active attempt (lazy)
   std::map<uint64_t, Subscriber> subscribers_;
   std::map<std::string, std::vector<market::Offer>> catalog_offers_;  // by provider
   // The same catalog offers, indexed for queries (DESIGN.md §8: the store is the source of
