@@ -14,7 +14,11 @@
 // Prints placements/s per world and the deep world's ratio to the baseline: 1.0 means a deep
 // queue costs a placement nothing.
 //
+// Then, in the same rounds, `--submits` jobs are submitted into each world while every node is
+// full: what a submit costs the core (its commit, never-fits probe and own pass) with that queue.
+//
 //   bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] [--rounds K]
+//                   [--submits M]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -68,6 +72,8 @@ struct World {
   size_t queued = 0;                 // jobs still waiting
   double seconds = 0;                // timed
   size_t placed = 0;
+  double submit_seconds = 0;  // timed, submits into the full fleet
+  size_t submitted = 0;
 
   // The attempt the core last assigned to node i, started as its agent would.
   void StartLast(size_t i) {
@@ -128,6 +134,17 @@ void Build(World& w, size_t nodes, size_t queued) {
   w.queued = queued;
 }
 
+// `count` submits of jobs that wait (every node is full): the submit's commit, its never-fits
+// probe and its own placement pass.
+void Submit(World& w, size_t count) {
+  auto start = Clock::now();
+  for (size_t k = 0; k < count; ++k, ++w.submitted, ++w.queued) {
+    auto job = w.core->SubmitJob(Spec(), "", /*queue_unschedulable=*/false);
+    if (!job.ok()) Die(w.name + ": submit: " + job.status().ToString());
+  }
+  w.submit_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 // `count` placements: node after node, its job exits and the next queued one takes its place.
 void Release(World& w, size_t& next, size_t count) {
   auto start = Clock::now();
@@ -156,7 +173,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::printf(
           "usage: bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] "
-          "[--rounds K]\n"
+          "[--rounds K] [--submits M]\n"
           "  placements/s of the server core with Q jobs queued behind N full nodes, against "
           "the same with S queued (the baseline)\n");
       return 0;
@@ -167,6 +184,7 @@ int main(int argc, char** argv) {
   const size_t shallow = Arg(argc, argv, "--shallow", 100);
   const size_t rounds = Arg(argc, argv, "--rounds", 5);
   const size_t releases = std::min<size_t>(Arg(argc, argv, "--releases", 500), shallow);
+  const size_t submits = Arg(argc, argv, "--submits", 100);
   if (nodes == 0 || releases == 0 || rounds == 0)
     Die("--nodes, --releases and --rounds must be > 0");
   if (releases * rounds > shallow) Die("--shallow must be at least --releases × --rounds");
@@ -183,6 +201,8 @@ int main(int argc, char** argv) {
   for (size_t r = 0; r < rounds; ++r) {
     Release(base, next_base, releases);
     Release(deep, next_deep, releases);
+    Submit(base, submits);
+    Submit(deep, submits);
   }
   const double base_rate = static_cast<double>(base.placed) / base.seconds;
   const double deep_rate = static_cast<double>(deep.placed) / deep.seconds;
@@ -190,6 +210,12 @@ int main(int argc, char** argv) {
               base.placed, base_rate);
   std::printf("%-20s %8zu placements  %9.0f placements/s  %.2fx the baseline\n", deep.name.c_str(),
               deep.placed, deep_rate, deep_rate / base_rate);
+  const double base_submits = static_cast<double>(base.submitted) / base.submit_seconds;
+  const double deep_submits = static_cast<double>(deep.submitted) / deep.submit_seconds;
+  std::printf("%-20s %8zu submits     %9.0f submits/s     (baseline; every node full)\n",
+              base.name.c_str(), base.submitted, base_submits);
+  std::printf("%-20s %8zu submits     %9.0f submits/s     %.2fx the baseline\n", deep.name.c_str(),
+              deep.submitted, deep_submits, deep_submits / base_submits);
   for (World* w : {&base, &deep}) {
     w->core.reset();
     w->store.reset();

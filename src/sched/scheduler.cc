@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <queue>
@@ -331,9 +332,20 @@ class Pass {
       for (size_t i = 0; i < nodes_.size(); ++i) own_index_.emplace(nodes_[i]->node_id, i);
       options_.node_index = &own_index_;
     }
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      for (const auto& r : nodes_[i]->running) preemptible_ |= r.interruptible || r.preempting;
-      if (!nodes_[i]->paused.empty()) paused_.push_back(i);
+    if (options_.fleet != nullptr) {
+      preemptible_ = options_.fleet->preemptible;
+      paused_ = options_.fleet->paused;
+#ifndef NDEBUG
+      const FleetFacts seen = FleetFactsOf(base_);
+      if (seen.preemptible != preemptible_ || seen.paused != paused_) {
+        std::fprintf(stderr, "sched: the caller's fleet facts are out of date\n");
+        std::abort();
+      }
+#endif
+    } else {
+      FleetFacts seen = FleetFactsOf(base_);
+      preemptible_ = seen.preemptible;
+      paused_ = std::move(seen.paused);
     }
   }
 
@@ -607,6 +619,20 @@ std::string Number(double v) {
 }
 
 }  // namespace
+
+bool HasPreemptible(const NodeCapacity& node) {
+  return std::any_of(node.running.begin(), node.running.end(),
+                     [](const RunningAttempt& r) { return r.interruptible || r.preempting; });
+}
+
+FleetFacts FleetFactsOf(const std::vector<std::shared_ptr<const NodeCapacity>>& nodes) {
+  FleetFacts facts;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    facts.preemptible = facts.preemptible || HasPreemptible(*nodes[i]);
+    if (!nodes[i]->paused.empty()) facts.paused.push_back(i);
+  }
+  return facts;
+}
 
 std::string ShapeKey(const JobRequest& job) {
   if (!job.avoid_nodes.empty()) return "";

@@ -158,6 +158,17 @@ Plan Schedule(std::vector<NodeCapacity> nodes, const std::vector<JobRequest>& qu
 // (it is searched on its own).
 std::string ShapeKey(const JobRequest& job);
 
+// What a pass would otherwise learn by reading every node, for a caller that keeps its nodes
+// between passes and these facts with them (the server's placement view): whether some attempt
+// anywhere is interruptible or being preempted, and the positions of the paused nodes, in order.
+struct FleetFacts {
+  bool preemptible = false;
+  std::vector<size_t> paused;
+};
+// A node's share of them.
+bool HasPreemptible(const NodeCapacity& node);
+FleetFacts FleetFactsOf(const std::vector<std::shared_ptr<const NodeCapacity>>& nodes);
+
 struct ScheduleOptions {
   // Search once per shape (issue 12 item 3; docs/design-notes.md "Placement at scale"): the
   // candidates of a shape are kept in a heap for the rest of the pass, and a placement re-ranks
@@ -180,6 +191,10 @@ struct ScheduleOptions {
   // The placements and preemptions are the very ones of the pass without it, and each job's
   // answer is the same; only the order of the waiting entries differs.
   bool answer_alike_once = false;
+  // The nodes' FleetFacts where the caller keeps them: a pass then reads no node it does not
+  // search, so a submit's own pass does not read all 10,000 nodes' attempts first. Debug builds
+  // check them against the nodes and abort on a difference.
+  const FleetFacts* fleet = nullptr;
 };
 
 // The same, over a queue the caller keeps (the server's queued jobs are not copied per pass).

@@ -659,5 +659,40 @@ TEST(SchedulerTest, ShapeKeyTellsApartWhatPlacementReads) {
   EXPECT_EQ(ShapeKey(c), "");  // searched on its own
 }
 
+// What a caller keeps with its nodes so a pass need not read them all (ScheduleOptions::fleet):
+// read off the nodes, and given back, the same plan as the pass finding them itself.
+TEST(SchedulerTest, FleetFactsAreWhatThePassWouldFindAndGiveTheSamePlan) {
+  std::vector<std::shared_ptr<const NodeCapacity>> nodes;
+  nodes.push_back(std::make_shared<NodeCapacity>(Node("a", 1, 4, 8)));
+  NodeCapacity paused = Node("b", 1, 4, 8);
+  paused.online = false;
+  paused.paused = "paused (reclaimed)";
+  nodes.push_back(std::make_shared<NodeCapacity>(paused));
+  FleetFacts calm = FleetFactsOf(nodes);
+  EXPECT_FALSE(calm.preemptible);
+  EXPECT_EQ(calm.paused, std::vector<size_t>{1});
+  NodeCapacity spot = Node("c", 1, 4, 8);
+  spot.running.push_back({"att-1", {0}, 1, 1, /*interruptible=*/true});
+  spot.gpus[0].free = false;
+  nodes.push_back(std::make_shared<NodeCapacity>(spot));
+  const FleetFacts facts = FleetFactsOf(nodes);
+  EXPECT_TRUE(facts.preemptible);
+  EXPECT_TRUE(HasPreemptible(*nodes[2]));
+  EXPECT_FALSE(HasPreemptible(*nodes[0]));
+  std::vector<JobRequest> queue = {Job("j1", 1), Job("j2", 1), Job("j3", 1)};
+  std::vector<const JobRequest*> ptrs;
+  for (const auto& j : queue) ptrs.push_back(&j);
+  ScheduleOptions given;
+  given.fleet = &facts;
+  given.answer_alike_once = true;
+  Plan with = Schedule(nodes, ptrs, {}, given);
+  Plan without = Schedule(nodes, ptrs, {}, {.answer_alike_once = true});
+  ExpectSameAnswers(with, without, ptrs, 0);
+  // j1 takes a; j2 preempts the interruptible attempt on c (so nothing is settled early).
+  ASSERT_EQ(with.placements.size(), 1u);
+  EXPECT_EQ(with.placements[0].node_id, "a");
+  EXPECT_EQ(with.preemptions.size(), 1u);
+}
+
 }  // namespace
 }  // namespace sluice::sched

@@ -182,6 +182,17 @@ const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::Capac
       capacity_pause_ends_ms_ = std::min(capacity_pause_ends_ms_, ns.record.paused_until_ms);
     }
   };
+  // A node's share of the view's FleetFacts, added (+1) or taken away (-1).
+  auto count_facts = [&](size_t slot, const sched::NodeCapacity& cap, int sign) {
+    const bool preemptible = sched::HasPreemptible(cap);
+    if (sign > 0) {
+      capacity_preemptible_ += preemptible ? 1 : 0;
+      if (!cap.paused.empty()) capacity_paused_.insert(slot);
+    } else {
+      capacity_preemptible_ -= preemptible ? 1 : 0;
+      if (!cap.paused.empty()) capacity_paused_.erase(slot);
+    }
+  };
   // The nodes changed since: each in its place, unless one joins or leaves the view (rare: a
   // node verified, lost, revoked), which builds it afresh.
   if (!capacity_stale_ && wall < capacity_pause_ends_ms_) {
@@ -194,6 +205,8 @@ const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::Capac
         break;
       }
       if (cap == nullptr) continue;
+      count_facts(slot->second, *capacity_[slot->second], -1);
+      count_facts(slot->second, *cap, +1);
       capacity_[slot->second] = std::move(cap);
       note_pause(n->second);
     }
@@ -205,16 +218,21 @@ const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::Capac
     capacity_.clear();
     capacity_slot_.clear();
     capacity_pause_ends_ms_ = std::numeric_limits<int64_t>::max();
+    capacity_preemptible_ = 0;
+    capacity_paused_.clear();
     capacity_.reserve(nodes_.size());
     for (const auto& [id, ns] : nodes_) {
       auto cap = NodeCapacityLocked(id, ns, wall);
       if (cap == nullptr) continue;
       capacity_slot_[id] = capacity_.size();
+      count_facts(capacity_.size(), *cap, +1);
       capacity_.push_back(std::move(cap));
       note_pause(ns);
     }
     capacity_stale_ = false;
   }
+  capacity_facts_.preemptible = capacity_preemptible_ > 0;
+  capacity_facts_.paused.assign(capacity_paused_.begin(), capacity_paused_.end());
 #ifndef NDEBUG
   // Debug builds (the sanitizer run) check the kept view against one built from every node: a
   // change that was not noted (NodeChangedLocked) would show here as a node out of date.
@@ -242,6 +260,7 @@ sched::ScheduleOptions ServerCore::IncrementalLocked() const {
   // again, so a change this bookkeeping missed cannot strand a job (docs/design-notes.md
   // "Placement at scale").
   sched::ScheduleOptions how;
+  how.fleet = &capacity_facts_;  // CapacityLocked's, current once it has run
   if (!nodes_changed_ && !exhausted_shapes_.empty() &&
       clock_->MonotonicMillis() - last_full_search_mono_ < kFullSearchLastsMs) {
     how.exhausted_before = &exhausted_shapes_;
@@ -443,6 +462,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   const bool incremental = how.exhausted_before != nullptr;
   sched::ScheduleOptions alike = how;
   alike.answer_alike_once = true;  // a deep queue costs a pass what changed, not its length
+  alike.fleet = &capacity_facts_;  // a full search's too
   sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model, alike);
 
   int64_t now = clock_->NowMillis();

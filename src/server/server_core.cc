@@ -307,8 +307,9 @@ bool ServerCore::TickState() {
   // Renew the full search incremental passes lean on before it is too old for them
   // (IncrementalLocked): on the scheduler thread, off any request, so that a submit's own pass
   // searches the nodes changed since, not every node (docs/design-notes.md "Placement at scale").
-  if (!queued_.empty() && !full_search_due_ && !exhausted_shapes_.empty() &&
-      now - last_full_search_mono_ >= kFullSearchRenewMs) {
+  // Also when no full search has found a shape exhausted yet: with every node holding its jobs
+  // nothing else runs one, and every submit searched all nodes.
+  if (!queued_.empty() && !full_search_due_ && now - last_full_search_mono_ >= kFullSearchRenewMs) {
     full_search_due_ = true;
     if (Status s = RequestScheduleLocked(); !s.ok()) {
       DegradedLocked("schedule", "renewing the full search", s);

@@ -851,6 +851,11 @@ class ServerCore {
   mutable std::unordered_set<std::string> capacity_dirty_;
   mutable bool capacity_stale_ = true;
   mutable int64_t capacity_pause_ends_ms_ = 0;
+  // The view's sched::FleetFacts, kept with it so a pass need not read every node for them: how
+  // many of its nodes have an interruptible or preempting attempt, and its paused nodes' places.
+  mutable size_t capacity_preemptible_ = 0;
+  mutable std::set<size_t> capacity_paused_;
+  mutable sched::FleetFacts capacity_facts_;
   // The verification indexes (TrackVerificationLocked): supersets of the nodes queued for a
   // suite (by queue order), admitted and maybe running, and waiting for a retry (by due time).
   // An entry is checked against the node's own flags when met, so a stale one does no harm.
