@@ -136,6 +136,33 @@ TEST_F(ServerCoreTest, InterruptibleThenOnDemandFallsBackAfterWaitingAndSaysSo) 
   EXPECT_NE(fallback.find("no interruptible capacity for 60s"), std::string::npos) << fallback;
 }
 
+// The tick asks the queued jobs that may still fall back (may_fall_back_) whether one may now,
+// between its full-search renewals: here the last renewal was 6 s before the fallback is due, so
+// only that question starts the pass that places the job on on-demand capacity.
+TEST_F(ServerCoreTest, TheTickFallsBackAJobBetweenItsFullSearches) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = Hello(link, CpuHello());  // sells no interruptible capacity
+  ASSERT_TRUE(node.ok());
+  spec::JobSpec s = Spec(1);
+  s.lifecycle.capacity = spec::Capacity::kInterruptibleThenOnDemand;
+  s.lifecycle.fallback_after_s = 60;
+  auto job = core_->SubmitJob(s, "");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto live = [&](int64_t ms) {
+    clock_.Advance(ms);
+    ASSERT_TRUE(core_->AgentMessage(*node, link.get(), Json{{"type", "heartbeat"}}).ok());
+    core_->Tick();
+  };
+  live(55'000);  // the tick's full search: too early to fall back
+  const ServerCore::PassCounts renewed = core_->PlacementPasses();
+  EXPECT_TRUE(link->OfType("assign").empty());
+  live(6'000);  // 61 s: due, and 6 s after the renewal
+  ASSERT_EQ(link->OfType("assign").size(), 1u);
+  const ServerCore::PassCounts after = core_->PlacementPasses();
+  EXPECT_EQ(after.full + after.incremental, renewed.full + renewed.incremental + 1);
+  EXPECT_FALSE(core_->GetJob(job->id)->attempts[0].interruptible);
+}
+
 TEST_F(ServerCoreTest, InterruptibleThenOnDemandFallsBackAfterPreemptions) {
   auto spot_link = std::make_shared<RecordingLink>();
   proto::Hello h = CpuHello();

@@ -401,7 +401,9 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   }
   const std::map<std::string, JobState*>& candidates = only ? one : queued_;
   // The pass's queue, position by position: the request and the job as this edit sees it, so
-  // the answers below find a job by its position, not by a lookup per job.
+  // the answers below find a job by its position, not by a lookup per job. Members reused by
+  // every pass: nothing before the answers below runs a pass (a nested one comes only after the
+  // commit, from PreemptLocked, when they are no longer read).
   pass_states_.clear();
   pass_queue_.clear();
   pass_copies_.clear();
