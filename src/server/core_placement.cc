@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/inventory.h"
 #include "ledger/metering.h"
@@ -185,6 +186,8 @@ const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::Capac
   // A node's share of the view's FleetFacts, added (+1) or taken away (-1).
   auto count_facts = [&](size_t slot, const sched::NodeCapacity& cap, int sign) {
     const bool preemptible = sched::HasPreemptible(cap);
+    capacity_free_gpus_ += sign * sched::FreeGpusOf(cap);
+    capacity_free_cpus_ += sign * sched::FreeCpusOf(cap);
     if (sign > 0) {
       capacity_preemptible_ += preemptible ? 1 : 0;
       if (!cap.paused.empty()) capacity_paused_.insert(slot);
@@ -220,6 +223,7 @@ const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::Capac
     capacity_pause_ends_ms_ = std::numeric_limits<int64_t>::max();
     capacity_preemptible_ = 0;
     capacity_paused_.clear();
+    capacity_free_gpus_ = capacity_free_cpus_ = 0;
     capacity_.reserve(nodes_.size());
     for (const auto& [id, ns] : nodes_) {
       auto cap = NodeCapacityLocked(id, ns, wall);
@@ -233,6 +237,8 @@ const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::Capac
   }
   capacity_facts_.preemptible = capacity_preemptible_ > 0;
   capacity_facts_.paused.assign(capacity_paused_.begin(), capacity_paused_.end());
+  capacity_facts_.free_gpus = capacity_free_gpus_;
+  capacity_facts_.free_cpus = capacity_free_cpus_;
 #ifndef NDEBUG
   // Debug builds (the sanitizer run) check the kept view against one built from every node: a
   // change that was not noted (NodeChangedLocked) would show here as a node out of date.
@@ -394,12 +400,8 @@ std::shared_ptr<const sched::JobRequest> ServerCore::RequestLocked(const std::st
 Status ServerCore::PlaceLocked(const std::string* only) {
   Edit edit;
   WriteBatch& batch = edit.batch;
-  std::map<std::string, JobState*> one;
-  if (only) {
-    auto it = queued_.find(*only);
-    if (it != queued_.end()) one.insert(*it);
-  }
-  const std::map<std::string, JobState*>& candidates = only ? one : queued_;
+  // The view first: its fleet facts decide how much of the queue this pass reads.
+  const std::vector<std::shared_ptr<const sched::NodeCapacity>>& capacity = CapacityLocked();
   // The pass's queue, position by position: the request and the job as this edit sees it, so
   // the answers below find a job by its position, not by a lookup per job. Members reused by
   // every pass: nothing before the answers below runs a pass (a nested one comes only after the
@@ -407,56 +409,140 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   pass_states_.clear();
   pass_queue_.clear();
   pass_copies_.clear();
+  pass_tails_.clear();
   // Credit per owner, asked once a pass: a deep queue is mostly a few accounts' jobs, in runs.
   std::unordered_map<std::string, bool> can_spend;
   const std::string* owner = nullptr;  // the last job's, and whether it may spend
   bool owner_can_spend = false;
-  // One walk over the queue (a deep one is walked once a pass, not once per concern).
-  for (const auto& [id, live] : candidates) {
-    // Interruptible-then-on-demand jobs that have waited or been preempted enough may now use
-    // on-demand capacity; the switch is an event, never silent (DESIGN.md §6).
-    if (!live->fell_back &&
-        live->spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand) {
-      if (std::string why = FallbackReasonLocked(*live); !why.empty()) {
-        StagedJobLocked(edit, id).fell_back = true;
-        batch.events.push_back(
-            EventLocked(id, "fallback", "falling back to on-demand capacity: " + why));
-      }
-    }
-    auto staged = edit.jobs.find(id);
-    const JobState* js = staged != edit.jobs.end() ? &staged->second : live;
-    if (owner == nullptr || *owner != js->record.owner) {
-      owner = &js->record.owner;
+  // Why the job's account may start nothing now (issue 14: past its credit limit; issue 15: its
+  // account or team spent its monthly budget): the wording's fixed prefix, and the whole line.
+  auto refusal = [&](const JobState& js) -> std::pair<const char*, std::string> {
+    if (owner == nullptr || *owner != js.record.owner) {
+      owner = &js.record.owner;
       auto credit = can_spend.find(*owner);
       if (credit == can_spend.end()) {
         credit = can_spend.emplace(*owner, CanSpendLocked(*owner)).first;
       }
       owner_can_spend = credit->second;
     }
-    std::string monthly;
-    if (!budgets_.empty()) monthly = MonthlyRefusalLocked(js->record.owner, js->record.team);
-    if (!owner_can_spend || !monthly.empty()) {
-      // Issue 14: an account past its credit limit starts nothing more; the job says why. So
-      // does one whose account or team spent its monthly budget (issue 15).
-      const std::string prefix = !owner_can_spend ? "waiting for credit: " : "waiting for budget: ";
-      const std::string why =
-          prefix + (!owner_can_spend ? CreditRefusalLocked(js->record.owner) : monthly);
-      // Said once: the amounts in it change with every settlement, the reason does not.
-      if (js->record.reason.rfind(prefix, 0) != 0) {
-        JobState& waiting = StagedJobLocked(edit, id);
-        waiting.record.reason = why;
-        batch.jobs.push_back(waiting.record);
-        batch.events.push_back(EventLocked(id, "waiting", why));
-      }
-      continue;
+    if (!owner_can_spend) {
+      return {"waiting for credit: ",
+              "waiting for credit: " + CreditRefusalLocked(js.record.owner)};
     }
+    if (budgets_.empty()) return {nullptr, {}};
+    std::string monthly = MonthlyRefusalLocked(js.record.owner, js.record.team);
+    if (monthly.empty()) return {nullptr, {}};
+    return {"waiting for budget: ", "waiting for budget: " + monthly};
+  };
+  // The job says why it waits, once: the amounts in it change with every settlement, the
+  // reason does not.
+  auto refuse = [&](const std::string& id, const JobState& js, const char* prefix,
+                    const std::string& why) {
+    if (js.record.reason.rfind(prefix, 0) == 0) return;
+    JobState& waiting = StagedJobLocked(edit, id);
+    waiting.record.reason = why;
+    batch.jobs.push_back(waiting.record);
+    batch.events.push_back(EventLocked(id, "waiting", why));
+  };
+  // Interruptible-then-on-demand jobs that have waited or been preempted enough may now use
+  // on-demand capacity; the switch is an event, never silent (DESIGN.md §6). Whether it did.
+  auto fall_back = [&](const std::string& id, const JobState& live) {
+    if (live.fell_back ||
+        live.spec.lifecycle.capacity != spec::Capacity::kInterruptibleThenOnDemand) {
+      return false;
+    }
+    std::string why = FallbackReasonLocked(live);
+    if (why.empty()) return false;
+    StagedJobLocked(edit, id).fell_back = true;
+    batch.events.push_back(
+        EventLocked(id, "fallback", "falling back to on-demand capacity: " + why));
+    return true;
+  };
+  // Into the pass's queue, at the next position; `tail`: its group's entry in `tails` below.
+  auto feed = [&](const std::string& id, const JobState* js, int tail) {
     std::shared_ptr<const sched::JobRequest> request = RequestLocked(id, *js);
     pass_states_.push_back(js);
     pass_queue_.push_back(request.get());
+    pass_tails_.push_back(tail);
     if (request != js->request) pass_copies_.push_back(std::move(request));  // this pass's own
+  };
+  // A job considered on its own: fallback, refusal, then into the queue.
+  auto consider = [&](const std::string& id, const JobState* live) {
+    fall_back(id, *live);
+    const JobState* js = ViewJobLocked(edit, id);
+    if (auto [prefix, why] = refusal(*js); prefix != nullptr) return refuse(id, *js, prefix, why);
+    feed(id, js, -1);
+  };
+  // A group's jobs this pass did not read (QueueIndex): from `from` on, with the answer they all
+  // get, taken from the first of its read jobs to wait (or the group's refusal).
+  struct Tail {
+    const std::string* key;
+    const QueueIndex::Group* group;
+    QueueIndex::Order from;
+    std::optional<QueueIndex::Answer> answer;
+    std::string refusal;  // the whole line, for a refused group
+  };
+  std::vector<Tail> tails;
+  std::unordered_set<std::string> alone;  // jobs read on their own this pass, outside a group
+  // A group is read only as far as can matter when nothing in the fleet is preemptible (then no
+  // room comes in the pass, and a shape's later jobs wait as its first waiting one does:
+  // sched::MostPlacements); a submit's own pass reads its job alone.
+  const bool grouped = only == nullptr && options_.group_queue && !capacity_facts_.preemptible;
+  if (only != nullptr) {
+    if (auto it = queued_.find(*only); it != queued_.end()) consider(it->first, it->second);
+  } else if (!grouped) {
+    // One walk over the queue (a deep one is walked once a pass, not once per concern).
+    for (const auto& [id, live] : queued_) consider(id, live);
+  } else {
+    // Jobs that fall back now are read alone (their shape changes with this edit), as are jobs
+    // with a cooldown (searched on their own) and jobs outside any group.
+    for (const auto& [id, live] : may_fall_back_) {
+      if (fall_back(id, *live)) alone.insert(id);
+    }
+    for (const auto& [id, until] : avoid_) {
+      if (queued_.count(id) > 0) alone.insert(id);
+    }
+    alone.insert(queue_index_.alone().begin(), queue_index_.alone().end());
+    for (const std::string& id : alone) {
+      const JobState* js = ViewJobLocked(edit, id);
+      if (auto [prefix, why] = refusal(*js); prefix != nullptr) {
+        refuse(id, *js, prefix, why);
+      } else {
+        feed(id, js, -1);
+      }
+    }
+    for (const auto& [key, group] : queue_index_.groups()) {
+      // Owner and team are the group's: its first member answers for all.
+      const JobState& first = *queued_.at(group.members.begin()->second);
+      if (auto [prefix, why] = refusal(first); prefix != nullptr) {
+        tails.push_back({&key, &group, group.members.begin()->first,
+                         QueueIndex::Answer{prefix, false, true}, std::move(why)});
+        continue;
+      }
+      const size_t most = sched::MostPlacements(
+          capacity_facts_, *RequestLocked(group.members.begin()->second, first));
+      size_t read = 0;
+      for (const auto& [order, id] : group.members) {
+        if (alone.count(id) > 0) continue;
+        if (most != std::numeric_limits<size_t>::max() && read > most) {
+          tails.push_back({&key, &group, order, std::nullopt, {}});
+          break;
+        }
+        feed(id, queued_.at(id), -1);
+        ++read;
+      }
+      // Its read jobs carry their tail's entry, so the first to wait gives the tail its answer.
+      if (!tails.empty() && tails.back().group == &group) {
+        for (size_t at = pass_tails_.size() - read; at < pass_tails_.size(); ++at) {
+          pass_tails_[at] = static_cast<int>(tails.size() - 1);
+        }
+      }
+    }
   }
   const std::vector<const sched::JobRequest*>& queue = pass_queue_;
-  if (queue.empty()) return CommitLocked(edit);
+  if (queue.empty() && tails.empty()) return CommitLocked(edit);
+  // Nothing to search when every group was refused: their answers only.
+  const bool searched = !queue.empty();
   const int64_t now_mono = clock_->MonotonicMillis();
   // The tick's renewal is a full search; a submit's pass (only) stays incremental meanwhile.
   const sched::ScheduleOptions how =
@@ -465,7 +551,8 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   sched::ScheduleOptions alike = how;
   alike.answer_alike_once = true;  // a deep queue costs a pass what changed, not its length
   alike.fleet = &capacity_facts_;  // a full search's too
-  sched::Plan plan = sched::Schedule(CapacityLocked(), queue, options_.cost_model, alike);
+  sched::Plan plan;
+  if (searched) plan = sched::Schedule(capacity, queue, options_.cost_model, alike);
 
   int64_t now = clock_->NowMillis();
   std::map<std::string, std::string> snapshots_written;  // node id -> digest, in this edit
@@ -546,49 +633,98 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     edit.max_log_seq[att.id] = 0;
     edit.attempts[att.id] = std::move(att);
   }
-  // Each waiting job's reason, staged where it changed; `at`: its position in the pass's queue.
+  // How the job says the scheduler's answer: an interruptible-then-on-demand job not fallen back
+  // yet waits for interruptible capacity, not for ever (it may use on-demand capacity later).
+  // QueueGroupLocked keeps jobs apart that would say one answer differently.
+  auto wording = [](const JobState& js, bool never_fits,
+                    const std::string& reason) -> std::pair<bool, std::string> {
+    if (js.spec.lifecycle.capacity != spec::Capacity::kInterruptibleThenOnDemand || js.fell_back) {
+      return {never_fits, reason};
+    }
+    const auto& lc = js.spec.lifecycle;
+    return {false, "waiting for interruptible capacity (" + reason + "); on-demand after " +
+                       std::to_string(lc.fallback_after_preemptions) + " preemptions or " +
+                       std::to_string(lc.fallback_after_s) + "s"};
+  };
+  // A waiting job's answer, staged where it changed.
+  auto answer_job = [&](const std::string& job_id, const JobState& js, bool never_fits,
+                        const std::string& why) {
+    if (js.record.reason == why && js.never_fits == never_fits) return;
+    JobState& staged = StagedJobLocked(edit, job_id);
+    if (staged.record.reason != why) {
+      if (never_fits != staged.never_fits || never_fits) {
+        batch.events.push_back(EventLocked(job_id, never_fits ? "unschedulable" : "waiting", why));
+      }
+      staged.record.reason = why;
+      batch.jobs.push_back(staged.record);
+    }
+    staged.never_fits = never_fits;
+  };
+  // `at`: the job's position in the pass's queue.
   auto answer = [&](size_t at, bool never_fits, const std::string& reason) {
     const std::string& job_id = queue[at]->job_id;
     // As the queue was built, unless staged since (by an earlier answer: only placements are
     // staged in between, and a placed job is not answered).
     auto seen = edit.jobs.find(job_id);
     const JobState& js = seen != edit.jobs.end() ? seen->second : *pass_states_[at];
-    const std::string* why = &reason;
-    std::string until_fallback;
-    if (js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand && !js.fell_back) {
-      // Not for ever: it may use on-demand capacity later.
-      const auto& lc = js.spec.lifecycle;
-      never_fits = false;
-      until_fallback = "waiting for interruptible capacity (" + reason + "); on-demand after " +
-                       std::to_string(lc.fallback_after_preemptions) + " preemptions or " +
-                       std::to_string(lc.fallback_after_s) + "s";
-      why = &until_fallback;
+    auto [nf, why] = wording(js, never_fits, reason);
+    if (pass_tails_[at] >= 0) {
+      Tail& tail = tails[static_cast<size_t>(pass_tails_[at])];
+      if (!tail.answer) tail.answer = QueueIndex::Answer{why, nf, false};
     }
-    if (js.record.reason == *why && js.never_fits == never_fits) return;
-    JobState& staged = StagedJobLocked(edit, job_id);
-    if (staged.record.reason != *why) {
-      if (never_fits != staged.never_fits || never_fits) {
-        batch.events.push_back(EventLocked(job_id, never_fits ? "unschedulable" : "waiting", *why));
-      }
-      staged.record.reason = *why;
-      batch.jobs.push_back(staged.record);
-    }
-    staged.never_fits = never_fits;
+    answer_job(job_id, js, nf, why);
   };
   for (const sched::Waiting& w : plan.waiting) answer(w.at, w.never_fits, w.reason);
   for (const auto& group : plan.alike) {
     const sched::Waiting& w = plan.waiting[group.answer];
     for (size_t at : group.at) answer(at, w.never_fits, w.reason);
   }
+  // The jobs the pass did not read wait as their group's first waiting one does: all of them
+  // when the group's answer changed, else only those that may not hold it yet.
+  std::vector<std::pair<std::string, QueueIndex::Answer>> settle;  // keys copied: the commit
+                                                                   // may erase emptied groups
+  for (const Tail& tail : tails) {
+    if (!tail.answer) {
+      // No read job waited, so MostPlacements was wrong: leave the rest as they are, searched
+      // again by the next pass, and say so.
+      DegradedLocked("schedule",
+                     "answering a queue group (" + std::to_string(tail.group->members.size()) +
+                         " jobs) whose read jobs were all placed",
+                     Status::Internal("sched::MostPlacements bound exceeded"));
+      continue;
+    }
+    const bool same = tail.group->settled == tail.answer;
+    const auto& todo = same ? tail.group->unsettled : tail.group->members;
+    for (auto it = todo.lower_bound(tail.from); it != todo.end(); ++it) {
+      const std::string& id = it->second;
+      if (alone.count(id) > 0) continue;  // answered on its own
+      const JobState& js = *ViewJobLocked(edit, id);
+      if (tail.answer->prefix) {
+        refuse(id, js, tail.answer->reason.c_str(), tail.refusal);
+      } else {
+        answer_job(id, js, tail.answer->never_fits, tail.answer->reason);
+      }
+    }
+    if (!same) settle.emplace_back(*tail.key, *tail.answer);
+  }
   // The allocation exists in memory, and its assignments are sent, only once it is durable.
   if (Status s = CommitLocked(edit); !s.ok()) {
-    if (only == nullptr) exhausted_shapes_.clear();  // the next pass searches everything
+    if (only == nullptr && searched) exhausted_shapes_.clear();  // the next searches everything
     return s;
   }
+  // Every member of these groups now holds its answer (or is listed as not holding it).
+  for (const auto& [key, settled] : settle) {
+    queue_index_.Settle(key, settled, [this](const std::string& id) { return ReasonOfLocked(id); });
+  }
+#ifndef NDEBUG
+  // Debug builds (the sanitizer run) check the groups against every queued job.
+  if (options_.group_queue) CheckQueueIndexLocked();
+#endif
   // The snapshots are durable now: later placements on these nodes refer to them.
   for (const auto& [node_id, digest] : snapshots_written) {
     if (auto n = nodes_.find(node_id); n != nodes_.end()) n->second.snapshot_digest = digest;
   }
+  if (!searched) return Status::Ok();
   if (only == nullptr) {
     // What the plan saw is now the state: the next pass starts from it.
     exhausted_shapes_ = std::move(plan.exhausted_shapes);
@@ -625,6 +761,46 @@ Status ServerCore::PlaceLocked(const std::string* only) {
 ServerCore::PassCounts ServerCore::PlacementPasses() {
   std::lock_guard<std::mutex> lock(mu_);
   return passes_;
+}
+
+std::string ServerCore::QueueGroupLocked(const std::string& id, const JobState& js) const {
+  // A budget left changes as the job is charged, outside any change to the job.
+  if (js.spec.max_total_cost) return "";
+  RequestLocked(id, js);  // its cached request, without a cooldown's copy
+  if (!js.request || !js.request->shape || js.request->shape->empty()) return "";
+  // Everything the pass's answer and its wording read besides the shape.
+  const auto& lc = js.spec.lifecycle;
+  std::string wording = "-";
+  if (lc.capacity == spec::Capacity::kInterruptibleThenOnDemand && !js.fell_back) {
+    wording =
+        std::to_string(lc.fallback_after_preemptions) + "," + std::to_string(lc.fallback_after_s);
+  }
+  return js.record.owner + '\n' + js.record.team + '\n' + wording + '\n' + *js.request->shape;
+}
+
+std::pair<std::string_view, bool> ServerCore::ReasonOfLocked(const std::string& id) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return {std::string_view(), false};
+  return {it->second.record.reason, it->second.never_fits};
+}
+
+void ServerCore::CheckQueueIndexLocked() const {
+  if (queue_index_.size() != queued_.size()) {
+    std::fprintf(stderr, "queue index: %zu jobs, %zu queued\n", queue_index_.size(),
+                 queued_.size());
+    std::abort();
+  }
+  for (const auto& [id, js] : queued_) {
+    if (!queue_index_.Has(id)) {
+      std::fprintf(stderr, "queue index: queued job %s is not filed\n", id.c_str());
+      std::abort();
+    }
+  }
+  if (auto astray =
+          queue_index_.FirstAstray([this](const std::string& id) { return ReasonOfLocked(id); })) {
+    std::fprintf(stderr, "queue index: job %s does not hold its group's answer\n", astray->c_str());
+    std::abort();
+  }
 }
 
 std::string ServerCore::FallbackReasonLocked(const JobState& js) const {

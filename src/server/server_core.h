@@ -17,9 +17,11 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "audit/signing_key.h"
@@ -38,6 +40,7 @@
 #include "market/reliability.h"
 #include "sched/scheduler.h"
 #include "server/agent_inbox.h"
+#include "server/queue_index.h"
 #include "spec/job_spec.h"
 #include "store/blob_store.h"
 #include "store/store.h"
@@ -133,6 +136,10 @@ struct CoreOptions {
   // interval and the exit's way back.
   int64_t budget_check_interval_ms = 1000;
   int64_t budget_margin_ms = 5000;
+  // A pass reads each group of alike queued jobs only as far as can matter (QueueIndex,
+  // sched::MostPlacements; docs/design-notes.md "Placement at scale"). false: every queued job,
+  // every pass: the oracle tests compare the grouped passes against.
+  bool group_queue = true;
 };
 
 // A monthly budget as `sluice budget --list` shows it: the record, whose it is, and what the
@@ -747,6 +754,15 @@ class ServerCore {
   // For interruptible-then-on-demand jobs: the reason to fall back to on-demand capacity now
   // (after N preemptions or T without interruptible capacity), or "" when not (yet).
   std::string FallbackReasonLocked(const JobState& js) const;
+  // The QueueIndex group of a queued job: its owner, team, shape and the wording of its wait
+  // (WaitWording); empty for a job searched on its own every pass (one with a total budget,
+  // whose budget left changes as it is charged).
+  std::string QueueGroupLocked(const std::string& id, const JobState& js) const;
+  // A job's reason and never-fits flag as jobs_ holds them (QueueIndex::Reasons).
+  std::pair<std::string_view, bool> ReasonOfLocked(const std::string& id) const;
+  // Aborts unless queue_index_ files exactly the queued jobs, each holding its group's answer
+  // or listed as not holding it: for debug builds, after every pass.
+  void CheckQueueIndexLocked() const;
   // `tell_agent` false: the agent reported the preemption itself and is already stopping it.
   Status PreemptLocked(const std::string& attempt_id, const std::string& cause,
                        bool tell_agent = true);
@@ -796,8 +812,11 @@ class ServerCore {
   std::vector<const JobState*> pass_states_;
   std::vector<const sched::JobRequest*> pass_queue_;
   std::vector<std::shared_ptr<const sched::JobRequest>> pass_copies_;  // not cached in a job
-  std::map<std::string, int64_t> max_log_seq_;                         // per active attempt
-  std::map<std::string, int64_t> log_bytes_;  // stored log bytes per active attempt (lazy)
+  std::vector<int> pass_tails_;  // per position: its group's entry in the pass's tails, or -1
+  // The queued jobs in groups that wait alike (IndexJobLocked keeps it, with queued_).
+  QueueIndex queue_index_;
+  std::map<std::string, int64_t> max_log_seq_;  // per active attempt
+  std::map<std::string, int64_t> log_bytes_;    // stored log bytes per active attempt (lazy)
   std::map<uint64_t, Subscriber> subscribers_;
   std::map<std::string, std::vector<market::Offer>> catalog_offers_;  // by provider
   // The same catalog offers, indexed for queries (DESIGN.md §8: the store is the source of
@@ -855,6 +874,8 @@ class ServerCore {
   // many of its nodes have an interruptible or preempting attempt, and its paused nodes' places.
   mutable size_t capacity_preemptible_ = 0;
   mutable std::set<size_t> capacity_paused_;
+  mutable int64_t capacity_free_gpus_ = 0;
+  mutable int64_t capacity_free_cpus_ = 0;
   mutable sched::FleetFacts capacity_facts_;
   // The verification indexes (TrackVerificationLocked): supersets of the nodes queued for a
   // suite (by queue order), admitted and maybe running, and waiting for a retry (by due time).
