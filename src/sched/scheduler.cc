@@ -353,11 +353,16 @@ class Pass {
     }
   }
 
+  struct Shape;
+
   // `key`: the job's shape (empty: searched on its own); `last`: no later job of the pass has
-  // its shape; `at`: its position in the caller's queue, which its answer carries.
-  void Consider(const JobRequest& job, std::string key, bool last, size_t at) {
+  // its shape; `at`: its position in the caller's queue, which its answer carries; `shape`
+  // (may be null): where a caller considering a run of one shape keeps it between its jobs, so
+  // the shape is looked up by its (long) key once, not once per job.
+  void Consider(const JobRequest& job, const std::string& key, bool last, size_t at,
+                Shape** shape = nullptr) {
     const size_t answered = plan_.waiting.size();
-    ConsiderJob(job, std::move(key), last);
+    ConsiderJob(job, key, last, shape);
     if (plan_.waiting.size() > answered) plan_.waiting.back().at = at;
   }
 
@@ -370,10 +375,8 @@ class Pass {
   // Whether the shape's answer is final for the pass: one of its jobs waits, and with nothing
   // anywhere interruptible or being preempted no preemption can be planned, so StillHolds holds
   // for every later job of it (and its heap, empty, is never refilled).
-  bool Settled(const std::string& key) const {
-    if (key.empty() || preemptible_) return false;
-    auto it = shapes_.find(key);
-    return it != shapes_.end() && it->second.waiting.has_value();
+  bool Settled(const Shape* shape) const {
+    return shape != nullptr && !preemptible_ && shape->waiting.has_value();
   }
 
   Plan Take() {
@@ -384,7 +387,7 @@ class Pass {
   }
 
  private:
-  void ConsiderJob(const JobRequest& job, std::string key, bool last) {
+  void ConsiderJob(const JobRequest& job, const std::string& key, bool last, Shape** kept) {
     const market::Workload work = WorkOf(job);
     if (key.empty()) {
       bool could_ever = false;
@@ -393,9 +396,16 @@ class Pass {
       Wait(job, work, could_ever);
       return;
     }
-    auto [it, fresh] = shapes_.try_emplace(std::move(key), job, work, &nodes_);
-    Shape& shape = it->second;
-    if (fresh && options_.exhausted_before && options_.exhausted_before->count(it->first) > 0) {
+    bool fresh = false;
+    Shape* found = kept != nullptr ? *kept : nullptr;
+    if (found == nullptr) {
+      auto [it, inserted] = shapes_.try_emplace(key, job, work, &nodes_);
+      found = &it->second;  // a map's entries stay put
+      fresh = inserted;
+      if (kept != nullptr) *kept = found;
+    }
+    Shape& shape = *found;
+    if (fresh && options_.exhausted_before && options_.exhausted_before->count(key) > 0) {
       // Nothing fitted it at the end of the last pass: only a node changed since may fit now.
       shape.could_ever = true;
       for (const auto& id : *options_.changed_nodes) {
@@ -452,6 +462,9 @@ class Pass {
     }
   };
   enum class Answer { kNeverFits, kBusy, kRoomComing, kPreemptionPlanned };
+
+ public:
+  // Public so a caller can keep one between jobs of the shape (Consider); built by the pass only.
   struct Shape {
     Shape(const JobRequest& job, market::Workload w, const std::vector<const NodeCapacity*>* nodes)
         : first(&job), work(w), heap(Worse{Ranking{job.objective, nodes}}) {}
@@ -468,6 +481,7 @@ class Pass {
     size_t preemptions_at = 0;
   };
 
+ private:
   // Whether the shape's last answer is the answer for its next job too. Within a pass capacity
   // only shrinks and preemptions only add: "never fits" is for ever; "every node is busy" holds
   // until a preemption is planned (its room may be this shape's too); for interruptible work,
@@ -738,8 +752,7 @@ Plan ConsiderEach(Pass& pass, const std::vector<const JobRequest*>& queue, bool 
   }
   for (size_t i = 0; i < order.size(); ++i) {
     const bool last = keys[i].empty() || --left[keys[i]] == 0;
-    pass.Consider(*order[i].job, std::move(keys[i]), last,
-                  order[i].at);  // `left` keeps its own copy
+    pass.Consider(*order[i].job, keys[i], last, order[i].at);
   }
   return pass.Take();
 }
@@ -748,8 +761,9 @@ Plan ConsiderEach(Pass& pass, const std::vector<const JobRequest*>& queue, bool 
 // merge with its later jobs unsorted and unconsidered (ScheduleOptions::answer_alike_once).
 Plan ConsiderUntilSettled(Pass& pass, const std::vector<const JobRequest*>& queue) {
   struct Group {
-    std::string key;           // empty: a job searched on its own
-    std::vector<Queued> jobs;  // a heap: the next job on top
+    std::string key;               // empty: a job searched on its own
+    std::vector<Queued> jobs;      // a heap: the next job on top
+    Pass::Shape* shape = nullptr;  // the pass's, once its first job is considered
   };
   auto after = [](const Queued& a, const Queued& b) { return Before(b, a); };
   std::vector<Group> groups;
@@ -796,8 +810,8 @@ Plan ConsiderUntilSettled(Pass& pass, const std::vector<const JobRequest*>& queu
     std::pop_heap(group.jobs.begin(), group.jobs.end(), after);
     const Queued next = group.jobs.back();
     group.jobs.pop_back();
-    pass.Consider(*next.job, group.key, group.jobs.empty(), next.at);
-    if (!group.jobs.empty() && pass.Settled(group.key)) {
+    pass.Consider(*next.job, group.key, group.jobs.empty(), next.at, &group.shape);
+    if (!group.jobs.empty() && pass.Settled(group.shape)) {
       std::vector<size_t> rest;
       rest.reserve(group.jobs.size());
       for (const Queued& q : group.jobs) rest.push_back(q.at);

@@ -636,15 +636,17 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   // How the job says the scheduler's answer: an interruptible-then-on-demand job not fallen back
   // yet waits for interruptible capacity, not for ever (it may use on-demand capacity later).
   // QueueGroupLocked keeps jobs apart that would say one answer differently.
-  auto wording = [](const JobState& js, bool never_fits,
-                    const std::string& reason) -> std::pair<bool, std::string> {
+  // `reworded` holds the new wording where there is one (most jobs keep the reason as it is).
+  auto wording = [](const JobState& js, bool never_fits, const std::string& reason,
+                    std::string& reworded) -> std::pair<bool, const std::string*> {
     if (js.spec.lifecycle.capacity != spec::Capacity::kInterruptibleThenOnDemand || js.fell_back) {
-      return {never_fits, reason};
+      return {never_fits, &reason};
     }
     const auto& lc = js.spec.lifecycle;
-    return {false, "waiting for interruptible capacity (" + reason + "); on-demand after " +
-                       std::to_string(lc.fallback_after_preemptions) + " preemptions or " +
-                       std::to_string(lc.fallback_after_s) + "s"};
+    reworded = "waiting for interruptible capacity (" + reason + "); on-demand after " +
+               std::to_string(lc.fallback_after_preemptions) + " preemptions or " +
+               std::to_string(lc.fallback_after_s) + "s";
+    return {false, &reworded};
   };
   // A waiting job's answer, staged where it changed.
   auto answer_job = [&](const std::string& job_id, const JobState& js, bool never_fits,
@@ -667,12 +669,13 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     // staged in between, and a placed job is not answered).
     auto seen = edit.jobs.find(job_id);
     const JobState& js = seen != edit.jobs.end() ? seen->second : *pass_states_[at];
-    auto [nf, why] = wording(js, never_fits, reason);
+    std::string reworded;
+    auto [nf, why] = wording(js, never_fits, reason, reworded);
     if (pass_tails_[at] >= 0) {
       Tail& tail = tails[static_cast<size_t>(pass_tails_[at])];
-      if (!tail.answer) tail.answer = QueueIndex::Answer{why, nf, false};
+      if (!tail.answer) tail.answer = QueueIndex::Answer{*why, nf, false};
     }
-    answer_job(job_id, js, nf, why);
+    answer_job(job_id, js, nf, *why);
   };
   for (const sched::Waiting& w : plan.waiting) answer(w.at, w.never_fits, w.reason);
   for (const auto& group : plan.alike) {
