@@ -50,12 +50,13 @@ namespace {
   std::exit(1);
 }
 
-sluice::spec::JobSpec Spec() {
+// Job k of a queue of `shapes` shapes (they differ in memory only; all take a whole node).
+sluice::spec::JobSpec Spec(size_t k = 0, size_t shapes = 1) {
   sluice::spec::JobSpec s;
   s.name = "bench";
   s.run = "true";
   s.resources.cpus = 4;  // a whole node: one job per node
-  s.resources.memory_gb = 1;
+  s.resources.memory_gb = 1 + static_cast<double>(k % shapes) / 1000;
   return s;
 }
 
@@ -96,7 +97,7 @@ struct World {
   }
 };
 
-void Build(World& w, size_t nodes, size_t queued) {
+void Build(World& w, size_t nodes, size_t queued, size_t shapes) {
   w.dir = fs::temp_directory_path() / ("sluice-bench-placement-" + sluice::RandomHex(6));
   fs::create_directories(w.dir);
   auto st = sluice::store::OpenSqliteStore((w.dir / "sluice.db").string());
@@ -127,7 +128,7 @@ void Build(World& w, size_t nodes, size_t queued) {
   }
   // One job per node, placed and started; then the queue.
   for (size_t i = 0; i < nodes + queued; ++i) {
-    auto job = w.core->SubmitJob(Spec(), "", /*queue_unschedulable=*/true);
+    auto job = w.core->SubmitJob(Spec(i, shapes), "", /*queue_unschedulable=*/true);
     if (!job.ok()) Die("submit: " + job.status().ToString());
   }
   for (size_t i = 0; i < nodes; ++i) w.StartLast(i);
@@ -136,10 +137,10 @@ void Build(World& w, size_t nodes, size_t queued) {
 
 // `count` submits of jobs that wait (every node is full): the submit's commit, its never-fits
 // probe and its own placement pass.
-void Submit(World& w, size_t count) {
+void Submit(World& w, size_t count, size_t shapes) {
   auto start = Clock::now();
   for (size_t k = 0; k < count; ++k, ++w.submitted, ++w.queued) {
-    auto job = w.core->SubmitJob(Spec(), "", /*queue_unschedulable=*/false);
+    auto job = w.core->SubmitJob(Spec(k, shapes), "", /*queue_unschedulable=*/false);
     if (!job.ok()) Die(w.name + ": submit: " + job.status().ToString());
   }
   w.submit_seconds += std::chrono::duration<double>(Clock::now() - start).count();
@@ -173,9 +174,9 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::printf(
           "usage: bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] "
-          "[--rounds K] [--submits M]\n"
+          "[--rounds K] [--submits M] [--shapes H]\n"
           "  placements/s of the server core with Q jobs queued behind N full nodes, against "
-          "the same with S queued (the baseline)\n");
+          "the same with S queued (the baseline); the jobs are of H shapes (default 1)\n");
       return 0;
     }
   }
@@ -185,6 +186,7 @@ int main(int argc, char** argv) {
   const size_t rounds = Arg(argc, argv, "--rounds", 5);
   const size_t releases = std::min<size_t>(Arg(argc, argv, "--releases", 500), shallow);
   const size_t submits = Arg(argc, argv, "--submits", 100);
+  const size_t shapes = std::max<size_t>(1, Arg(argc, argv, "--shapes", 1));
   if (nodes == 0 || releases == 0 || rounds == 0)
     Die("--nodes, --releases and --rounds must be > 0");
   if (releases * rounds > shallow) Die("--shallow must be at least --releases × --rounds");
@@ -193,16 +195,17 @@ int main(int argc, char** argv) {
   base.name = "queue of " + std::to_string(shallow);
   deep.name = "queue of " + std::to_string(queued);
   auto setup = Clock::now();
-  Build(base, nodes, shallow);
-  Build(deep, nodes, queued);
-  std::printf("set up %zu nodes and %zu + %zu jobs in %.1f s\n", nodes, nodes + shallow,
-              nodes + queued, std::chrono::duration<double>(Clock::now() - setup).count());
+  Build(base, nodes, shallow, shapes);
+  Build(deep, nodes, queued, shapes);
+  std::printf("set up %zu nodes and %zu + %zu jobs of %zu shapes in %.1f s\n", nodes,
+              nodes + shallow, nodes + queued, shapes,
+              std::chrono::duration<double>(Clock::now() - setup).count());
   size_t next_base = 0, next_deep = 0;
   for (size_t r = 0; r < rounds; ++r) {
     Release(base, next_base, releases);
     Release(deep, next_deep, releases);
-    Submit(base, submits);
-    Submit(deep, submits);
+    Submit(base, submits, shapes);
+    Submit(deep, submits, shapes);
   }
   const double base_rate = static_cast<double>(base.placed) / base.seconds;
   const double deep_rate = static_cast<double>(deep.placed) / deep.seconds;

@@ -423,7 +423,7 @@ async def settle(counter, quiet_s=2.0, limit_s=600.0):
     return last
 
 
-async def queued_placements(args, swarm, port, admin_token):
+async def queued_placements(args, swarm, port, admin_token, pid):
     """Committed placements per second with a deep queue of mixed shapes: the agents hold their
     jobs (answer `started`, never exit) while args.queued jobs are submitted, so what does not fit
     queues; then every held job exits at once and, from then on, every job exits as soon as it
@@ -443,6 +443,9 @@ async def queued_placements(args, swarm, port, admin_token):
         f"({args.queued / submit_s:.0f}/s over {args.submit_threads} connections); "
         f"{held} placed and held, {queued} queued")
     t0 = time.monotonic()
+    # Who is busy during the drain: the server, or this process playing the agents (both share
+    # the machine's cores).
+    server_cpu0, own_cpu0 = proc_cpu_s(pid), sum(os.times()[:2])
     swarm.release()
     at_release = swarm.started
     while swarm.started - start0 < args.queued:
@@ -450,6 +453,8 @@ async def queued_placements(args, swarm, port, admin_token):
         if time.monotonic() - t0 > args.timeout:
             break
     drain_s = time.monotonic() - t0
+    server_cpu = (proc_cpu_s(pid) - server_cpu0) / drain_s * 100
+    own_cpu = (sum(os.times()[:2]) - own_cpu0) / drain_s * 100
     placed = swarm.started - at_release
     twice = sum(1 for n in swarm.assigned_jobs.values() if n > 1)
     if twice:  # say why, from the first such job's events
@@ -461,6 +466,7 @@ async def queued_placements(args, swarm, port, admin_token):
             log(f"  {e.get('kind', '')}: {e.get('message', '')}")
     return {"shapes": shapes, "submit_s": submit_s, "held": held, "queued": queued,
             "placed": placed, "drain_s": drain_s, "rate": placed / drain_s, "twice": twice,
+            "server_cpu_pct": server_cpu, "swarm_cpu_pct": own_cpu,
             "complete": swarm.started - start0 >= args.queued}
 
 
@@ -736,7 +742,7 @@ async def run(args, server, port, join_token, admin_token):
 
     deep = None
     if args.queued > 0:
-        deep = await queued_placements(args, swarm, port, admin_token)
+        deep = await queued_placements(args, swarm, port, admin_token, pid)
     dead = await dead_nodes(args, swarm, api) if args.silence > 0 else None
     storm = None
     if args.storm:
@@ -778,6 +784,8 @@ async def run(args, server, port, join_token, admin_token):
               f"{deep['queued']} (target 5,000/s: {deep['rate'] / 5000:.2f}x); "
               f"{'all placed' if deep['complete'] else 'NOT all placed before --timeout'}; "
               f"jobs assigned twice: {deep['twice']}")
+        print(f"  during the release: server {deep['server_cpu_pct']:.0f} % of one core, this "
+              f"process playing the agents {deep['swarm_cpu_pct']:.0f} %")
     if dead:
         print(f"dead nodes: {dead['silenced']} agents silenced (socket left open): "
               f"{dead['detected']} detected, {dead['lost']} shown lost; delay from the last "
