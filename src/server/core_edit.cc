@@ -177,7 +177,8 @@ void ServerCore::IndexJobLocked(const std::string& job_id) {
   const JobState& js = it->second;
   if (options_.group_queue) {
     queue_index_.File(job_id, QueueGroupLocked(job_id, js),
-                      {-int64_t{js.record.priority}, js.order}, js.record.reason, js.never_fits);
+                      {-int64_t{js.record.priority}, js.order}, js.record.reason, js.never_fits,
+                      &js);
   }
   if (!js.fell_back && js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand) {
     may_fall_back_.insert_or_assign(job_id, &it->second);

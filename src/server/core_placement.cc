@@ -511,24 +511,28 @@ Status ServerCore::PlaceLocked(const std::string* only) {
         feed(id, js, -1);
       }
     }
+    // Members carry their JobState (IndexJobLocked files it): no lookup by id per job.
+    auto member_job = [](const QueueIndex::Member& m) {
+      return static_cast<const JobState*>(m.job);
+    };
     for (const auto& [key, group] : queue_index_.groups()) {
       // Owner and team are the group's: its first member answers for all.
-      const JobState& first = *queued_.at(group.members.begin()->second);
+      const JobState& first = *member_job(group.members.begin()->second);
       if (auto [prefix, why] = refusal(first); prefix != nullptr) {
         tails.push_back({&key, &group, group.members.begin()->first,
                          QueueIndex::Answer{prefix, false, true}, std::move(why)});
         continue;
       }
       const size_t most = sched::MostPlacements(
-          capacity_facts_, *RequestLocked(group.members.begin()->second, first));
+          capacity_facts_, *RequestLocked(group.members.begin()->second.id, first));
       size_t read = 0;
-      for (const auto& [order, id] : group.members) {
-        if (alone.count(id) > 0) continue;
+      for (const auto& [order, member] : group.members) {
+        if (!alone.empty() && alone.count(member.id) > 0) continue;
         if (most != std::numeric_limits<size_t>::max() && read > most) {
           tails.push_back({&key, &group, order, std::nullopt, {}});
           break;
         }
-        feed(id, queued_.at(id), -1);
+        feed(member.id, member_job(member), -1);
         ++read;
       }
       // Its read jobs carry their tail's entry, so the first to wait gives the tail its answer.
@@ -697,15 +701,22 @@ Status ServerCore::PlaceLocked(const std::string* only) {
       continue;
     }
     const bool same = tail.group->settled == tail.answer;
-    const auto& todo = same ? tail.group->unsettled : tail.group->members;
-    for (auto it = todo.lower_bound(tail.from); it != todo.end(); ++it) {
-      const std::string& id = it->second;
-      if (alone.count(id) > 0) continue;  // answered on its own
+    auto answer_member = [&](const std::string& id) {
+      if (!alone.empty() && alone.count(id) > 0) return;  // answered on its own
       const JobState& js = *ViewJobLocked(edit, id);
       if (tail.answer->prefix) {
         refuse(id, js, tail.answer->reason.c_str(), tail.refusal);
       } else {
         answer_job(id, js, tail.answer->never_fits, tail.answer->reason);
+      }
+    };
+    if (same) {
+      const auto& todo = tail.group->unsettled;
+      for (auto it = todo.lower_bound(tail.from); it != todo.end(); ++it) answer_member(it->second);
+    } else {
+      const auto& todo = tail.group->members;
+      for (auto it = todo.lower_bound(tail.from); it != todo.end(); ++it) {
+        answer_member(it->second.id);
       }
     }
     if (!same) settle.emplace_back(*tail.key, *tail.answer);
@@ -797,6 +808,15 @@ void ServerCore::CheckQueueIndexLocked() const {
     if (!queue_index_.Has(id)) {
       std::fprintf(stderr, "queue index: queued job %s is not filed\n", id.c_str());
       std::abort();
+    }
+  }
+  for (const auto& [key, group] : queue_index_.groups()) {
+    for (const auto& [order, member] : group.members) {
+      auto job = queued_.find(member.id);
+      if (job == queued_.end() || member.job != job->second) {
+        std::fprintf(stderr, "queue index: job %s's handle is out of date\n", member.id.c_str());
+        std::abort();
+      }
     }
   }
   if (auto astray =

@@ -8,7 +8,7 @@ bool QueueIndex::Answer::HeldBy(std::string_view held_reason, bool held_never_fi
 }
 
 void QueueIndex::File(const std::string& id, const std::string& key, Order order,
-                      std::string_view reason, bool never_fits) {
+                      std::string_view reason, bool never_fits, const void* job) {
   auto filed = filed_.find(id);
   if (filed != filed_.end() && (filed->second.key != key || filed->second.order != order)) {
     Drop(id);
@@ -22,7 +22,9 @@ void QueueIndex::File(const std::string& id, const std::string& key, Order order
   Group& group = groups_[key];
   if (filed == filed_.end()) {
     filed_.emplace(id, Filed{key, order});
-    group.members.emplace(order, id);
+    group.members.insert_or_assign(order, Member{id, job});
+  } else {
+    group.members[order].job = job;
   }
   if (group.settled && group.settled->HeldBy(reason, never_fits)) {
     group.unsettled.erase(order);
@@ -49,19 +51,19 @@ void QueueIndex::Settle(const std::string& key, Answer answer, const Reasons& re
   if (group == groups_.end()) return;  // every member left the queue
   Group& g = group->second;
   g.unsettled.clear();
-  for (const auto& [order, id] : g.members) {
-    auto [reason, never_fits] = reasons(id);
-    if (!answer.HeldBy(reason, never_fits)) g.unsettled.emplace(order, id);
+  for (const auto& [order, member] : g.members) {
+    auto [reason, never_fits] = reasons(member.id);
+    if (!answer.HeldBy(reason, never_fits)) g.unsettled.emplace(order, member.id);
   }
   g.settled = std::move(answer);
 }
 
 std::optional<std::string> QueueIndex::FirstAstray(const Reasons& reasons) const {
   for (const auto& [key, g] : groups_) {
-    for (const auto& [order, id] : g.members) {
+    for (const auto& [order, member] : g.members) {
       if (g.unsettled.count(order) > 0) continue;
-      auto [reason, never_fits] = reasons(id);
-      if (!g.settled || !g.settled->HeldBy(reason, never_fits)) return id;
+      auto [reason, never_fits] = reasons(member.id);
+      if (!g.settled || !g.settled->HeldBy(reason, never_fits)) return member.id;
     }
   }
   return std::nullopt;

@@ -35,19 +35,26 @@ class QueueIndex {
     bool operator==(const Answer&) const = default;
   };
 
+  // A member: its job's id, and the caller's handle on the job (given to File; the index never
+  // reads through it), so a pass reads a member without looking it up by id.
+  struct Member {
+    std::string id;
+    const void* job = nullptr;
+  };
+
   struct Group {
-    std::map<Order, std::string> members;  // -> job id
-    std::optional<Answer> settled;         // held by every member not listed below
+    std::map<Order, Member> members;
+    std::optional<Answer> settled;  // held by every member not listed below
     std::map<Order, std::string> unsettled;
   };
 
   // A job's reason and never-fits flag as memory holds them now.
   using Reasons = std::function<std::pair<std::string_view, bool>(const std::string& job_id)>;
 
-  // Files job `id` under `key` at `order`, with its reason as it stands; an empty key files it
-  // alone (searched every pass). Filing it again moves it.
+  // Files job `id` under `key` at `order`, with its reason as it stands, and the caller's
+  // handle on it; an empty key files it alone (searched every pass). Filing it again moves it.
   void File(const std::string& id, const std::string& key, Order order, std::string_view reason,
-            bool never_fits);
+            bool never_fits, const void* job = nullptr);
   // Takes the job out (it left the queue).
   void Drop(const std::string& id);
   // The group's members now hold `answer` (the caller committed it to those that did not): it

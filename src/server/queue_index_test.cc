@@ -25,15 +25,22 @@ std::vector<std::string> Ids(const std::map<QueueIndex::Order, std::string>& m) 
   for (const auto& [order, id] : m) out.push_back(id);
   return out;
 }
+std::vector<std::string> Ids(const std::map<QueueIndex::Order, QueueIndex::Member>& m) {
+  std::vector<std::string> out;
+  for (const auto& [order, member] : m) out.push_back(member.id);
+  return out;
+}
 
 TEST(QueueIndexTest, GroupsHoldTheirJobsInTheOrderAPassConsidersThem) {
   QueueIndex q;
-  q.File("late", "shape-a", {0, 9}, "", false);
+  const int late_job = 0;
+  q.File("late", "shape-a", {0, 9}, "", false, &late_job);
   q.File("urgent", "shape-a", {-5, 12}, "", false);  // priority 5: first despite its order
   q.File("early", "shape-a", {0, 3}, "", false);
   q.File("other", "shape-b", {0, 1}, "", false);
   q.File("cooling", "", {0, 2}, "", false);  // no shape: searched on its own
   ASSERT_EQ(q.groups().size(), 2u);
+  EXPECT_EQ(q.groups().at("shape-a").members.at({0, 9}).job, &late_job);  // handed back as given
   EXPECT_EQ(Ids(q.groups().at("shape-a").members),
             (std::vector<std::string>{"urgent", "early", "late"}));
   EXPECT_EQ(q.alone(), (std::set<std::string>{"cooling"}));
