@@ -205,6 +205,50 @@ TEST_F(BudgetTest, AnAccountAtItsCreditLimitHasItsJobsStoppedAndResumedByATopUp)
   EXPECT_EQ(link_->Last("assign", "checkpoint"), kCheckpoint);
 }
 
+// A queue of one account's jobs waits for credit together and is released together
+// (docs/design-notes.md "Placement at scale": a refused group is answered as a group, and
+// debug builds check after every pass that each job holds its group's answer).
+TEST_F(BudgetTest, AnAccountsQueuedJobsWaitForCreditTogetherAndATopUpReleasesThem) {
+  Connect();
+  auto alice = accounts_->CreateAccount("alice", Role::kUser, "");
+  ASSERT_TRUE(alice.ok()) << alice.status().ToString();
+  ASSERT_TRUE(core_->TopUp(alice->id, 20 * kMicrosPerSecond, "test").ok());
+  spec::JobSpec s = Spec(4);
+  SubmitOptions as_alice;
+  as_alice.owner = alice->id;
+  auto first = core_->SubmitJob(s, "", as_alice);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const std::string att = Run(first->id);
+  std::vector<std::string> queued;  // behind it: the node has room for one
+  for (int i = 0; i < 6; ++i) {
+    auto job = core_->SubmitJob(s, "", as_alice);
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    queued.push_back(job->id);
+  }
+  for (const auto& id : queued) EXPECT_EQ(State(id), "queued");
+  for (int sec = 1; sec <= 60; ++sec) Second(sec);  // stopped at once, but it ignores the stop
+  ASSERT_FALSE(link_->OfType("preempt").empty());
+  Exit(att);
+  ASSERT_EQ(State(first->id), "budget-exhausted");
+  ASSERT_TRUE(core_->SettleMeters().ok());
+  ASSERT_LT(core_->BalanceOf(alice->id), 0);
+  // The node is free, but alice has no credit: every queued job says so, none is placed.
+  core_->Tick();
+  for (const auto& id : queued) {
+    EXPECT_EQ(State(id), "queued");
+    EXPECT_EQ(Reason(id).rfind("waiting for credit: account alice has no credit left", 0), 0u)
+        << Reason(id);
+  }
+  ASSERT_TRUE(core_->TopUp(alice->id, 1'000'000, "more").ok());
+  core_->Tick();
+  // The stopped job resumes first (it was submitted first); the rest wait for the node again.
+  EXPECT_EQ(State(first->id), "starting") << Reason(first->id);
+  for (const auto& id : queued) {
+    EXPECT_EQ(State(id), "queued");
+    EXPECT_EQ(Reason(id), "waiting for capacity: every node that can run it is busy");
+  }
+}
+
 // An agent that keeps running past its stop drives the balance below the limit (credit has no
 // backstop: the provider's time was used); a top-up that brings it back above still resumes it.
 TEST_F(BudgetTest, ATopUpResumesAJobEvenFromBelowTheCreditLimit) {

@@ -87,6 +87,16 @@ struct Side {
           reason.replace(at, node.size(), "node#" + std::to_string(i));
         }
       }
+      // Of several paused nodes, the first by id is named (with its pause's end): which one, the
+      // ids decide.
+      const std::string rest = "; every other node that can run it is busy";
+      if (auto at = reason.find(") is paused ("); at != std::string::npos) {
+        const size_t from = reason.rfind("waiting for capacity: ", at);
+        const size_t to = reason.find(rest, at);
+        if (from != std::string::npos && to != std::string::npos) {
+          reason.replace(from, to - from, "waiting for capacity: (a paused node)");
+        }
+      }
       out.push_back(j["record"]["state"].get<std::string>() + " | " + reason + " | " +
                     (j["never_fits"].get<bool>() ? "never" : "-") + " | node " + on);
     }
@@ -141,7 +151,7 @@ TEST(QueueOracleTest, GroupedPassesGiveEveryJobWhatReadingTheWholeQueueGives) {
         ASSERT_TRUE(job.ok()) << job.status().ToString();
         side->jobs.push_back(job->id);
       }
-    } else if (roll < 80) {
+    } else if (roll < 75) {
       // Node i's oldest attempt starts, if it had not, and exits.
       const int i = static_cast<int>(rng() % kNodes);
       for (Side* side : {&grouped, &oracle}) {
@@ -154,9 +164,22 @@ TEST(QueueOracleTest, GroupedPassesGiveEveryJobWhatReadingTheWholeQueueGives) {
             side->core->AgentMessage(node, link, proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
         if (side == &grouped) ++placed;
       }
-    } else if (roll < 85 && !grouped.jobs.empty()) {
+    } else if (roll < 80 && !grouped.jobs.empty()) {
       const size_t j = rng() % grouped.jobs.size();
       for (Side* side : {&grouped, &oracle}) (void)side->core->CancelJob(side->jobs[j]);
+    } else if (roll < 84) {
+      // The provider takes node i back (its attempts are preempted; it is paused), or lets it
+      // take work again: waiting jobs' answers change with it.
+      const int i = static_cast<int>(rng() % kNodes);
+      const bool reclaim = rng() % 2 == 0;
+      for (Side* side : {&grouped, &oracle}) {
+        const std::string& node = side->nodes[static_cast<size_t>(i)];
+        if (reclaim) {
+          ASSERT_TRUE(side->core->ReclaimNode(node, {}, "maintenance").ok());
+        } else {
+          ASSERT_TRUE(side->core->ResumeNode(node).ok());
+        }
+      }
     } else {
       for (Side* side : {&grouped, &oracle}) {
         side->clock.Advance(5000);
@@ -180,7 +203,7 @@ TEST(QueueOracleTest, GroupedPassesGiveEveryJobWhatReadingTheWholeQueueGives) {
     queued_deep = std::max(queued_deep, waiting);
   }
   // The run was deep and busy enough for grouped passes to leave jobs unread.
-  EXPECT_GT(placed, 100);
+  EXPECT_GT(placed, 60);
   EXPECT_GT(queued_deep, 40);
 }
 
