@@ -755,8 +755,8 @@ class ServerCore {
   // (after N preemptions or T without interruptible capacity), or "" when not (yet).
   std::string FallbackReasonLocked(const JobState& js) const;
   // The QueueIndex group of a queued job: its owner, team, shape and the wording of its wait
-  // (WaitWording); empty for a job searched on its own every pass (one with a total budget,
-  // whose budget left changes as it is charged).
+  // (the fallback terms PlaceLocked words it with); empty for a job searched on its own every
+  // pass (one with a total budget, whose budget left changes as it is charged).
   std::string QueueGroupLocked(const std::string& id, const JobState& js) const;
   // A job's reason and never-fits flag as jobs_ holds them (QueueIndex::Reasons).
   std::pair<std::string_view, bool> ReasonOfLocked(const std::string& id) const;
