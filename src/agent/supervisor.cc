@@ -42,8 +42,11 @@ constexpr int kSendTimeoutMs = 2000;
 constexpr const char* kFrozenEvent = "{\"ev\":\"frozen\"}\n";
 constexpr const char* kThawedEvent = "{\"ev\":\"thawed\"}\n";
 constexpr const char* kReadyEvent = "{\"ev\":\"ready\"}\n";
-// Longest line the agent may send; anything longer is not our agent.
-constexpr size_t kMaxInput = 64 * 1024;
+// Longest line the agent may send; anything longer is not our agent. A warm box's `go` carries
+// the whole job: a valid spec holds up to 64 KiB of script and 256 variables of 32 KiB each
+// (spec/job_spec.h), ~8 MiB that JSON escaping can make up to six times longer. (64 KiB here
+// killed every warm-box job of more than 64 KiB.)
+constexpr size_t kMaxInput = 64 * 1024 * 1024;
 
 // Sets the scheduling policy of thread or process `tid` (0: the calling thread).
 void SetPolicy(pid_t tid, int policy) {

@@ -129,13 +129,29 @@ Result<proto::LogEntry> LineFromJson(const Json& j) {
   return e;
 }
 
+namespace {
+
+// `s` up to its first NUL, single-quoted for bash: nothing inside is expanded.
+std::string Quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s.substr(0, s.find('\0'))) {
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
+  }
+  return out + "'";
+}
+
+}  // namespace
+
 std::string WarmStubInput(const std::string& cwd, const std::string& script,
                           const std::map<std::string, std::string>& env) {
-  // Each field ends at its first NUL, as it would as an argv or environ string.
-  auto field = [](const std::string& f) { return f.substr(0, f.find('\0')) + '\0'; };
-  std::string in = field(cwd) + field(script);
-  for (const auto& [k, v] : env) in += field(k + "=" + v);
-  return in;
+  // OLDPWD (set by the cd) and the stub's SHLVL are the stub's, not the job's.
+  std::string job = "cd " + Quoted(cwd) + " || exit 97\nunset OLDPWD SHLVL\n";
+  for (const auto& [k, v] : env) job += "export " + Quoted(k + "=" + v) + " || exit 97\n";
+  job += "exec </dev/null\nexec /bin/bash -c " + Quoted(script) + "\n";
+  return std::to_string(job.size()) + "\n" + job;
 }
 
 int64_t MonotonicMs() {

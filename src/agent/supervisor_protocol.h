@@ -80,22 +80,23 @@ Result<Exit> ExitFromJson(const Json& j);
 Json LineEvent(const proto::LogEntry& e);
 Result<proto::LogEntry> LineFromJson(const Json& j);
 
-// What a warm box runs until its job comes: reads the job from stdin as NUL-terminated fields
-// (cwd, script, then KEY=VALUE pairs), exports them and execs the job's shell. A bash, because
-// the box's bash is there anyway and `exec` costs nothing more. The box must start with an
-// empty environment: then all the job's shell inherits is what the job gave, plus PWD (which
-// bash sets anyway) -- the stub forks nothing (a `$(...)` to list variables costs ~6 ms).
+// What a warm box runs until its job comes: reads the job from stdin and runs it. The input is a
+// byte count on a line, then that many bytes of shell (WarmStubInput): `cd` to the job's dir,
+// `export` each of its variables, then `exec /bin/bash -c` its script, every value single-quoted.
+// A bash, because the box's bash is there anyway and `exec` costs nothing more. `read -N` takes
+// the whole job in a few reads; `read -d ''` of NUL-separated fields, as before, read a pipe one
+// byte per system call (~1.5 ms for a job's ~900 bytes here). LC_ALL=C because -N counts
+// characters and the payload is counted in bytes. The box must start with an empty environment:
+// then all the job's shell inherits is what the job gave, plus PWD (which bash sets anyway) --
+// the stub forks nothing (a `$(...)` to list variables costs ~6 ms).
 inline constexpr const char* kWarmReady = "sluice-warm-box-ready";
 inline constexpr const char* kWarmStub =
     "printf '%s\\n' sluice-warm-box-ready\n"
-    "IFS= read -r -d '' cwd && IFS= read -r -d '' script || exit 97\n"
-    "cd \"$cwd\" || exit 97\n"
-    "unset OLDPWD SHLVL\n"
-    "while IFS= read -r -d '' kv; do export \"$kv\" || exit 97; done\n"
-    "exec </dev/null\n"
-    "exec /bin/bash -c \"$script\"\n";
+    "IFS= read -r n && LC_ALL=C IFS= read -r -N \"$n\" job || exit 97\n"
+    "eval \"$job\"\n"
+    "exit 97\n";
 
-// The stub's input for a job.
+// The stub's input for a job. A NUL ends a field, as it would an argv or environ string.
 std::string WarmStubInput(const std::string& cwd, const std::string& script,
                           const std::map<std::string, std::string>& env);
 

@@ -327,6 +327,40 @@ TEST_F(SupervisorTest, AWarmBoxRunsTheJobItIsLaterGivenWithExactlyItsEnvironment
   EXPECT_FALSE(idle.end.has_value()) << "the box's reports go to whoever said go";
 }
 
+// The job reaches the box as shell the stub evals (supervisor_protocol.h, kWarmStub): whatever
+// the job's script, variables and directory hold must arrive as they are, never run as shell.
+TEST_F(SupervisorTest, AWarmBoxPassesQuotesDollarsNewlinesAndLongValuesThroughUnexpanded) {
+  Reports idle;
+  auto spec = Spec("unused: the stub runs");
+  spec.warm = true;
+  spec.process.env.clear();
+  auto job = Start(spec, idle);
+  ASSERT_TRUE(job);
+  const std::string moved = (root_ / "att.d").string();
+  const std::string cwd = Work("it's $(x)");
+  fs::create_directories(cwd);
+  const std::string hostile =
+      "it's \"q\" $(touch " + (root_ / "pwned").string() + ") `id` \\n\nline2 \xc3\xa9 '' \\'";
+  const std::string big(100000, 'b');  // more than a pipe holds
+  fs::rename(dir_, moved);
+  Reports r;
+  Json go{{"op", "go"},
+          {"dir", moved},
+          {"attempt_id", "att-go"},
+          {"cwd", cwd},
+          {"script", "printf '%s|' \"$HOSTILE\"; echo; echo ${#BIG}; pwd; echo 'done'\"'\"'s'"},
+          {"env", {{"PATH", "/usr/bin:/bin"}, {"HOSTILE", hostile}, {"BIG", big}}},
+          {"first_seq", 1}};
+  job->Go(moved, r.Callbacks(), go);
+  ASSERT_TRUE(r.WaitFor([&] { return r.end.has_value(); }));
+  EXPECT_EQ(r.end->exit.info.exit_code, 0)
+      << r.end->exit.error << (r.lines.empty() ? "" : r.lines[0].text);
+  EXPECT_EQ(r.Texts(), (std::vector<std::string>{
+                           "it's \"q\" $(touch " + (root_ / "pwned").string() + ") `id` \\n",
+                           "line2 \xc3\xa9 '' \\'|", "100000", cwd, "done's"}));
+  EXPECT_FALSE(fs::exists(root_ / "pwned")) << "a variable's value ran as shell";
+}
+
 TEST_F(SupervisorTest, AWarmBoxWhoseAgentIsGoneIsKilled) {
   Reports r;
   auto spec = Spec("unused");
