@@ -1,0 +1,40 @@
+// The `sluice` command line is built in groups of top-level commands (main_command.cc): a
+// command line builds only the group of the command it names. CLI11 building every command's
+// flags cost ~100 page faults, ~1.3 ms, of each `sluice` call (docs/benchmarks.md, "Submit-to-
+// start latency").
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "cli/commands.h"
+
+namespace sluice::cli {
+
+// A group of top-level commands and the storage their flags write, alive until the parse is done.
+class CommandGroup {
+ public:
+  CommandGroup(GlobalFlags& g, int& rc) : g(g), rc(rc) {}
+  virtual ~CommandGroup() = default;
+  virtual void Add(CLI::App& app) = 0;
+
+ protected:
+  GlobalFlags& g;  // the flags every client command takes
+  int& rc;         // the exit code
+};
+
+// --server, --token, --ca-file and (with `json`) --json.
+void AddClientFlags(CLI::App* cmd, GlobalFlags* g, bool json = true);
+
+// The groups (daemon_flags.cc, job_flags.cc, account_flags.cc).
+std::unique_ptr<CommandGroup> MakeServerGroup(GlobalFlags& g, int& rc);
+std::unique_ptr<CommandGroup> MakeAgentGroup(GlobalFlags& g, int& rc);
+std::unique_ptr<CommandGroup> MakeProbeGroup(GlobalFlags& g, int& rc);
+std::unique_ptr<CommandGroup> MakeRunGroup(GlobalFlags& g, int& rc);
+std::unique_ptr<CommandGroup> MakeJobGroup(GlobalFlags& g, int& rc);
+std::unique_ptr<CommandGroup> MakeOffersGroup(GlobalFlags& g, int& rc);
+std::unique_ptr<CommandGroup> MakeEstimateGroup(GlobalFlags& g, int& rc);
+std::unique_ptr<CommandGroup> MakeAccountGroup(GlobalFlags& g, int& rc);
+std::unique_ptr<CommandGroup> MakeAuditGroup(GlobalFlags& g, int& rc);
+
+}  // namespace sluice::cli

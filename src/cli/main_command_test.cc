@@ -1,0 +1,35 @@
+#include "cli/main_command.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace sluice::cli {
+namespace {
+
+bool Has(const std::vector<std::string>& names, const std::string& n) {
+  return std::find(names.begin(), names.end(), n) != names.end();
+}
+
+// `sluice NAME ...` builds only NAME's group of commands (main_command.cc, CommandGroup); help, a
+// missing or unknown command builds them all.
+TEST(MainCommandTest, NamingACommandBuildsItsGroupOnlyAndAnythingElseBuildsAll) {
+  const std::vector<std::string> all = TopLevelCommands("");
+  for (const char* n :
+       {"server", "agent", "probe", "run", "jobs", "logs", "offers", "estimate", "nodes", "node",
+        "account", "token", "team", "budget", "costs", "audit", "audit-log"}) {
+    EXPECT_TRUE(Has(all, n)) << n;
+  }
+  EXPECT_EQ(TopLevelCommands("--help"), all);
+  EXPECT_EQ(TopLevelCommands("no-such-command"), all);
+  for (const std::string& n : all) {
+    const std::vector<std::string> built = TopLevelCommands(n);
+    EXPECT_TRUE(Has(built, n)) << n;
+    // A command missing from its group's list in Groups() would build everything here.
+    EXPECT_LT(built.size(), all.size()) << n << " is not listed with its group";
+  }
+  EXPECT_EQ(TopLevelCommands("server"), std::vector<std::string>{"server"});
+}
+
+}  // namespace
+}  // namespace sluice::cli
