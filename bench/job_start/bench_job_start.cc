@@ -8,7 +8,9 @@
 //               job came (untimed), as the agent keeps one ready; timed from its `go`
 // Prints p50/p99 per way and each p50's ratio to the baseline's.
 //
-//   bench_job_start [--runs N]    (default 100 per way)
+//   bench_job_start [--runs N] [--supervisor PATH]
+// (default 100 runs per way; the supervisor built with the bench unless --supervisor names another,
+// e.g. an older build's, to compare the two in runs alternated by hand)
 #include <unistd.h>
 
 #include <algorithm>
@@ -65,11 +67,14 @@ double Percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   int runs = 100;
+  std::string supervisor = SUPERVISOR_PATH;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--supervisor") == 0 && i + 1 < argc) {
+      supervisor = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: bench_job_start [--runs N]\n");
+      std::fprintf(stderr, "usage: bench_job_start [--runs N] [--supervisor PATH]\n");
       return 2;
     }
   }
@@ -79,7 +84,24 @@ int main(int argc, char** argv) {
   ProcessSpec job;
   job.script = "echo started";
   job.cwd = (root / "work").string();
-  job.env = {{"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"LANG", "C.UTF-8"}};
+  // What the agent gives a CPU job (Agent::JobEnv), ~600 bytes: a warm box reads it on `go`.
+  job.env = {{"PATH", "/usr/local/bin:/usr/bin:/bin"},
+             {"HOME", job.cwd},
+             {"USER", "sluice-job"},
+             {"LOGNAME", "sluice-job"},
+             {"LANG", "C.UTF-8"},
+             {"SHELL", "/bin/bash"},
+             {"PYTHONUNBUFFERED", "1"},
+             {"CUDA_VISIBLE_DEVICES", ""},
+             {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
+             {"NVIDIA_VISIBLE_DEVICES", "void"},
+             {"SLUICE_GPUS", ""},
+             {"SLUICE_CPUS", "1.000000"},
+             {"SLUICE_JOB_ID", "job-0123456789ab"},
+             {"SLUICE_ATTEMPT_ID", "att-0123456789ab"},
+             {"SLUICE_ATTEMPT", "1"},
+             {"SLUICE_NODE_ID", "node-0123456789abcdef"},
+             {"SLUICE_CHECKPOINT_DIR", (root / "ckpt").string()}};
 
   sluice::SandboxSpec box;
   box.workdir = job.cwd;
@@ -126,7 +148,7 @@ int main(int argc, char** argv) {
     cb.on_line = [&](const sluice::proto::LogEntry&) { s.Set(&Signal::line); };
     cb.on_exit = [&](const SupervisedJob::End&) { s.Set(&Signal::done); };
     auto t0 = Clock::now();
-    auto j = SupervisedJob::Start(SUPERVISOR_PATH, dir, spec, cb);
+    auto j = SupervisedJob::Start(supervisor, dir, spec, cb);
     if (!j.ok() || !s.Wait(&Signal::line)) return -1.0;
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     (*j)->Wait();
@@ -145,7 +167,7 @@ int main(int argc, char** argv) {
     spec.process.wrapper = sluice::SandboxArgv(support, box);
     spec.process.env.clear();  // a warm box starts with an empty environment
     spec.warm = true;
-    auto j = SupervisedJob::Start(SUPERVISOR_PATH, dir, spec, {});
+    auto j = SupervisedJob::Start(supervisor, dir, spec, {});
     if (!j.ok()) return -1.0;
     SupervisedJob::Callbacks cb;
     cb.on_line = [&](const sluice::proto::LogEntry&) { s.Set(&Signal::line); };

@@ -23,6 +23,19 @@ class CommandGroup {
   int& rc;         // the exit code
 };
 
+// The daemons' commands, as `sluice --help` lists them (daemon_flags.cc, daemon_exec.cc).
+inline constexpr const char* kServerAbout = "Run the marketplace server (REST API + agent channel)";
+inline constexpr const char* kAgentAbout = "Join this machine to a server as a provider";
+inline constexpr const char* kProbeAbout = "Print what an agent on this machine would publish";
+
+// Two binaries share this command line (docs/design-notes.md, "Two binaries"): `sluice-node`
+// runs everything and holds the daemons' code (daemon_flags.cc); `sluice`, the command users
+// type most, is linked without position independence so that it starts faster, and hands the
+// daemons' commands to `sluice-node` beside it (daemon_exec.cc). Called first by Main: in
+// `sluice`, execs `sluice-node` with the same arguments when `argv[1]` is one of them (and does
+// not return); in `sluice-node`, does nothing.
+void HandOverDaemonCommands(int argc, char** argv);
+
 // --server, --token, --ca-file and (with `json`) --json.
 void AddClientFlags(CLI::App* cmd, GlobalFlags* g, bool json = true);
 

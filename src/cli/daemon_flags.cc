@@ -22,8 +22,7 @@ class ServerGroup final : public CommandGroup {
   using CommandGroup::CommandGroup;
   void Add(CLI::App& app) override {
     sopt.data_dir = DefaultServerDataDir();
-    auto* server =
-        app.add_subcommand("server", "Run the marketplace server (REST API + agent channel)");
+    auto* server = app.add_subcommand("server", kServerAbout);
     server->add_option("--listen", sopt.listen, "HOST:PORT to listen on; port 0 picks a free one")
         ->capture_default_str();
     server
@@ -194,7 +193,7 @@ class AgentGroup final : public CommandGroup {
   using CommandGroup::CommandGroup;
   void Add(CLI::App& app) override {
     aopt.data_dir = DefaultAgentDataDir();
-    auto* agent_cmd = app.add_subcommand("agent", "Join this machine to a server as a provider");
+    auto* agent_cmd = app.add_subcommand("agent", kAgentAbout);
     agent_cmd->add_option("--server", aopt.server_url,
                           "Server URL (default: $SLUICE_SERVER, else the join token file's server: "
                           "line, else the local server's server.url)");
@@ -355,7 +354,7 @@ class ProbeGroup final : public CommandGroup {
  public:
   using CommandGroup::CommandGroup;
   void Add(CLI::App& app) override {
-    auto* probe = app.add_subcommand("probe", "Print what an agent on this machine would publish");
+    auto* probe = app.add_subcommand("probe", kProbeAbout);
     probe->add_option("--from-nvidia-smi", probe_file,
                       "Parse recorded `nvidia-smi -q -x` (XML) or `nvidia-smi -q` (text) output");
     probe->add_flag("--json", probe_json, "Print the inventory as JSON");
@@ -368,6 +367,8 @@ class ProbeGroup final : public CommandGroup {
 };
 
 }  // namespace
+
+void HandOverDaemonCommands(int, char**) {}  // this binary runs them
 
 std::unique_ptr<CommandGroup> MakeServerGroup(GlobalFlags& g, int& rc) {
   return std::make_unique<ServerGroup>(g, rc);

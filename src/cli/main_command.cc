@@ -86,6 +86,7 @@ std::vector<std::string> TopLevelCommands(std::string_view first) {
 }
 
 int Main(int argc, char** argv) {
+  HandOverDaemonCommands(argc, argv);
   int rc = 0;
   GlobalFlags g;
   std::vector<std::unique_ptr<CommandGroup>> groups;
