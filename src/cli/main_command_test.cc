@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "cli/command_group.h"
+
 namespace sluice::cli {
 namespace {
 
@@ -29,6 +31,23 @@ TEST(MainCommandTest, NamingACommandBuildsItsGroupOnlyAndAnythingElseBuildsAll) 
     EXPECT_LT(built.size(), all.size()) << n << " is not listed with its group";
   }
   EXPECT_EQ(TopLevelCommands("server"), std::vector<std::string>{"server"});
+}
+
+// `sluice` hands server, agent and probe to sluice-node beside it (daemon_exec.cc): this test
+// binary has none beside it, so the hand-over fails, and says what is missing.
+TEST(MainCommandDeathTest, ADaemonCommandWithoutSluiceNodeBesideItSaysSo) {
+  char a0[] = "sluice", a1[] = "agent";
+  char* argv[] = {a0, a1, nullptr};
+  EXPECT_EXIT(HandOverDaemonCommands(2, argv), testing::ExitedWithCode(127),
+              "cannot run .*sluice-node.*built and installed beside `sluice`");
+}
+
+TEST(MainCommandTest, ClientCommandsAreNotHandedOver) {
+  char a0[] = "sluice", a1[] = "jobs";
+  char* argv[] = {a0, a1, nullptr};
+  HandOverDaemonCommands(2, argv);  // returns: `jobs` runs here
+  HandOverDaemonCommands(1, argv);
+  SUCCEED();
 }
 
 }  // namespace
