@@ -85,10 +85,10 @@ Result<proto::LogEntry> LineFromJson(const Json& j);
 // `export` each of its variables, then `exec /bin/bash -c` its script, every value single-quoted.
 // A bash, because the box's bash is there anyway and `exec` costs nothing more. `read -N` takes
 // the whole job in a few reads; `read -d ''` of NUL-separated fields, as before, read a pipe one
-// byte per system call (~1.5 ms for a job's ~900 bytes here). LC_ALL=C because -N counts
-// characters and the payload is counted in bytes. The box must start with an empty environment:
-// then all the job's shell inherits is what the job gave, plus PWD (which bash sets anyway) --
-// the stub forks nothing (a `$(...)` to list variables costs ~6 ms).
+// byte per system call (~0.9 ms per warm start with the agent's ~600 bytes: bench/job_start).
+// LC_ALL=C because -N counts characters and the payload is counted in bytes. The box must start
+// with an empty environment: then all the job's shell inherits is what the job gave, plus PWD
+// (which bash sets anyway) -- the stub forks nothing (a `$(...)` to list variables costs ~6 ms).
 inline constexpr const char* kWarmReady = "sluice-warm-box-ready";
 inline constexpr const char* kWarmStub =
     "printf '%s\\n' sluice-warm-box-ready\n"

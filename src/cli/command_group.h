@@ -1,7 +1,7 @@
 // The `sluice` command line is built in groups of top-level commands (main_command.cc): a
 // command line builds only the group of the command it names. CLI11 building every command's
-// flags cost ~100 page faults, ~1.3 ms, of each `sluice` call (docs/benchmarks.md, "Submit-to-
-// start latency").
+// flags cost ~100 page faults of each `sluice` call; building one group made a client command
+// 0.884x as long (bench/cli_start; docs/benchmarks.md, "Submit-to-start latency").
 #pragma once
 
 #include <CLI/CLI.hpp>
