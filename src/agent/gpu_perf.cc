@@ -54,10 +54,12 @@ std::string PtxFloat(float v) {
   return buf;
 }
 
+// ISA 6.3 (CUDA 10.0): `wmma...sync.aligned` needs it; an H200's driver rejected 6.0 with
+// "Feature '.aligned modifier for wmma' requires PTX ISA .version 6.3 or later".
 // Generated rather than typed: eight accumulators of eight registers each are 64 names, and a
 // typo in one would only show on a GPU.
 std::string BuildTensorPtx() {
-  std::string p = R"(.version 6.0
+  std::string p = R"(.version 6.3
 .target sm_70
 .address_size 64
 

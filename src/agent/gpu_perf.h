@@ -5,7 +5,7 @@
 //
 //  - a matrix multiply: FP16 inputs with FP32 accumulate on the tensor cores, the mode
 //    mixed-precision training uses and the mode of the spec figures in data/gpu_specs.csv
-//    (docs/design-notes.md, "GPU speed"). The suite's own PTX (wmma, ISA 6.0, sm_70 and later),
+//    (docs/design-notes.md, "GPU speed"). The suite's own PTX (wmma, ISA 6.3, sm_70 and later),
 //    so the agent needs neither a CUDA toolkit nor cuBLAS. Each warp keeps its tiles in
 //    registers and runs eight independent accumulators, so the figure is the tensor cores'
 //    throughput, not the memory system's. GPUs before Volta have no tensor cores and run an
