@@ -302,10 +302,55 @@ Result<std::unique_ptr<AttemptCgroup>> AttemptCgroup::Open(const CgroupSupport& 
   return cg;
 }
 
+// cgroup v2 cannot rename a cgroup (the kernel's rename is v1's alone: EPERM on a v2 host), so
+// there the warm box's processes move: a new cgroup with the attempt's limits, every pid of the
+// old one written into it, the old one removed. The box is idle (its stub waits on a read), so
+// nothing forks meanwhile; a few rounds still catch one that did. Memory the box already used
+// stays charged to the parent when the old cgroup goes: a few MB, outside the job's limit.
+static Result<std::unique_ptr<AttemptCgroup>> MoveInto(const CgroupSupport& support,
+                                                       const std::string& from,
+                                                       const std::string& to,
+                                                       const CgroupLimits& limits) {
+  SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> old_dirs, AttemptDirs(support, from));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> new_dirs, AttemptDirs(support, to));
+  const std::string& old_dir = old_dirs.front();
+  const std::string& new_dir = new_dirs.front();
+  std::error_code ec;
+  if (!fs::is_directory(old_dir, ec)) return Status::NotFound("no cgroup " + old_dir);
+  SLUICE_ASSIGN_OR_RETURN(auto cg, AttemptCgroup::Create(support, to, limits));
+  auto move = [](const std::string& src, const std::string& dst) -> Status {
+    SLUICE_ASSIGN_OR_RETURN(std::string text, ReadSmall(src + "/cgroup.procs"));
+    std::istringstream in(text);
+    for (std::string pid; in >> pid;) {
+      Status st = WriteSmall(dst + "/cgroup.procs", pid);
+      // A process that exited since the read is not an error (ESRCH).
+      if (!st.ok() && fs::exists("/proc/" + pid)) return st;
+    }
+    return Status::Ok();
+  };
+  Status st = Status::Ok();
+  for (int round = 0; round < 5; ++round) {
+    st = move(old_dir, new_dir);
+    if (!st.ok()) break;
+    if (rmdir(old_dir.c_str()) == 0) return cg;
+    const int err = errno;
+    if (err != EBUSY) {  // a plain directory (tests): its files stay; cgroupfs removes its own
+      if (err == ENOTEMPTY && fs::remove_all(old_dir, ec) > 0 && !ec) return cg;
+      st = Status::Internal("cannot remove cgroup " + old_dir + ": " + ErrnoText(err));
+      break;
+    }
+    st = Status::Internal("cgroup " + old_dir + " still has processes after moving them");
+  }
+  (void)move(new_dir, old_dir);  // back where they were; the new one goes
+  (void)cg->Remove();
+  return Status::Internal("cannot move the warm box into its job's cgroup: " + st.message());
+}
+
 Result<std::unique_ptr<AttemptCgroup>> AttemptCgroup::Adopt(const CgroupSupport& support,
                                                             const std::string& from,
                                                             const std::string& to,
                                                             const CgroupLimits& limits) {
+  if (support.layout == Layout::kV2) return MoveInto(support, from, to, limits);
   SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> old_dirs, AttemptDirs(support, from));
   SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> new_dirs, AttemptDirs(support, to));
   for (size_t i = 0; i < old_dirs.size(); ++i) {

@@ -56,8 +56,9 @@ class AttemptCgroup {
   // be joined as after Create; NotFound when it is gone.
   static Result<std::unique_ptr<AttemptCgroup>> Open(const CgroupSupport& support,
                                                      const std::string& name);
-  // Renames `from` (a cgroup a warm sandbox already runs in) to `to` in every tree and writes
-  // the attempt's limits into it: its processes stay where they are and come under the limits.
+  // Turns `from` (a cgroup a warm sandbox already runs in) into `to` with the attempt's limits:
+  // v1 renames it in every tree (its processes stay where they are and come under the limits);
+  // v2, which cannot rename, creates `to` and moves every process of `from` into it.
   static Result<std::unique_ptr<AttemptCgroup>> Adopt(const CgroupSupport& support,
                                                       const std::string& from,
                                                       const std::string& to,
