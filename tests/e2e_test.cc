@@ -84,19 +84,22 @@ class E2ETest : public ::testing::Test {
 class RecoveryE2ETest : public E2ETest {};
 
 TEST_F(E2ETest, JobOutputAndExitCodeComeBack) {
-  cluster_.StartAgent("a1");
+  // An agent in a CUDA container image, which names the driver's libraries only in
+  // LD_LIBRARY_PATH: its jobs need the same, or their PyTorch finds no GPU.
+  cluster_.StartAgent("a1", {}, true, {{"LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"}});
   std::string spec = Spec("hello", R"(name: hello
 resources: {cpus: 1, memory_gb: 0.5}
 env: {GREETING: bonjour}
 run: |
   echo "$GREETING from $SLUICE_JOB_ID"
-  echo "visible=[$CUDA_VISIBLE_DEVICES]"
+  echo "visible=[$CUDA_VISIBLE_DEVICES] libraries=[$LD_LIBRARY_PATH]"
   echo to-stderr >&2
 )");
   CommandResult r = cluster_.Cli({"run", spec, "--follow"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(r.out, "bonjour from job-")) << r.out;
-  EXPECT_TRUE(Contains(r.out, "visible=[]")) << r.out;  // a CPU job sees no GPU
+  // A CPU job sees no GPU; the agent's library path comes with the job.
+  EXPECT_TRUE(Contains(r.out, "visible=[] libraries=[/usr/local/nvidia/lib64]")) << r.out;
   EXPECT_TRUE(Contains(r.err, "to-stderr")) << r.err;
   EXPECT_FALSE(Contains(r.out, "to-stderr"));
   EXPECT_TRUE(Contains(r.err, "succeeded")) << r.err;

@@ -239,6 +239,9 @@ std::map<std::string, std::string> Agent::JobEnv(const proto::Assign& a) const {
   inherit("LOGNAME", nullptr);
   inherit("LANG", "C.UTF-8");
   inherit("TZ", nullptr);
+  // CUDA container images (and the NVIDIA container toolkit) put the driver's libcuda.so.1 in
+  // /usr/local/nvidia/lib64 and name it only here; without it a job's PyTorch finds no GPU.
+  inherit("LD_LIBRARY_PATH", nullptr);
   env["SHELL"] = "/bin/bash";
   env["PYTHONUNBUFFERED"] = "1";  // job output should stream, not arrive at exit
   for (const auto& [k, v] : a.env) env[k] = v;
