@@ -82,7 +82,12 @@ std::vector<int> FreeGpus(const NodeCapacity& node, const market::Offer& offer) 
 // gives, plus offers that match but cost more than the job's budget.
 std::string NeverFitsReason(const std::vector<const NodeCapacity*>& nodes, const JobRequest& job,
                             const market::CostModel& model) {
-  if (nodes.empty()) return "no nodes are registered; start an agent with `sluice agent`";
+  // Empty also when nodes are registered but lost, revoked or failed verification: the core
+  // leaves those out, so "none registered" would be wrong.
+  if (nodes.empty()) {
+    return "no node can take work: none is registered, online and verified (`sluice nodes` "
+           "shows why); start an agent with `sluice agent`";
+  }
   std::vector<market::Offer> offers;
   for (const NodeCapacity* n : nodes) {
     offers.insert(offers.end(), n->Offers().begin(), n->Offers().end());

@@ -103,7 +103,7 @@ TEST(SchedulerTest, NoNodesSaysSo) {
   auto plan = Schedule({}, {Job("a", 0)});
   ASSERT_EQ(plan.waiting.size(), 1u);
   EXPECT_TRUE(plan.waiting[0].never_fits);
-  EXPECT_NE(plan.waiting[0].reason.find("no nodes"), std::string::npos);
+  EXPECT_NE(plan.waiting[0].reason.find("no node can take work"), std::string::npos);
 }
 
 TEST(SchedulerTest, LabelAndVramAndPriceFilter) {

@@ -358,7 +358,9 @@ TEST_F(ServerCoreTest, SilentNodeIsLostAfterGrace) {
   }
   EXPECT_NE(requeued.find("no heartbeat"), std::string::npos) << requeued;
   // It now waits for a node, and says so.
-  EXPECT_NE(d->job.reason.find("no nodes are registered"), std::string::npos) << d->job.reason;
+  EXPECT_NE(d->job.reason.find("no node can take work: none is registered, online and verified"),
+            std::string::npos)
+      << d->job.reason;
   EXPECT_TRUE(core_->ListOffers().empty());
 }
 
