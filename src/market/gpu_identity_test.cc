@@ -69,6 +69,8 @@ const IdentityCase kCases[] = {
      "pci-supplement"},
     {"NVIDIA GH200 480GB", 97871, 0, 0, "gh200-96gb", "superchip", "product-name"},
     {"NVIDIA H200", 143771, 0x233510DE, 0, "h200-141gb", "sxm", "pci-supplement"},
+    // The real one (tests/fixtures/nvidia-smi/h200-1.txt): subsystem 18BF, as the supplement cites.
+    {"NVIDIA H200", 143771, 0x233510DE, 0x18BF10DE, "h200-141gb", "sxm", "pci-supplement"},
     {"NVIDIA L40S", 46068, 0x26B910DE, 0, "l40s-48gb", "pcie", "pci-supplement"},
     {"NVIDIA GeForce RTX 5090", 32607, 0x2B8510DE, 0, "rtx5090-32gb", "pcie", "pci-supplement"},
     {"NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", 97887, 0x2BB410DE, 0,
