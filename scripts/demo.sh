@@ -30,8 +30,11 @@ export SLUICE_TOKEN=$(cat "$work/server/admin.token")
 echo "    listening on $SLUICE_SERVER"
 
 echo "==> starting a local agent (it probes this machine and publishes its offer)"
+# --allow-unfiltered-network: the demo's only job is your own, and an agent that is not root (or
+# a container without CAP_NET_ADMIN) cannot install the jobs' network filter; a provider's agent
+# should run without it (README, "Join a machine as a provider").
 "$bin" agent --server "$SLUICE_SERVER" --join-token-file "$work/server/join.token" \
-  --data-dir "$work/agent" --name local >"$work/agent.log" 2>&1 &
+  --data-dir "$work/agent" --name local --allow-unfiltered-network >"$work/agent.log" 2>&1 &
 agent_pid=$!
 # The probe imports PyTorch when it is installed, which can take several seconds; then the
 # server has the agent run its conformance suite and verifies the node.

@@ -63,6 +63,7 @@ start_agent() {
   # shellcheck disable=SC2086  # SLUICE_AGENT_ARGS is a list of flags
   "$bin" agent --server "$SLUICE_SERVER" --join-token-file "$work/server/join.token" \
     --data-dir "$work/agent" --name local --price-per-gpu-hour 3 --price-per-cpu-hour 0.05 \
+    --allow-unfiltered-network \
     ${SLUICE_AGENT_ARGS:-} "$@" >>"$work/agent.log" 2>&1 &
   agent_pid=$!
   for _ in $(seq 1 2400); do
@@ -88,6 +89,7 @@ if [[ $rc -eq 2 ]]; then
   rc=$?
 fi
 summary "agent start line: $(grep -m1 -i 'sandbox' "$work/agent.log")"
+summary "agent start line: $(grep -m1 'job network' "$work/agent.log")"
 [[ $rc -eq 0 ]] || failed+=("verification")
 "$bin" nodes >"$out/nodes.txt" 2>&1
 "$bin" node status local >"$out/node-status.txt" 2>&1

@@ -1,6 +1,7 @@
 // End-to-end tests: the real `sluice server`, `sluice agent` and CLI processes on loopback.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -425,6 +426,43 @@ TEST_F(E2ETest, ASandboxedJobCannotReachTheMetadataAddressOrTheServersLocalPort)
   cluster_.StartAgent("a2", {"--no-sandbox"});
   CommandResult bare = cluster_.Cli({"run", Spec("net", probe), "--follow"});
   EXPECT_TRUE(Contains(bare.out, "127.0.0.1:" + port + " open")) << bare.out;
+}
+
+// Where the filter cannot be installed (a lent H200 machine's image had no iptables), a
+// sandboxing agent refuses to start, since strangers' jobs could read the machine's cloud
+// credentials; with --allow-unfiltered-network it starts and its offers say so. The agent runs
+// in a mount namespace of its own in which iptables is /bin/false.
+TEST_F(E2ETest, AnAgentThatCannotFilterItsJobsNetworkStartsOnlyWhenAllowedAndSaysSo) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for a mount namespace";
+  // A container may forbid mount namespaces: then there is no way to take iptables away here.
+  if (RunCommand({"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                  "mount --bind /bin/false /usr/sbin/iptables && ! /usr/sbin/iptables -L"})
+          .exit_code != 0) {
+    GTEST_SKIP() << "cannot bind-mount over iptables in a mount namespace here";
+  }
+  cluster_.agent_launcher = {"/usr/bin/unshare",
+                             "--mount",
+                             "--propagation",
+                             "private",
+                             "/bin/sh",
+                             "-c",
+                             "mount --bind /bin/false /usr/sbin/iptables && exec \"$0\" \"$@\""};
+  cluster_.allow_unfiltered_network = false;
+  Daemon* refused = cluster_.StartAgent("strict", {}, /*wait_online=*/false);
+  EXPECT_EQ(refused->Wait(std::chrono::seconds(60)), 1) << refused->Log();
+  EXPECT_TRUE(Contains(refused->Log(), "cannot filter the jobs' network here")) << refused->Log();
+  EXPECT_TRUE(Contains(refused->Log(), "169.254.169.254")) << refused->Log();
+  EXPECT_FALSE(Contains(cluster_.Cli({"nodes"}).out, "strict"));
+
+  cluster_.allow_unfiltered_network = true;
+  Daemon* open = cluster_.StartAgent("open");
+  EXPECT_TRUE(Contains(open->Log(), "job network: NOT filtered")) << open->Log();
+  EXPECT_TRUE(Contains(cluster_.Cli({"offers"}).out, "agent (sandbox: bwrap-open-network)"))
+      << cluster_.Cli({"offers"}).out;
+  // Still boxed: its jobs run.
+  CommandResult r = cluster_.Cli({"run", Spec("ok", "name: ok\nrun: echo boxed\n"), "--follow"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "boxed")) << r.out;
 }
 
 TEST_F(E2ETest, JobThatCanNeverFitSaysWhy) {

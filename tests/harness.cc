@@ -236,7 +236,8 @@ void Cluster::KillServer(int sig) {
 
 Daemon* Cluster::StartAgent(const std::string& name, std::vector<std::string> extra,
                             bool wait_online, std::map<std::string, std::string> env) {
-  std::vector<std::string> argv = {
+  std::vector<std::string> argv = agent_launcher;
+  argv.insert(argv.end(), {
       SluiceBinary(),
       "agent",
       "--server",
@@ -252,8 +253,9 @@ Daemon* Cluster::StartAgent(const std::string& name, std::vector<std::string> ex
       "--conformance-disk-mib",
       "16",
       "--conformance-memory-mib",
-      "64"};
+      "64"});
   if (!probe_software) argv.push_back("--skip-software-probe");
+  if (allow_unfiltered_network) argv.push_back("--allow-unfiltered-network");
   for (const auto& e : extra) argv.push_back(e);
   agents_[name] = std::make_unique<Daemon>(argv, env, dir_ + "/agent-" + name + ".log");
   Daemon* d = agents_[name].get();

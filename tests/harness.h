@@ -82,6 +82,13 @@ class Cluster {
   std::string agent_join_token_file;
   // The URL agents dial instead of the server's (a PausableProxy in front of it); empty: url().
   std::string agent_server_url;
+  // Agents start with --allow-unfiltered-network, so a test machine whose iptables cannot be
+  // used (a container without CAP_NET_ADMIN) still runs the suite; the network filter's own
+  // tests check that it is installed wherever it can be.
+  bool allow_unfiltered_network = true;
+  // A command the agent is started through (it must exec the rest of its arguments), e.g. one
+  // that takes something away from the agent's mount namespace; empty: none.
+  std::vector<std::string> agent_launcher;
 
   // Runs the CLI against this cluster's server with the admin token (and, for a server started
   // with --tls, its generated CA as SLUICE_CA_FILE).

@@ -450,18 +450,35 @@ int Agent::Run() {
     inventory_.sandbox = "bwrap";
     Log("sandbox: %s", sandbox_.Describe());
   }
-  if (sandbox_.usable && sandbox_.own_uid) {
-    std::string said;
-    auto rc = RunHostScript(InstallScript(JobNetwork()), &said);
-    network_filtered_ = rc.ok() && *rc == 0;
+  if (sandbox_.usable) {
+    // The rules match the jobs' own uids, so only a root agent (jobs with uids of their own)
+    // can have them; a lent H200 machine's image had no iptables at all.
+    std::string why = "the agent is not root, so its jobs keep its uid";
+    if (sandbox_.own_uid) {
+      std::string said;
+      auto rc = RunHostScript(InstallScript(JobNetwork()), &said);
+      network_filtered_ = rc.ok() && *rc == 0;
+      why = rc.ok() ? (said.empty() ? "iptables failed" : said) : rc.status().message();
+    }
     if (network_filtered_) {
       Log("job network: jobs may not reach 169.254.169.254 (cloud credentials) or local TCP port "
           "%s (iptables chain %s)",
           std::to_string(url_.port), JobNetwork().Chain());
+    } else if (!opt_.allow_unfiltered_network) {
+      std::fprintf(stderr,
+                   "sluice agent: cannot filter the jobs' network here: %s.\n"
+                   "Jobs from other accounts could read this machine's cloud credentials at "
+                   "169.254.169.254. Install iptables and run the agent as root, or start with "
+                   "--allow-unfiltered-network if this machine has no cloud credentials to "
+                   "lose.\n",
+                   why.c_str());
+      return 1;
     } else {
-      Log("job network: NOT filtered (%s): jobs can reach the cloud metadata address "
-          "169.254.169.254 and this machine's local ports",
-          rc.ok() ? (said.empty() ? "iptables failed" : said) : rc.status().message());
+      inventory_.sandbox = "bwrap-open-network";
+      Log("job network: NOT filtered (%s; --allow-unfiltered-network): jobs can reach the cloud "
+          "metadata address 169.254.169.254 and this machine's local ports; offers show "
+          "`sandbox: bwrap-open-network`",
+          why);
     }
   }
   cgroups_ = DetectCgroups(opt_.cgroup_root);

@@ -47,6 +47,12 @@ struct AgentOptions {
   // The job sandbox (agent/sandbox.h). Without it the agent refuses to start unless no_sandbox
   // says every job here is the provider's own; its offers then show `sandbox: none`.
   bool no_sandbox = false;
+  // Sandboxed jobs are kept from the cloud metadata address and this machine's local ports by
+  // iptables rules on their uids (agent/job_network.h). Where those cannot be installed (no
+  // iptables, no CAP_NET_ADMIN, an agent that is not root) the agent refuses to start unless
+  // this says the machine has no cloud credentials to lose; offers then show
+  // `sandbox: bwrap-open-network`.
+  bool allow_unfiltered_network = false;
   // Jobs run as uids first_job_uid, first_job_uid + 1, ... (one per running attempt; the agent
   // must be root), never as the agent's own.
   int64_t first_job_uid = 2100000000;

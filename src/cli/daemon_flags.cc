@@ -248,6 +248,13 @@ class AgentGroup final : public CommandGroup {
         "whatever the agent can, tokens included. Only for a node whose every job is your own; "
         "its offers show `sandbox: none`. Without this flag the agent refuses to start where "
         "the sandbox cannot be built");
+    agent_cmd->add_flag(
+        "--allow-unfiltered-network", aopt.allow_unfiltered_network,
+        "Start even where the jobs' network filter cannot be installed (no iptables, no "
+        "CAP_NET_ADMIN, or the agent is not root): sandboxed jobs can then reach the cloud "
+        "metadata address 169.254.169.254, which hands out this machine's cloud credentials, and "
+        "its local ports. Only for a machine with no cloud credentials to lose; its offers show "
+        "`sandbox: bwrap-open-network`. Without this flag the agent refuses to start there");
     agent_cmd
         ->add_option("--first-job-uid", aopt.first_job_uid,
                      "Sandboxed jobs run as this uid and the ones after it, one per running job "

@@ -24,6 +24,13 @@ int Fail(const Status& s) {
   if (!SLUICE_CONCAT(_cfg_, __LINE__).ok()) return Fail(SLUICE_CONCAT(_cfg_, __LINE__).status()); \
   lhs = std::move(SLUICE_CONCAT(_cfg_, __LINE__)).value()
 
+// How an agent offer's jobs are boxed, where it is less than the full sandbox: " (sandbox: none)"
+// (--no-sandbox) or " (sandbox: bwrap-open-network)" (--allow-unfiltered-network).
+std::string SandboxNote(const std::string& sandbox) {
+  if (sandbox.empty() || sandbox == "bwrap") return "";
+  return " (sandbox: " + sandbox + ")";
+}
+
 std::string UrlEncode(std::string_view s) {
   static const char* kHex = "0123456789ABCDEF";
   std::string out;
@@ -119,8 +126,7 @@ int OffersCommand(const GlobalFlags& g, const std::string& query, const std::str
            gpu.empty() ? "-" : Dollars(o.value("price_per_gpu_hour", 0.0)),
            spot > 0 ? Dollars(spot) : "-",
            o.value("cuda_version", "").empty() ? "-" : o.value("cuda_version", ""), PerfText(o),
-           MeasuredPerfText(o),
-           o.value("source", "") + (o.value("sandbox", "") == "none" ? " (sandbox: none)" : "")});
+           MeasuredPerfText(o), o.value("source", "") + SandboxNote(o.value("sandbox", ""))});
     if (!o.value("perf_flag", "").empty()) {
       flagged.push_back(o.value("id", "") + ": " + o.value("perf_flag", ""));
     }

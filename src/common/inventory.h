@@ -62,8 +62,9 @@ struct Inventory {
   std::vector<std::string> torch_builds;   // torch.__version__ as reported: "2.1.0+cu121", "2.0.1"
   // Container runtimes on the agent's PATH, "<name> <version>": "docker 24.0.7", "podman 4.3.1".
   std::vector<std::string> container_runtimes;
-  // How the agent boxes jobs: "bwrap" (agent/sandbox.h) or "none" (started with --no-sandbox:
-  // jobs see what the agent sees). Empty from agents older than the sandbox.
+  // How the agent boxes jobs: "bwrap" (agent/sandbox.h), "bwrap-open-network" (boxed, but the
+  // network filter could not be installed: --allow-unfiltered-network) or "none" (started with
+  // --no-sandbox: jobs see what the agent sees). Empty from agents older than the sandbox.
   std::string sandbox;
 
   bool operator==(const Inventory&) const = default;

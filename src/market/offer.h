@@ -47,8 +47,10 @@ struct Offer {
   double interruptions_per_hour = -1;
   double reliability = 1.0;  // 0..1, share of the window the node was usable
   double latency_ms = 0;     // link latency to the server (catalogs: 0 = unknown)
-  // How an agent boxes jobs: "bwrap", or "none" when its provider started it --no-sandbox
-  // (jobs there can read what the agent can); empty for catalogs and older agents.
+  // How an agent boxes jobs: "bwrap"; "bwrap-open-network" when the jobs' network filter could
+  // not be installed (they can reach the cloud metadata address); or "none" when its provider
+  // started it --no-sandbox (jobs there can read what the agent can); empty for catalogs and
+  // older agents.
   std::string sandbox;
   double failure_rate = 0;    // 0..1 start failures / preemptions share
   double health_score = 100;  // see HealthScore()
