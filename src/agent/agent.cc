@@ -459,6 +459,8 @@ int Agent::Run() {
       auto rc = RunHostScript(InstallScript(JobNetwork()), &said);
       network_filtered_ = rc.ok() && *rc == 0;
       why = rc.ok() ? (said.empty() ? "iptables failed" : said) : rc.status().message();
+      // IPv4 may have taken its rules before IPv6 failed: leave no half-filter behind.
+      if (!network_filtered_) (void)RunHostScript(RemoveScript(JobNetwork()), nullptr);
     }
     if (network_filtered_) {
       Log("job network: jobs may not reach 169.254.169.254 (cloud credentials) or local TCP port "
