@@ -40,177 +40,14 @@
 #include "market/reliability.h"
 #include "sched/scheduler.h"
 #include "server/agent_inbox.h"
+#include "server/core_state.h"
+#include "server/core_types.h"
 #include "server/queue_index.h"
 #include "spec/job_spec.h"
 #include "store/blob_store.h"
 #include "store/store.h"
 
 namespace sluice::server {
-
-// The server's end of one agent's WebSocket. A seam: tests record what would be sent.
-class AgentLink {
- public:
-  virtual ~AgentLink() = default;
-  virtual void Send(const Json& message) = 0;  // must not block
-  virtual void Close() = 0;
-};
-
-class Accounts;
-
-// Who opened an agent channel (issue 10 item 2): what its bearer token proved.
-struct AgentIdentity {
-  std::string account_id;  // the provider account: the join token's or the credential's owner
-  std::string token_id;
-  std::string node_id;  // set when the token is a node credential (it proves this node)
-};
-
-// Who submits a job, and how (issue 10 items 1 and 3).
-struct SubmitOptions {
-  std::string owner;  // account id; "" is the admin (as before accounts)
-  std::string team;   // a team the owner belongs to (checked by the API), or ""
-  // `Idempotency-Key`: the same key and body within idempotency_ttl_ms return the first job; the
-  // same key with another body is refused (AlreadyExists).
-  std::string idempotency_key;
-  std::string body_sha256;
-  bool queue_unschedulable = false;
-  bool exempt_from_quota = false;  // admins
-};
-
-struct CoreOptions {
-  int64_t heartbeat_interval_ms = 3000;  // told to agents in `welcome`
-  int64_t heartbeat_grace_ms = 15000;    // silence after which a node is lost
-  // How long each heartbeat's reply lets the node's running attempts run (fencing): shorter
-  // than the grace, so an agent cut off from us has frozen them before we place them elsewhere.
-  int64_t lease_ms = 10000;
-  // A gap between two ticks longer than this is the server's own stall (stopped, swapped out, a
-  // slow disk): nodes could not be heard meanwhile, so the gap beyond this is not counted as
-  // their silence. 0: off (unit tests jump the clock between ticks on purpose).
-  int64_t stall_credit_after_ms = 0;
-  // Storm-proof verification (issue 12 item 5): at most this many conformance suites run at
-  // once (a fleet registering together would otherwise measure itself into failure); a failed
-  // verification is retried this many times, after verify_retry_ms, doubling, with jitter.
-  int max_concurrent_verifications = 8;
-  int verify_retries = 3;
-  int64_t verify_retry_ms = 60000;
-  int64_t cancel_grace_ms = 10000;              // SIGTERM -> SIGKILL on the agent
-  market::CostModel cost_model;                 // how offers are ranked and jobs placed
-  int64_t preempt_cooldown_ms = 60000;          // a preempted job avoids that node this long
-  int checkpoint_retention = 3;                 // checkpoints kept per job; older ones are deleted
-  audit::VerificationRules verification_rules;  // how conformance reports are judged
-  // A verified node is asked to run its conformance suite again after this long (0: never).
-  int64_t reverify_interval_ms = 6LL * 3600 * 1000;
-  // Limits (issue 10 item 5).
-  int64_t idempotency_ttl_ms = 24LL * 3600 * 1000;  // how long an Idempotency-Key is kept
-  int max_active_jobs_per_account = 1000;           // queued + starting + running
-  int max_nodes_per_provider = 1000;                // registered, not revoked
-  int64_t max_log_bytes_per_attempt = 64LL << 20;   // older lines are dropped past it
-  // Read the minute's reliability history on a thread of its own, applied by a later tick, so
-  // the tick that declares silent nodes lost never waits on 30 days of history (the server
-  // does; unit tests read it inline, as they drive the clock tick by tick).
-  bool reliability_in_background = false;
-  // An agent with more messages than this waiting for the core is disconnected; it reconnects
-  // and resends what was not acknowledged (AgentInbox).
-  size_t max_agent_messages_waiting = 4096;
-  // After a restart every agent reconnects at once, and on a big fleet that takes longer than
-  // lease + grace. While hellos still arrive (one within the grace), a node that has not come
-  // back yet is not declared lost, for at most this long after the restart.
-  int64_t reconnect_window_ms = 120000;
-  // Tests: posted agent messages wait until HandleWaitingAgentMessages is called (instead of
-  // being handled inline), so a test can line several up as a loaded server would.
-  bool hold_agent_messages = false;
-  // Money (issue 14; docs/design-notes.md "Metering and the ledger"). The platform's fee, taken
-  // from the provider's share, in basis points (500 = 5 %); how often running attempts' meters
-  // are settled into the ledger (their end settles the rest at once).
-  int platform_fee_bps = 0;
-  int64_t settle_interval_ms = 60000;
-  // A node its provider reclaimed (whole), or under a spot-termination notice, takes no new work
-  // for this long unless its provider resumes it first (issue 15 item 5).
-  int64_t reclaim_cooldown_ms = 30LL * 60 * 1000;
-  // Bytes the platform moves for a job (its workdir and checkpoints, to and from nodes), USD per
-  // GB (10^9 bytes). Storage is charged at cost_model.storage_price_per_gb_month, the rate
-  // estimates use.
-  double transfer_price_per_gb = 0;
-  // Budgets (issue 15 item 1; docs/design-notes.md "Budgets"): how often running work is checked
-  // against its job's max_total_cost and its account's credit, and how far ahead a stop looks
-  // (on top of the grace period and final upload it reserves), to cover the check's own
-  // interval and the exit's way back.
-  int64_t budget_check_interval_ms = 1000;
-  int64_t budget_margin_ms = 5000;
-  // A pass reads each group of alike queued jobs only as far as can matter (QueueIndex,
-  // sched::MostPlacements; docs/design-notes.md "Placement at scale"). false: every queued job,
-  // every pass: the oracle tests compare the grouped passes against.
-  bool group_queue = true;
-};
-
-// A monthly budget as `sluice budget --list` shows it: the record, whose it is, and what the
-// scope was charged this month.
-struct BudgetView {
-  store::BudgetRecord budget;
-  std::string name;  // "account alice", "team ml"
-  std::string month;
-  int64_t spent_micros = 0;
-};
-
-// A job's bill so far (`sluice job`, `sluice costs --job`): its meters and what they charged.
-struct JobCost {
-  std::vector<store::MeterRecord> meters;  // one per attempt that started, oldest first
-  int64_t charged_micros = 0;              // settled into the ledger: all of the below
-  int64_t compute_micros = 0;              // of which GPU or CPU time
-  int64_t storage_micros = 0;              // of which its workdir and checkpoints kept
-  int64_t transfer_micros = 0;             // of which bytes moved to and from nodes
-  int64_t accruing_micros = 0;             // open meters' time not yet settled, at now
-  int64_t fee_micros = 0;
-  int64_t lost_micros = 0;
-  int64_t credited_micros = 0;  // SLA credits paid back (README "SLA credits")
-  // The market's expected cost to complete when its latest attempt was placed (0: unknown).
-  int64_t estimate_micros = 0;
-};
-
-// What `sluice ledger check` reports: the store's sums and anything that disagrees.
-struct LedgerReport {
-  store::LedgerCheck check;
-  std::vector<std::string> problems;  // empty: every transaction balances, every balance agrees
-};
-
-struct JobDetail {
-  store::JobRecord job;
-  std::vector<store::AttemptRecord> attempts;
-  std::vector<store::JobEvent> events;
-};
-
-struct NodeView {
-  store::NodeRecord node;
-  market::Reliability reliability;
-  bool verifying = false;      // a conformance run was asked for and its report has not arrived
-  bool verify_queued = false;  // ... and waits for a free slot (CoreOptions::max_concurrent_...)
-  int gpus_free = 0;
-  int cpus_free = 0;
-  double memory_free_gb = 0;
-  int running_attempts = 0;
-  // What each GPU measured in the last verification, as the server judged it (issue 13 item 3).
-  std::vector<audit::GpuSpeed> gpu_speeds;
-};
-
-// What `GET /v1/offers` returns: the offers that matched, best first, and how many matched.
-struct OfferPage {
-  std::vector<market::Offer> offers;
-  size_t matched = 0;
-  std::optional<market::Explanation> explanation;  // set when nothing matched
-};
-
-// What `POST /v1/estimate` returns.
-struct EstimatePage {
-  market::MarketRequest request;
-  std::vector<market::RankedOffer> ranked;  // best first
-  size_t matched = 0;                       // offers matching the query within budget
-  size_t over_budget = 0;                   // matching the query but above max_price_per_hour
-  std::optional<market::Explanation> explanation;  // set when nothing matched
-};
-
-// One item of a job's stream: {"type":"event"|"log"|"end", ...}. Returns false when the reader
-// is gone, and the core drops the subscription. A null item is a liveness probe (Tick sends it so
-// readers that left a job that never ends are dropped too); it must not be written.
-using StreamSink = std::function<bool(const Json& item)>;
 
 class ServerCore {
  public:
@@ -427,87 +264,11 @@ class ServerCore {
   store::StoreCounters StoreCounters() { return store_->Counters(); }
 
  private:
-  struct NodeState {
-    store::NodeRecord record;
-    // record.inventory parsed once, when it changes (registration, load), never per query.
-    std::shared_ptr<const Inventory> inventory;
-    // What the node sells when idle (its GPUs, totals and offers), built on first use after any
-    // change to the record, verdict or reliability (each of those resets it): placement reads
-    // it on every submit and exit, and building offers for every node each time was the cost.
-    mutable std::shared_ptr<const sched::NodeCapacity> idle;
-    // The same less what its active attempts hold, with whether it takes work now: built on
-    // first use after its idle capacity, its attempts or its online state change (ApplyLocked
-    // resets it), and shared with every pass and listing until then.
-    mutable std::shared_ptr<const sched::NodeCapacity> now;
-    // The digest of Snapshot(record) once that snapshot is durably in the store; empty when
-    // unknown. Placements reuse it instead of parsing, dumping and hashing the whole inventory
-    // and conformance report each time (a tenth of the server's time in a burst of placements).
-    // Cleared wherever the record is replaced (ApplyLocked, a hello); set only after the commit
-    // that wrote the snapshot. Debug builds check it against a fresh Snapshot on every use.
-    std::string snapshot_digest;
-    std::shared_ptr<AgentLink> link;  // null while disconnected
-    int64_t last_seen_mono = 0;       // Clock::MonotonicMillis of the last sign of life
-    bool since_restart = false;       // loaded at start and not back yet (reconnect_window_ms)
-    // Trust: a conformance run was asked for and its report has not come; the server's verdict
-    // on the last report (its usable toolkits and PyTorch builds go into offers).
-    bool awaiting_report = false;
-    bool has_verdict = false;
-    audit::Verdict verdict;
-    market::Reliability reliability;
-    int64_t online_since_ms = 0;  // wall ms this connection's uptime span started; 0 offline
-    // The nonces of the `reverify` requests not yet answered, oldest first. A conformance report
-    // must echo one (each is used once), so a report captured elsewhere cannot be replayed.
-    std::vector<std::string> report_nonces;
-    // Storm-proof verification (issue 12 item 5; core_verification.cc). A requested run waits
-    // here while the server already has its maximum of suites running; `awaiting_report` is set
-    // for it all the same (it is under way, and jobs may wait for it).
-    bool verify_queued = false;
-    std::string verify_reason;         // the queued request's trigger
-    int64_t verify_queue_order = 0;    // first come, first served (verify_queue_seq_)
-    int64_t verify_admitted_mono = 0;  // when its `reverify` was sent
-    int verify_failures = 0;           // failed verdicts in a row
-    int64_t verify_retry_mono = 0;     // when to ask again after a failure; 0: not scheduled
-  };
-  struct JobState {
-    store::JobRecord record;
-    spec::JobSpec spec;
-    market::MarketRequest market;  // compiled from spec
-    int attempts = 0;              // attempts made so far; the next one is attempts + 1
-    // interruptible-then-on-demand: whether it may use on-demand capacity now, and since when
-    // (monotonic ms) it has been waiting in the queue.
-    bool fell_back = false;
-    int64_t queued_since_mono = 0;
-    int64_t order = 0;
-    bool never_fits = false;
-    // RequestLocked's cache: shared by the copies an edit stages, rebuilt when it no longer
-    // matches (fell_back is the one input that changes while a job is queued).
-    mutable std::shared_ptr<const sched::JobRequest> request;
-  };
-  // A state change computed from the live state and not yet applied (issue 12 item 1;
-  // docs/design-notes.md "Commit, then apply"; LevelDB's VersionEdit is the model): the store
-  // writes and, staged beside them, every entry of memory the change implies, whole.
-  // CommitLocked(Edit&) writes the batch and only then applies the staged entries and sends what
-  // the change tells agents, so a failed write leaves memory as it was. Code computing an edit
-  // reads an entry it staged through the Staged*/View* accessors, never the live maps.
-  struct Edit {
-    store::WriteBatch batch;
-    std::map<std::string, JobState> jobs;
-    std::map<std::string, NodeState> nodes;
-    // Active attempts; nullopt: the attempt ended and leaves the active set with its counters.
-    std::map<std::string, std::optional<store::AttemptRecord>> attempts;
-    std::map<std::string, std::vector<store::CheckpointRecord>> checkpoints;  // kept, per job
-    std::map<std::string, std::map<std::string, int64_t>> avoid;              // cooldowns to add
-    std::map<std::string, int64_t> max_log_seq;                               // per attempt
-    std::map<std::string, int64_t> log_bytes;                                 // per attempt
-    std::set<std::string> anomalies;  // attempts whose cost anomaly this edit raises
-    std::set<std::string> alerts;     // budget alerts (scope|month|percent) this edit raises
-    // Meters (issue 14) opened, settled or closed (nullopt: closed, it leaves the open set), and
-    // what the edit's ledger transactions add to each account's balance.
-    std::map<std::string, std::optional<store::MeterRecord>> meters;
-    std::map<std::string, int64_t> balance_deltas;
-    std::vector<std::pair<std::string, Json>> sends;  // to a node's agent, once applied
-    std::vector<std::shared_ptr<AgentLink>> close;    // links to close, once applied
-  };
+  // The live state's entries and a staged change of them (server/core_state.h).
+  using NodeState = core_state::NodeState;
+  using JobState = core_state::JobState;
+  using Edit = core_state::Edit;
+  using Subscriber = core_state::Subscriber;
   // The entry as the edit leaves it, copied from the live state on first use. A job or node not
   // in memory is staged default-constructed (it is inserted when the edit applies).
   JobState& StagedJobLocked(Edit& edit, const std::string& job_id);
@@ -529,13 +290,6 @@ class ServerCore {
   // A failure nobody waits for (the tick, a disconnect): logged with `what` failed, and counted
   // under `kind` (a fixed name: schedule, node_loss, uptime, disconnect, audit), never silent.
   void DegradedLocked(const char* kind, const std::string& what, const Status& status);
-
-  struct Subscriber {
-    std::string job_id;
-    bool events = false;
-    bool logs = false;
-    StreamSink sink;
-  };
 
   // A node by id (which wins) or by name: NotFound, or InvalidArgument when a name is ambiguous.
   Result<NodeState*> NodeByIdOrNameLocked(const std::string& id_or_name);
@@ -896,15 +650,5 @@ class ServerCore {
   std::future<ReliabilityHistory> reliability_read_;
   SigningIdentity signing_;
 };
-
-// The chunk digests a checkpoint manifest refers to; empty when it cannot be read.
-std::vector<std::string> ManifestChunks(const store::BlobStore& blobs, const std::string& manifest);
-
-// JSON views shared by the API handlers.
-Json JobToJson(const store::JobRecord& job);
-Json AttemptToJson(const store::AttemptRecord& att);
-Json EventToJson(const store::JobEvent& ev);
-Json LogToJson(const store::LogLine& line);
-Json NodeToJson(const NodeView& node);
 
 }  // namespace sluice::server

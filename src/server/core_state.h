@@ -1,0 +1,117 @@
+// The server core's live state, entry by entry, and a change of it staged before its commit
+// (docs/design-notes.md "Commit, then apply"). ServerCore (server/server_core.h) holds maps of
+// these under its lock and names them as its own (ServerCore::NodeState, ...); nothing else uses
+// them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "audit/verification.h"
+#include "common/inventory.h"
+#include "common/json.h"
+#include "market/job_market.h"
+#include "market/reliability.h"
+#include "sched/scheduler.h"
+#include "server/core_types.h"
+#include "spec/job_spec.h"
+#include "store/store.h"
+
+namespace sluice::server::core_state {
+
+struct NodeState {
+  store::NodeRecord record;
+  // record.inventory parsed once, when it changes (registration, load), never per query.
+  std::shared_ptr<const Inventory> inventory;
+  // What the node sells when idle (its GPUs, totals and offers), built on first use after any
+  // change to the record, verdict or reliability (each of those resets it): placement reads
+  // it on every submit and exit, and building offers for every node each time was the cost.
+  mutable std::shared_ptr<const sched::NodeCapacity> idle;
+  // The same less what its active attempts hold, with whether it takes work now: built on
+  // first use after its idle capacity, its attempts or its online state change (ApplyLocked
+  // resets it), and shared with every pass and listing until then.
+  mutable std::shared_ptr<const sched::NodeCapacity> now;
+  // The digest of Snapshot(record) once that snapshot is durably in the store; empty when
+  // unknown. Placements reuse it instead of parsing, dumping and hashing the whole inventory
+  // and conformance report each time (a tenth of the server's time in a burst of placements).
+  // Cleared wherever the record is replaced (ApplyLocked, a hello); set only after the commit
+  // that wrote the snapshot. Debug builds check it against a fresh Snapshot on every use.
+  std::string snapshot_digest;
+  std::shared_ptr<AgentLink> link;  // null while disconnected
+  int64_t last_seen_mono = 0;       // Clock::MonotonicMillis of the last sign of life
+  bool since_restart = false;       // loaded at start and not back yet (reconnect_window_ms)
+  // Trust: a conformance run was asked for and its report has not come; the server's verdict
+  // on the last report (its usable toolkits and PyTorch builds go into offers).
+  bool awaiting_report = false;
+  bool has_verdict = false;
+  audit::Verdict verdict;
+  market::Reliability reliability;
+  int64_t online_since_ms = 0;  // wall ms this connection's uptime span started; 0 offline
+  // The nonces of the `reverify` requests not yet answered, oldest first. A conformance report
+  // must echo one (each is used once), so a report captured elsewhere cannot be replayed.
+  std::vector<std::string> report_nonces;
+  // Storm-proof verification (issue 12 item 5; core_verification.cc). A requested run waits
+  // here while the server already has its maximum of suites running; `awaiting_report` is set
+  // for it all the same (it is under way, and jobs may wait for it).
+  bool verify_queued = false;
+  std::string verify_reason;         // the queued request's trigger
+  int64_t verify_queue_order = 0;    // first come, first served (verify_queue_seq_)
+  int64_t verify_admitted_mono = 0;  // when its `reverify` was sent
+  int verify_failures = 0;           // failed verdicts in a row
+  int64_t verify_retry_mono = 0;     // when to ask again after a failure; 0: not scheduled
+};
+struct JobState {
+  store::JobRecord record;
+  spec::JobSpec spec;
+  market::MarketRequest market;  // compiled from spec
+  int attempts = 0;              // attempts made so far; the next one is attempts + 1
+  // interruptible-then-on-demand: whether it may use on-demand capacity now, and since when
+  // (monotonic ms) it has been waiting in the queue.
+  bool fell_back = false;
+  int64_t queued_since_mono = 0;
+  int64_t order = 0;
+  bool never_fits = false;
+  // RequestLocked's cache: shared by the copies an edit stages, rebuilt when it no longer
+  // matches (fell_back is the one input that changes while a job is queued).
+  mutable std::shared_ptr<const sched::JobRequest> request;
+};
+// A state change computed from the live state and not yet applied (issue 12 item 1;
+// docs/design-notes.md "Commit, then apply"; LevelDB's VersionEdit is the model): the store
+// writes and, staged beside them, every entry of memory the change implies, whole.
+// CommitLocked(Edit&) writes the batch and only then applies the staged entries and sends what
+// the change tells agents, so a failed write leaves memory as it was. Code computing an edit
+// reads an entry it staged through the Staged*/View* accessors, never the live maps.
+struct Edit {
+  store::WriteBatch batch;
+  std::map<std::string, JobState> jobs;
+  std::map<std::string, NodeState> nodes;
+  // Active attempts; nullopt: the attempt ended and leaves the active set with its counters.
+  std::map<std::string, std::optional<store::AttemptRecord>> attempts;
+  std::map<std::string, std::vector<store::CheckpointRecord>> checkpoints;  // kept, per job
+  std::map<std::string, std::map<std::string, int64_t>> avoid;              // cooldowns to add
+  std::map<std::string, int64_t> max_log_seq;                               // per attempt
+  std::map<std::string, int64_t> log_bytes;                                 // per attempt
+  std::set<std::string> anomalies;  // attempts whose cost anomaly this edit raises
+  std::set<std::string> alerts;     // budget alerts (scope|month|percent) this edit raises
+  // Meters (issue 14) opened, settled or closed (nullopt: closed, it leaves the open set), and
+  // what the edit's ledger transactions add to each account's balance.
+  std::map<std::string, std::optional<store::MeterRecord>> meters;
+  std::map<std::string, int64_t> balance_deltas;
+  std::vector<std::pair<std::string, Json>> sends;  // to a node's agent, once applied
+  std::vector<std::shared_ptr<AgentLink>> close;    // links to close, once applied
+};
+
+struct Subscriber {
+  std::string job_id;
+  bool events = false;
+  bool logs = false;
+  StreamSink sink;
+};
+
+}  // namespace sluice::server::core_state
