@@ -239,8 +239,9 @@ std::map<std::string, std::string> Agent::JobEnv(const proto::Assign& a) const {
   inherit("LOGNAME", nullptr);
   inherit("LANG", "C.UTF-8");
   inherit("TZ", nullptr);
-  // CUDA container images (and the NVIDIA container toolkit) put the driver's libcuda.so.1 in
-  // /usr/local/nvidia/lib64 and name it only here; without it a job's PyTorch finds no GPU.
+  // NVIDIA's CUDA container images set it to /usr/local/nvidia/lib64, where the driver's
+  // libcuda.so.1 is mounted (the lent H200 machine's did); a job's PyTorch may find it nowhere
+  // else.
   inherit("LD_LIBRARY_PATH", nullptr);
   env["SHELL"] = "/bin/bash";
   env["PYTHONUNBUFFERED"] = "1";  // job output should stream, not arrive at exit
