@@ -15,6 +15,11 @@
 namespace sluice {
 namespace {
 
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 using conformance::Check;
 using conformance::Outcome;
 namespace fs = std::filesystem;
@@ -472,6 +477,31 @@ TEST_F(ConformanceGpuTest, ACounterfeitThatSkipsWorkFailsTheSpeedCheck) {
     EXPECT_GT(c.measurements.at("mismatches"), 0) << cc;
     EXPECT_NE(c.reason.find("results wrong, first element "), std::string::npos) << c.reason;
   }
+}
+
+// Where a CUDA toolkit is installed, its PTX assembler checks the kernels as a driver's JIT would:
+// the H200's driver refused ISA 6.0 `wmma...aligned` (CUDA_ERROR_INVALID_PTX), and ptxas refuses
+// it the same way. sm_90 because CUDA 13's ptxas no longer targets Volta; the PTX's own .target
+// is the floor it runs on. Skipped without a toolkit (ptxas is not in Debian's main archive).
+TEST(ConformancePtxTest, TheCudaToolkitsAssemblerAcceptsEveryKernel) {
+  std::string ptxas;
+  for (const char* p : {"/usr/local/cuda/bin/ptxas", "/usr/bin/ptxas"}) {
+    if (access(p, X_OK) == 0) ptxas = p;
+  }
+  if (ptxas.empty()) GTEST_SKIP() << "no CUDA toolkit's ptxas here";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("sluice-ptxas-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::pair<const char*, std::string> kernels[] = {
+      {"compute", kConformanceKernelPtx}, {"tensor", PerfTensorPtx()}, {"fma", PerfFmaPtx()}};
+  for (const auto& [name, ptx] : kernels) {
+    const std::string src = (dir / (std::string(name) + ".ptx")).string();
+    const std::string err = (dir / (std::string(name) + ".err")).string();
+    std::ofstream(src) << ptx;
+    const std::string cmd = ptxas + " -arch=sm_90 -o /dev/null '" + src + "' > '" + err + "' 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << name << ": " << Slurp(err);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ConformancePtxTest, TheSpeedKernelsAreWellFormedPtx) {
