@@ -12,15 +12,16 @@
 #   SLUICE_BIN_DIR  where sluice, sluice-node and sluice-supervisor are (default: build)
 #   SLUICE_GPU_JOB  the job to run (default: examples/gpu/job.yaml)
 #   SLUICE_AGENT_ARGS  extra agent flags (tests use them to play a GPU with the fake drivers)
-# Exit code: 0 when the node was verified and the job succeeded; the report says what failed.
+# Relative paths are the caller's. Exit code: 0 when the node was verified, the GPU job succeeded
+# and the memory hog ended `out of memory`; summary.txt says what failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu-node-check.sh OUT_DIR}
-bin_dir=$(cd "${SLUICE_BIN_DIR:-build}" && pwd)
+mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 1
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bin_dir=$(cd "${SLUICE_BIN_DIR:-$repo/build}" && pwd) || exit 1
 bin=$bin_dir/sluice
-job=${SLUICE_GPU_JOB:-examples/gpu/job.yaml}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+job=$(realpath "${SLUICE_GPU_JOB:-$repo/examples/gpu/job.yaml}") || exit 1
+cd "$repo"
 work=$(mktemp -d /tmp/sluice-gpu-check.XXXXXX)
 server_pid=""
 agent_pid=""
