@@ -237,23 +237,13 @@ void Cluster::KillServer(int sig) {
 Daemon* Cluster::StartAgent(const std::string& name, std::vector<std::string> extra,
                             bool wait_online, std::map<std::string, std::string> env) {
   std::vector<std::string> argv = agent_launcher;
-  argv.insert(argv.end(), {
-      SluiceBinary(),
-      "agent",
-      "--server",
-      agent_server_url.empty() ? url_ : agent_server_url,
-      "--join-token-file",
-      agent_join_token_file.empty() ? server_data_dir() + "/join.token" : agent_join_token_file,
-      "--data-dir",
-      dir_ + "/agent-" + name,
-      "--name",
-      name,
-      "--keep-alive-interval",
-      "1",
-      "--conformance-disk-mib",
-      "16",
-      "--conformance-memory-mib",
-      "64"});
+  argv.insert(
+      argv.end(),
+      {SluiceBinary(), "agent", "--server", agent_server_url.empty() ? url_ : agent_server_url,
+       "--join-token-file",
+       agent_join_token_file.empty() ? server_data_dir() + "/join.token" : agent_join_token_file,
+       "--data-dir", dir_ + "/agent-" + name, "--name", name, "--keep-alive-interval", "1",
+       "--conformance-disk-mib", "16", "--conformance-memory-mib", "64"});
   if (!probe_software) argv.push_back("--skip-software-probe");
   if (allow_unfiltered_network) argv.push_back("--allow-unfiltered-network");
   for (const auto& e : extra) argv.push_back(e);
