@@ -4,7 +4,8 @@
 #   2. `sluice probe` as an agent here would publish it;
 #   3. a server on SQLite and an agent on this machine: the agent runs its conformance suite
 #      (gpu-memory, gpu-compute and the gpu-perf speed check on the real GPU) and the server
-#      judges it; sandboxed when bubblewrap and cgroups work here, else with --no-sandbox (said);
+#      judges it; sandboxed when bubblewrap works here, else with --no-sandbox (said), and the
+#      jobs' network filter where iptables works (--allow-unfiltered-network: said either way);
 #   4. examples/gpu/job.yaml through `sluice estimate` and `sluice run`, then its audit bundle;
 #   5. a job that fills 3 GiB with 1 GiB allocated: it must end `out of memory`.
 #
@@ -111,6 +112,20 @@ else
 fi
 cat "$out/job-run.txt"
 summary "job: $(grep -m1 '^result ' "$out/job-run.txt" || echo 'no result line')"
+# The agent's own speed check against PyTorch on the same GPU, in this run (docs/benchmarks.md).
+python3 - "$out/node-status.json" "$out/job-run.txt" <<'PY' | while read -r line; do summary "$line"; done
+import json, sys
+try:
+    speed = json.load(open(sys.argv[1]))["gpu_speeds"][0]
+    line = next(l for l in open(sys.argv[2]) if l.startswith("result "))
+    torch = json.loads(line[len("result "):])
+except (OSError, ValueError, KeyError, IndexError, StopIteration):
+    sys.exit(0)  # no measurement or no result: nothing to compare
+a, t = speed["measured_tflops"], torch["fp16_tflops"]
+ag, tg = speed["measured_gb_s"], torch["copy_gb_s"]
+print(f"agent check vs PyTorch, GPU 0: FP16 {a:.1f} / {t:.1f} TFLOPS = {a / t:.3f}x; "
+      f"copy {ag:.1f} / {tg:.1f} GB/s = {ag / tg:.3f}x")
+PY
 id=$("$bin" jobs --json | sed -n 's/.*"id": "\(job-[0-9a-f]*\)".*/\1/p' | head -n 1)
 if [[ -n $id ]]; then
   "$bin" job "$id" >"$out/job.txt" 2>&1
