@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <string>
 
 #include "cli/commands.h"
 
@@ -35,6 +36,10 @@ inline constexpr const char* kProbeAbout = "Print what an agent on this machine 
 // `sluice`, execs `sluice-node` with the same arguments when `argv[1]` is one of them (and does
 // not return); in `sluice-node`, does nothing.
 void HandOverDaemonCommands(int argc, char** argv);
+// Where that `sluice-node` is: beside `self_exe` (/proc/self/exe), else beside `argv0` when it
+// names a directory; "" when neither does. Never a bare name, which execv would resolve in the
+// current directory: whatever `sluice-node` lay there would run the agent.
+std::string NodeBinaryBeside(const std::string& self_exe, const std::string& argv0);
 
 // --server, --token, --ca-file and (with `json`) --json.
 void AddClientFlags(CLI::App* cmd, GlobalFlags* g, bool json = true);

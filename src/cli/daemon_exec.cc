@@ -23,7 +23,15 @@ constexpr const char* kNodeBinary = "sluice-node";
 int ExecNode(char** argv) {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  const std::string node = (ec ? std::filesystem::path(argv[0]) : self).parent_path() / kNodeBinary;
+  const std::string node = NodeBinaryBeside(ec ? "" : self.string(), argv[0]);
+  if (node.empty()) {
+    std::fprintf(stderr,
+                 "sluice: cannot tell which directory `sluice` runs from (/proc/self/exe is "
+                 "unreadable and it was started by a bare name): run it by its path, so that "
+                 "%s is found beside it\n",
+                 kNodeBinary);
+    return 127;
+  }
   // argv[0] stays what the user typed: `ps` shows `sluice server ...`.
   ::execv(node.c_str(), argv);
   std::fprintf(stderr,
@@ -46,6 +54,12 @@ class HandedOver final : public CommandGroup {
 };
 
 }  // namespace
+
+std::string NodeBinaryBeside(const std::string& self_exe, const std::string& argv0) {
+  const std::string& from = !self_exe.empty() ? self_exe : argv0;
+  if (from.find('/') == std::string::npos) return "";
+  return (std::filesystem::path(from).parent_path() / kNodeBinary).string();
+}
 
 void HandOverDaemonCommands(int argc, char** argv) {
   if (argc < 2) return;

@@ -42,6 +42,14 @@ TEST(MainCommandDeathTest, ADaemonCommandWithoutSluiceNodeBesideItSaysSo) {
               "cannot run .*sluice-node.*built and installed beside `sluice`");
 }
 
+TEST(MainCommandTest, SluiceNodeIsLookedForBesideTheRunningBinaryNeverInTheCurrentDirectory) {
+  EXPECT_EQ(NodeBinaryBeside("/opt/sluice/bin/sluice", "sluice"), "/opt/sluice/bin/sluice-node");
+  EXPECT_EQ(NodeBinaryBeside("", "/usr/local/bin/sluice"), "/usr/local/bin/sluice-node");
+  EXPECT_EQ(NodeBinaryBeside("", "./sluice"), "./sluice-node");  // as typed: a path
+  // No /proc and started from $PATH by a bare name: unknown, not "sluice-node" in the cwd.
+  EXPECT_EQ(NodeBinaryBeside("", "sluice"), "");
+}
+
 TEST(MainCommandTest, ClientCommandsAreNotHandedOver) {
   char a0[] = "sluice", a1[] = "jobs";
   char* argv[] = {a0, a1, nullptr};
