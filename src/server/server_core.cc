@@ -24,6 +24,7 @@ ServerCore::ServerCore(store::Store* store, const Clock* clock, CoreOptions opti
 
 ServerCore::~ServerCore() {
   if (reliability_read_.valid()) reliability_read_.wait();  // it reads through store_
+  inbox_running_.store(false, std::memory_order_release);   // no more heartbeats answered inline
   // Messages still waiting are refused: an agent resends what was not acknowledged.
   for (auto& left : inbox_.Stop()) {
     if (left.done) left.done(Status::Unavailable("the server is stopping"));

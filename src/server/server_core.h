@@ -7,6 +7,7 @@
 // invoked with mu_ held and must not block or call back into the core.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -495,6 +496,12 @@ class ServerCore {
   std::vector<Status> HandleEntriesLocked(const std::vector<InboxEntry>& entries);
   // After a post: handles it now unless the inbox thread (or a test) will.
   void HandleInlineUnlessQueued();
+  // A heartbeat answered on the io thread that read it, without the inbox: only when the core's
+  // lock is free at once and nothing of the node's waits or is being handled, so the answer
+  // still follows everything the node sent before. False: post it as any other message.
+  bool AnswerHeartbeatNow(const std::string& node_id, const AgentLink* link,
+                          const proto::Heartbeat& hb,
+                          const std::function<void(const Status&)>& done);
   // Posts `entry` and waits for its outcome (the blocking AgentMessage/AgentDisconnected).
   Status PostAndWait(InboxEntry entry);
   Json EndItemLocked(const store::JobRecord& job) const;
@@ -646,6 +653,7 @@ class ServerCore {
   std::thread scheduler_;
   AgentInbox inbox_;
   std::thread inbox_thread_;
+  std::atomic<bool> inbox_running_{false};  // inbox_thread_ runs: io threads read this, not it
   // The background read (CoreOptions::reliability_in_background); touched only by Tick's caller.
   std::future<ReliabilityHistory> reliability_read_;
   SigningIdentity signing_;
