@@ -313,6 +313,10 @@ bool SupervisedJob::Reconnect() {
   return false;
 }
 
+bool SupervisedJob::EndRecorded() const {
+  return ::access((dir() + "/" + kExitFile).c_str(), F_OK) == 0;
+}
+
 void SupervisedJob::FinishFromDisk() {
   // The supervisor writes every line before the exit, so the file holds all we lack.
   const std::string dir = this->dir();
@@ -360,7 +364,11 @@ void SupervisedJob::ReadLoop() {
       if (closing_) return;
     }
     buf.clear();
-    if (fd >= 0 && Reconnect()) continue;
+    // The supervisor records the end before it closes: with the end on disk there is nobody to
+    // reconnect to. (A job that ends within a millisecond ends its supervisor before it serves
+    // the connection the agent opened first; waiting out Reconnect's retries cost such a job
+    // 200 ms.)
+    if (fd >= 0 && !EndRecorded() && Reconnect()) continue;
     FinishFromDisk();
     return;
   }

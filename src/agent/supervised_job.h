@@ -87,6 +87,7 @@ class SupervisedJob {
   // Handles one event line; true once the job's end has been delivered.
   bool OnEvent(const std::string& line);
   bool Reconnect();
+  bool EndRecorded() const;  // the supervisor wrote the exit file
   void FinishFromDisk();
   void Deliver(const End& end);
   void SendLocked(const Json& op);

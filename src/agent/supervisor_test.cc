@@ -1,12 +1,15 @@
 // The per-attempt supervisor (supervisor.h) through the agent's handle on it (supervised_job.h),
 // with the real `sluice-supervisor` binary: output and exit, detaching and reattaching, leases
 // (freeze, thaw, kill with no agent), and hostile input on its control socket.
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -187,6 +190,58 @@ TEST_F(SupervisorTest, AJobThatEndedWhileNoAgentWasThereIsReplayedFromItsFiles) 
   EXPECT_EQ(second.Texts(), (std::vector<std::string>{"one", "two"}));
   EXPECT_EQ(second.end->exit.info.exit_code, 4);
   EXPECT_FALSE(second.end->supervisor_lost);
+}
+
+// A job that ends within a millisecond ends its supervisor before it serves the connection the
+// agent opened first: the agent's connection closes unanswered. The end is on disk by then, so
+// the agent reads it at once instead of trying to reconnect (which cost such jobs 200 ms). Here
+// a stand-in for the supervisor closes every connection it takes; an agent that reconnected
+// would be caught in that loop and never see the end.
+TEST_F(SupervisorTest, AConnectionClosedAfterTheEndWasRecordedFinishesFromTheFilesAtOnce) {
+  proto::LogEntry line;
+  line.seq = 1;
+  line.stream = "stdout";
+  line.text = "started";
+  std::ofstream(dir_ + "/" + supervisor::kOutputFile)
+      << DumpJson(supervisor::LineEvent(line)) << "\n";
+  supervisor::Exit exit;
+  exit.info.exit_code = 0;
+  std::ofstream(dir_ + "/" + supervisor::kExitFile) << DumpJson(supervisor::ToJson(exit)) << "\n";
+
+  const std::string sock = dir_ + "/" + supervisor::kSocketFile;
+  int listen_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listen_fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(sock.size(), sizeof addr.sun_path);
+  std::memcpy(addr.sun_path, sock.c_str(), sock.size() + 1);
+  ASSERT_EQ(::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listen_fd, 8), 0);
+  std::atomic<int> taken{0};
+  std::atomic<bool> stop{false};
+  std::thread closer([&] {
+    while (!stop) {
+      pollfd p{listen_fd, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      ++taken;
+      ::close(fd);
+    }
+  });
+
+  Reports r;
+  auto job = SupervisedJob::Attach(dir_, r.Callbacks());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const bool ended = r.WaitFor([&] { return r.end.has_value(); });
+  stop = true;
+  closer.join();
+  ::close(listen_fd);
+  ASSERT_TRUE(ended) << "the agent kept reconnecting to a supervisor whose end was on disk";
+  EXPECT_EQ(taken.load(), 1);
+  EXPECT_EQ(r.Texts(), (std::vector<std::string>{"started"}));
+  EXPECT_EQ(r.end->exit.info.exit_code, 0);
+  EXPECT_FALSE(r.end->supervisor_lost);
 }
 
 TEST_F(SupervisorTest, NoSupervisorAndNoRecordedEndIsNotFound) {
