@@ -6,7 +6,10 @@ namespace sluice::agent::internal {
 
 std::vector<Json> TakeUnsent(Attempt& a, bool launched) {
   std::vector<Json> out;
-  if (launched && !a.started_sent) {
+  // An exit code means the job ran, even when the agent has not yet recorded its process: a
+  // job that ends within a millisecond reports its end before its supervisor's start returns.
+  // The server needs `started` first (it refuses one for an attempt that already ended).
+  if ((launched || a.exit.has_value()) && !a.started_sent) {
     out.push_back(proto::ToJson(proto::Started{a.id}));
     a.started_sent = true;
   }

@@ -13,9 +13,10 @@
 namespace sluice::agent::internal {
 
 // The messages owed for `a`, in the order the server needs them: started (once its process
-// exists: `launched`), its log lines not yet sent on this connection (in batches of at most
-// proto::kMaxLinesPerLogMessage), a preemption this side started, a periodic checkpoint, and
-// its exit (never for an attempt reported lost). Marks them sent on this connection.
+// exists, `launched`, or it has an exit code), its log lines not yet sent on this connection (in
+// batches of at most proto::kMaxLinesPerLogMessage), a preemption this side started, a periodic
+// checkpoint, and its exit (never for an attempt reported lost). Marks them sent on this
+// connection.
 std::vector<Json> TakeUnsent(Attempt& a, bool launched);
 
 // The server stored every line up to `seq`: they are dropped. An older ack changes nothing.

@@ -73,6 +73,17 @@ TEST(AttemptOutboxTest, TheExitGoesLastOnceAndAgainAfterAReconnectUntilAcknowled
   EXPECT_EQ(Types(again).back(), "exited");
 }
 
+// A job that ends within a millisecond: its exit is recorded before the agent holds its process.
+TEST(AttemptOutboxTest, AJobThatEndedBeforeItsProcessWasRecordedSaysStartedBeforeItsExit) {
+  Attempt a;
+  a.id = "att-1";
+  Print(a, 1, 1);
+  a.exit = ExitInfo{0, 0};
+  auto msgs = TakeUnsent(a, /*launched=*/false);
+  ASSERT_EQ(Types(msgs), (std::vector<std::string>{"started", "log", "exited"}));
+  EXPECT_TRUE(TakeUnsent(a, /*launched=*/true).empty()) << "started goes once";
+}
+
 TEST(AttemptOutboxTest, AnAttemptReportedLostNeverSendsAnExitAndAFailedStartSendsItsError) {
   Attempt lost;
   lost.id = "att-lost";
