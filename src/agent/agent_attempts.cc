@@ -4,6 +4,20 @@
 
 namespace sluice::agent::internal {
 
+namespace {
+
+// Whether the supervisor in `dir` recorded that it fenced its job (its lease ran out with no agent
+// to renew it).
+bool Fenced(const std::string& dir) {
+  auto end = ReadFile(dir + "/" + supervisor::kExitFile);
+  if (!end.ok()) return false;
+  auto j = ParseJson(*end);
+  auto e = j.ok() ? supervisor::ExitFromJson(*j) : Result<supervisor::Exit>(j.status());
+  return e.ok() && e->fenced;
+}
+
+}  // namespace
+
 void Agent::RecoverAttempts() {
   // Reattached supervisors report from their own threads from the start.
   std::lock_guard<std::mutex> lock(mu_);
@@ -37,6 +51,7 @@ void Agent::RecoverAttempts() {
       // Still running under its supervisor (or it ended while we were away, and the
       // supervisor recorded how): the job is not restarted.
     } else if (a->error.empty()) {
+      const bool fenced = Fenced(SupervisorDir(a->id));
       // It was running when the previous agent died. PR_SET_PDEATHSIG took the shell; kill
       // whatever is left of its group. Safe against pid reuse: Linux never hands out a pid that
       // is still some group's id, so if a process with that pid exists it must be our leader
@@ -51,7 +66,10 @@ void Agent::RecoverAttempts() {
         a->cgroup = std::move(*cg);
       }
       a->lost = true;
-      Log("attempt %s has no supervisor left and no recorded end; reporting it lost", a->id);
+      Log(fenced ? "attempt %s was killed by its supervisor while no agent renewed its lease; "
+                   "reporting it lost"
+                 : "attempt %s has no supervisor left and no recorded end; reporting it lost",
+          a->id);
     }
     attempts_[a->id] = a;
   }
