@@ -35,7 +35,7 @@ void ServerCore::NoteAnomaliesLocked(Edit& edit) {
     const JobState* js = ViewJobLocked(edit, job_id);
     if (js == nullptr || js->record.attempt_id.empty()) continue;
     const std::string& attempt_id = js->record.attempt_id;
-    if (anomalies_raised_.count(attempt_id) || edit.anomalies.count(attempt_id)) continue;
+    if (money_.anomalies_raised.count(attempt_id) || edit.anomalies.count(attempt_id)) continue;
     const store::AttemptRecord* att = ViewAttemptLocked(edit, attempt_id);
     if (att == nullptr) {
       for (const auto& a : edit.batch.attempts) {
@@ -54,7 +54,7 @@ void ServerCore::NoteAnomaliesLocked(Edit& edit) {
     int64_t this_attempt = 0;
     if (auto m = edit.meters.find(attempt_id); m != edit.meters.end() && m->second) {
       this_attempt = m->second->charged_micros;
-    } else if (auto live = open_meters_.find(attempt_id); live != open_meters_.end()) {
+    } else if (auto live = money_.open_meters.find(attempt_id); live != money_.open_meters.end()) {
       this_attempt = live->second.charged_micros;
     }
     for (const auto& m : edit.batch.meters) {

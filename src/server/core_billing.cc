@@ -44,12 +44,12 @@ std::string ServerCore::ProviderLocked(const std::string& node_id) const {
 }
 
 void ServerCore::NoteLeaseRenewedLocked(const std::string& node_id) {
-  lease_renewed_mono_[node_id] = clock_->MonotonicMillis();
+  money_.lease_renewed_mono[node_id] = clock_->MonotonicMillis();
 }
 
 int64_t ServerCore::LeaseEndLocked(const std::string& node_id, int64_t fallback) const {
-  auto it = lease_renewed_mono_.find(node_id);
-  if (it == lease_renewed_mono_.end()) return fallback;
+  auto it = money_.lease_renewed_mono.find(node_id);
+  if (it == money_.lease_renewed_mono.end()) return fallback;
   const int64_t since = clock_->MonotonicMillis() - it->second;
   return clock_->NowMillis() - since + options_.lease_ms;
 }
@@ -106,7 +106,7 @@ void ServerCore::CreditInFullLocked(Edit& edit, const std::string& attempt_id,
   std::optional<store::MeterRecord> open;
   if (staged != edit.meters.end()) {
     open = staged->second;
-  } else if (auto live = open_meters_.find(attempt_id); live != open_meters_.end()) {
+  } else if (auto live = money_.open_meters.find(attempt_id); live != money_.open_meters.end()) {
     open = live->second;
   }
   if (!open || open->end_ms != 0 || !open->credit_reason.empty()) return;
@@ -125,7 +125,7 @@ void ServerCore::MeterLocked(Edit& edit) {
     std::optional<store::MeterRecord> open;
     if (auto staged = edit.meters.find(a.id); staged != edit.meters.end()) {
       open = staged->second;
-    } else if (auto live = open_meters_.find(a.id); live != open_meters_.end()) {
+    } else if (auto live = money_.open_meters.find(a.id); live != money_.open_meters.end()) {
       open = live->second;
     }
     if (!open && a.state == AttemptState::kRunning && a.started_ms > 0 &&
@@ -208,8 +208,9 @@ int64_t ServerCore::StoredBytesLocked(const std::string& job_id) {
   if (kept != checkpoints_.end()) {
     for (const auto& c : kept->second) key += "," + c.manifest;
   }
-  auto cached = stored_bytes_.find(job_id);
-  if (cached != stored_bytes_.end() && cached->second.first == key) return cached->second.second;
+  auto cached = money_.stored_bytes.find(job_id);
+  if (cached != money_.stored_bytes.end() && cached->second.first == key)
+    return cached->second.second;
   std::set<std::string> blobs;
   if (!job->second.record.workdir_blob.empty()) blobs.insert(job->second.record.workdir_blob);
   if (kept != checkpoints_.end()) {
@@ -217,7 +218,7 @@ int64_t ServerCore::StoredBytesLocked(const std::string& job_id) {
   }
   int64_t bytes = 0;
   for (const auto& b : blobs) bytes += BlobBytesLocked(b);
-  stored_bytes_[job_id] = {key, bytes};
+  money_.stored_bytes[job_id] = {key, bytes};
   return bytes;
 }
 
@@ -247,7 +248,7 @@ void ServerCore::ChargeTransfersLocked(Edit& edit) {
   // Downloads: what each attempt the edit started fetched before it ran.
   for (const auto& m : edit.batch.meters) {
     if (m.resource == "storage" || m.end_ms != 0 || m.settled_ms != m.start_ms) continue;
-    if (open_meters_.count(m.attempt_id)) continue;  // opened before this edit
+    if (money_.open_meters.count(m.attempt_id)) continue;  // opened before this edit
     const AttemptRecord* att = ViewAttemptLocked(edit, m.attempt_id);
     const JobState* js = ViewJobLocked(edit, m.job_id);
     std::set<std::string> blobs;
@@ -282,7 +283,7 @@ void ServerCore::SettleStorageLocked(Edit& edit) {
   if (blobs_ == nullptr) return;
   const int64_t now = clock_->NowMillis();
   std::map<std::string, const store::MeterRecord*> open;  // job -> its storage meter
-  for (const auto& [id, m] : open_meters_) {
+  for (const auto& [id, m] : money_.open_meters) {
     if (m.resource == "storage") open[m.job_id] = &m;
   }
   std::set<std::string> jobs;
@@ -335,10 +336,10 @@ Status ServerCore::SettleMeters() {
 }
 
 Status ServerCore::SettleMetersLocked() {
-  last_settle_mono_ = clock_->MonotonicMillis();
+  money_.last_settle_mono = clock_->MonotonicMillis();
   Edit edit;
   const int64_t now = clock_->NowMillis();
-  for (const auto& [id, meter] : open_meters_) {
+  for (const auto& [id, meter] : money_.open_meters) {
     if (meter.resource == "storage") continue;  // SettleStorageLocked, below
     int64_t until = std::min(now, LeaseEndLocked(meter.node_id, meter.settled_ms));
     until = std::min(until, BudgetEndLocked(edit, meter));
@@ -355,8 +356,8 @@ bool ServerCore::CanSpendLocked(const std::string& account_id, const Edit* edit)
   const std::string payer = PayerLocked(account_id);
   const int64_t limit = accounts_ != nullptr ? accounts_->CreditLimitOf(payer) : ledger::kUnlimited;
   if (limit == ledger::kUnlimited) return true;
-  auto it = balances_.find(payer);
-  int64_t balance = it != balances_.end() ? it->second : 0;
+  auto it = money_.balances.find(payer);
+  int64_t balance = it != money_.balances.end() ? it->second : 0;
   if (edit != nullptr) {  // as the edit will leave it (a top-up in it counts)
     auto staged = edit->balance_deltas.find(payer);
     if (staged != edit->balance_deltas.end()) balance += staged->second;
@@ -368,8 +369,8 @@ std::string ServerCore::CreditRefusalLocked(const std::string& account_id) const
   const std::string payer = PayerLocked(account_id);
   auto acc = accounts_ != nullptr ? accounts_->FindAccount(payer) : std::nullopt;
   const std::string name = acc ? acc->name : payer;
-  auto it = balances_.find(payer);
-  const int64_t balance = it != balances_.end() ? it->second : 0;
+  auto it = money_.balances.find(payer);
+  const int64_t balance = it != money_.balances.end() ? it->second : 0;
   return "account " + name + " has no credit left: balance " + ledger::FormatMicros(balance) +
          ", credit limit " +
          ledger::FormatCreditLimit(acc ? acc->credit_limit_micros : ledger::kUnlimited) +
@@ -378,8 +379,8 @@ std::string ServerCore::CreditRefusalLocked(const std::string& account_id) const
 
 int64_t ServerCore::BalanceOf(const std::string& account_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = balances_.find(account_id);
-  return it != balances_.end() ? it->second : 0;
+  auto it = money_.balances.find(account_id);
+  return it != money_.balances.end() ? it->second : 0;
 }
 
 Result<store::LedgerTxn> ServerCore::TopUp(const std::string& account_id, int64_t amount,
@@ -425,7 +426,8 @@ Result<JobCost> ServerCore::CostOfJob(const std::string& job_id) {
   const int64_t now = clock_->NowMillis();
   for (auto& m : meters) {
     // The live copy is newer than what the store read before we took the lock.
-    if (auto live = open_meters_.find(m.attempt_id); live != open_meters_.end()) m = live->second;
+    if (auto live = money_.open_meters.find(m.attempt_id); live != money_.open_meters.end())
+      m = live->second;
     cost.charged_micros += m.charged_micros;
     (m.resource == "storage" ? cost.storage_micros : cost.compute_micros) += m.charged_micros;
     cost.fee_micros += m.fee_micros;
@@ -469,10 +471,10 @@ Result<LedgerReport> ServerCore::CheckLedger() {
   }
   std::set<std::string> accounts;
   for (const auto& [a, b] : from_entries) accounts.insert(a);
-  for (const auto& [a, b] : balances_) accounts.insert(a);
+  for (const auto& [a, b] : money_.balances) accounts.insert(a);
   for (const auto& a : accounts) {
     const int64_t entries = from_entries.count(a) ? from_entries[a] : 0;
-    const int64_t held = balances_.count(a) ? balances_.at(a) : 0;
+    const int64_t held = money_.balances.count(a) ? money_.balances.at(a) : 0;
     if (entries != held) {
       report.problems.push_back("account " + a + ": balance " + ledger::FormatMicros(held) +
                                 " but its entries sum to " + ledger::FormatMicros(entries));

@@ -27,9 +27,9 @@ std::string Usd(int64_t micros) { return ledger::FormatMicros(micros); }
 
 }  // namespace
 
-const ServerCore::JobCharges& ServerCore::JobChargesLocked(const std::string& job_id) const {
-  auto cached = job_charges_.find(job_id);
-  if (cached != job_charges_.end()) return cached->second;
+const core_state::JobCharges& ServerCore::JobChargesLocked(const std::string& job_id) const {
+  auto cached = money_.job_charges.find(job_id);
+  if (cached != money_.job_charges.end()) return cached->second;
   store::CostQuery q;
   q.job_id = job_id;
   q.by = "resource";
@@ -49,7 +49,7 @@ const ServerCore::JobCharges& ServerCore::JobChargesLocked(const std::string& jo
      : r.key == "transfer" ? c.transfer
                            : c.compute) += r.charged_micros;
   }
-  return job_charges_.emplace(job_id, c).first->second;
+  return money_.job_charges.emplace(job_id, c).first->second;
 }
 
 int64_t ServerCore::JobSpentLocked(const std::string& job_id) const {
@@ -172,7 +172,7 @@ Status ServerCore::EnforceBudgets() {
 }
 
 Status ServerCore::EnforceBudgetsLocked() {
-  last_budget_check_mono_ = clock_->MonotonicMillis();
+  money_.last_budget_check_mono = clock_->MonotonicMillis();
   const int64_t ahead = clock_->NowMillis() + options_.budget_margin_ms;
   std::map<std::string, std::string> stops;  // attempt -> cause
   // Per paying account: what its running attempts will have cost by `ahead` beyond what was
@@ -200,12 +200,13 @@ Status ServerCore::EnforceBudgetsLocked() {
                   .first;
     }
     const bool limited = limit->second != ledger::kUnlimited;
-    const std::vector<std::string> scopes =
-        budgets_.empty() ? std::vector<std::string>{} : BudgetScopesLocked(payer, js.record.team);
+    const std::vector<std::string> scopes = money_.budgets.empty()
+                                                ? std::vector<std::string>{}
+                                                : BudgetScopesLocked(payer, js.record.team);
     if (!budget && !limited && scopes.empty()) continue;
     const int64_t price = ledger::PricePerHourMicros(att.price_per_hour);
     int64_t accruing = 0;
-    if (auto m = open_meters_.find(aid); m != open_meters_.end()) {
+    if (auto m = money_.open_meters.find(aid); m != money_.open_meters.end()) {
       accruing = std::max<int64_t>(
           0, ledger::ChargeFor(price, ahead - m->second.start_ms) - m->second.charged_micros);
     } else {
@@ -230,7 +231,7 @@ Status ServerCore::EnforceBudgetsLocked() {
     }
   }
   for (const auto& [scope, exposed] : scope_exposure) {
-    const int64_t budget = budgets_.at(scope).monthly_micros;
+    const int64_t budget = money_.budgets.at(scope).monthly_micros;
     const int64_t spent = ScopeSpentLocked(scope);
     if (spent + exposed < budget) continue;
     const std::string cause = std::string(kMonthlyStop) + ": " + ScopeNameLocked(scope) + " " +
@@ -241,8 +242,8 @@ Status ServerCore::EnforceBudgetsLocked() {
   }
   for (const auto& [payer, exposed] : exposure) {
     const int64_t limit = limit_of.at(payer);  // limited: only those have an exposure
-    auto b = balances_.find(payer);
-    const int64_t balance = b != balances_.end() ? b->second : 0;
+    auto b = money_.balances.find(payer);
+    const int64_t balance = b != money_.balances.end() ? b->second : 0;
     if (balance - exposed > -limit) continue;
     auto acc = accounts_->FindAccount(payer);
     const std::string cause = std::string(kCreditStop) + ": account " + (acc ? acc->name : payer) +

@@ -175,65 +175,65 @@ const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::Capac
   const int64_t wall = clock_->NowMillis();
   auto note_pause = [&](const NodeState& ns) {
     if (ns.record.paused_until_ms > wall) {
-      capacity_pause_ends_ms_ = std::min(capacity_pause_ends_ms_, ns.record.paused_until_ms);
+      view_.pause_ends_ms = std::min(view_.pause_ends_ms, ns.record.paused_until_ms);
     }
   };
   // A node's share of the view's FleetFacts, added (+1) or taken away (-1).
   auto count_facts = [&](size_t slot, const sched::NodeCapacity& cap, int sign) {
     const bool preemptible = sched::HasPreemptible(cap);
-    capacity_free_gpus_ += sign * sched::FreeGpusOf(cap);
-    capacity_free_cpus_ += sign * sched::FreeCpusOf(cap);
+    view_.free_gpus += sign * sched::FreeGpusOf(cap);
+    view_.free_cpus += sign * sched::FreeCpusOf(cap);
     if (sign > 0) {
-      capacity_preemptible_ += preemptible ? 1 : 0;
-      if (!cap.paused.empty()) capacity_paused_.insert(slot);
+      view_.preemptible += preemptible ? 1 : 0;
+      if (!cap.paused.empty()) view_.paused.insert(slot);
     } else {
-      capacity_preemptible_ -= preemptible ? 1 : 0;
-      if (!cap.paused.empty()) capacity_paused_.erase(slot);
+      view_.preemptible -= preemptible ? 1 : 0;
+      if (!cap.paused.empty()) view_.paused.erase(slot);
     }
   };
   // The nodes changed since: each in its place, unless one joins or leaves the view (rare: a
   // node verified, lost, revoked), which builds it afresh.
-  if (!capacity_stale_ && wall < capacity_pause_ends_ms_) {
-    for (const auto& id : capacity_dirty_) {
+  if (!view_.stale && wall < view_.pause_ends_ms) {
+    for (const auto& id : view_.dirty) {
       auto n = nodes_.find(id);
-      auto slot = capacity_slot_.find(id);
+      auto slot = view_.slot.find(id);
       auto cap = n == nodes_.end() ? nullptr : NodeCapacityLocked(id, n->second, wall);
-      if ((cap == nullptr) != (slot == capacity_slot_.end())) {
-        capacity_stale_ = true;
+      if ((cap == nullptr) != (slot == view_.slot.end())) {
+        view_.stale = true;
         break;
       }
       if (cap == nullptr) continue;
-      count_facts(slot->second, *capacity_[slot->second], -1);
+      count_facts(slot->second, *view_.nodes[slot->second], -1);
       count_facts(slot->second, *cap, +1);
-      capacity_[slot->second] = std::move(cap);
+      view_.nodes[slot->second] = std::move(cap);
       note_pause(n->second);
     }
   } else {
-    capacity_stale_ = true;
+    view_.stale = true;
   }
-  capacity_dirty_.clear();
-  if (capacity_stale_) {
-    capacity_.clear();
-    capacity_slot_.clear();
-    capacity_pause_ends_ms_ = std::numeric_limits<int64_t>::max();
-    capacity_preemptible_ = 0;
-    capacity_paused_.clear();
-    capacity_free_gpus_ = capacity_free_cpus_ = 0;
-    capacity_.reserve(nodes_.size());
+  view_.dirty.clear();
+  if (view_.stale) {
+    view_.nodes.clear();
+    view_.slot.clear();
+    view_.pause_ends_ms = std::numeric_limits<int64_t>::max();
+    view_.preemptible = 0;
+    view_.paused.clear();
+    view_.free_gpus = view_.free_cpus = 0;
+    view_.nodes.reserve(nodes_.size());
     for (const auto& [id, ns] : nodes_) {
       auto cap = NodeCapacityLocked(id, ns, wall);
       if (cap == nullptr) continue;
-      capacity_slot_[id] = capacity_.size();
-      count_facts(capacity_.size(), *cap, +1);
-      capacity_.push_back(std::move(cap));
+      view_.slot[id] = view_.nodes.size();
+      count_facts(view_.nodes.size(), *cap, +1);
+      view_.nodes.push_back(std::move(cap));
       note_pause(ns);
     }
-    capacity_stale_ = false;
+    view_.stale = false;
   }
-  capacity_facts_.preemptible = capacity_preemptible_ > 0;
-  capacity_facts_.paused.assign(capacity_paused_.begin(), capacity_paused_.end());
-  capacity_facts_.free_gpus = capacity_free_gpus_;
-  capacity_facts_.free_cpus = capacity_free_cpus_;
+  view_.facts.preemptible = view_.preemptible > 0;
+  view_.facts.paused.assign(view_.paused.begin(), view_.paused.end());
+  view_.facts.free_gpus = view_.free_gpus;
+  view_.facts.free_cpus = view_.free_cpus;
 #ifndef NDEBUG
   // Debug builds (the sanitizer run) check the kept view against one built from every node: a
   // change that was not noted (NodeChangedLocked) would show here as a node out of date.
@@ -241,18 +241,18 @@ const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::Capac
   for (const auto& [id, ns] : nodes_) {
     auto cap = NodeCapacityLocked(id, ns, wall);
     if (cap == nullptr) continue;
-    if (at >= capacity_.size() || capacity_[at] != cap) {
+    if (at >= view_.nodes.size() || view_.nodes[at] != cap) {
       std::fprintf(stderr, "placement view: node %s is out of date\n", id.c_str());
       std::abort();
     }
     ++at;
   }
-  if (at != capacity_.size()) {
-    std::fprintf(stderr, "placement view: %zu nodes, %zu expected\n", capacity_.size(), at);
+  if (at != view_.nodes.size()) {
+    std::fprintf(stderr, "placement view: %zu nodes, %zu expected\n", view_.nodes.size(), at);
     std::abort();
   }
 #endif
-  return capacity_;
+  return view_.nodes;
 }
 
 sched::ScheduleOptions ServerCore::IncrementalLocked() const {
@@ -261,12 +261,12 @@ sched::ScheduleOptions ServerCore::IncrementalLocked() const {
   // again, so a change this bookkeeping missed cannot strand a job (docs/design-notes.md
   // "Placement at scale").
   sched::ScheduleOptions how;
-  how.fleet = &capacity_facts_;  // CapacityLocked's, current once it has run
+  how.fleet = &view_.facts;  // CapacityLocked's, current once it has run
   if (!nodes_changed_ && !exhausted_shapes_.empty() &&
       clock_->MonotonicMillis() - last_full_search_mono_ < kFullSearchLastsMs) {
     how.exhausted_before = &exhausted_shapes_;
     how.changed_nodes = &changed_nodes_;
-    how.node_index = &capacity_slot_;  // CapacityLocked's, current once it has run
+    how.node_index = &view_.slot;  // CapacityLocked's, current once it has run
   }
   return how;
 }

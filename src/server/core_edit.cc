@@ -90,7 +90,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
     if (auto old = nodes_.find(id); old != nodes_.end()) CountNodeLocked(old->second, -1);
     NodeState& live = nodes_[id] = std::move(ns);
     CountNodeLocked(live, +1);
-    TrackVerificationLocked(id, live);
+    verification_.Track(id, live);
     NodeChangedLocked(id);
   }
   for (auto& [id, checkpoints] : edit.checkpoints) {
@@ -105,30 +105,30 @@ void ServerCore::ApplyLocked(Edit& edit) {
   }
   for (auto& [id, meter] : edit.meters) {
     if (meter) {
-      open_meters_[id] = std::move(*meter);
+      money_.open_meters[id] = std::move(*meter);
     } else {
-      open_meters_.erase(id);
+      money_.open_meters.erase(id);
     }
   }
-  for (const auto& [account, delta] : edit.balance_deltas) balances_[account] += delta;
+  for (const auto& [account, delta] : edit.balance_deltas) money_.balances[account] += delta;
   for (const auto& d : edit.batch.cost_deltas) {
     // Only jobs already read (JobSpentLocked reads the rest from the store, where this is now).
-    auto known = job_charges_.find(d.job_id);
-    if (known == job_charges_.end()) continue;
+    auto known = money_.job_charges.find(d.job_id);
+    if (known == money_.job_charges.end()) continue;
     (d.resource == "storage"    ? known->second.storage
      : d.resource == "transfer" ? known->second.transfer
                                 : known->second.compute) += d.charged_micros;
   }
-  anomalies_raised_.insert(edit.anomalies.begin(), edit.anomalies.end());
-  alerts_raised_.insert(edit.alerts.begin(), edit.alerts.end());
-  if (!budgets_.empty()) {
+  money_.anomalies_raised.insert(edit.anomalies.begin(), edit.anomalies.end());
+  money_.alerts_raised.insert(edit.alerts.begin(), edit.alerts.end());
+  if (!money_.budgets.empty()) {
     // Each budgeted scope's spend this month, kept with the committed charges.
     for (const auto& d : edit.batch.cost_deltas) {
       auto job = jobs_.find(d.job_id);
       const std::string team = job != jobs_.end() ? job->second.record.team : "";
       for (const auto& scope : BudgetScopesLocked(d.payer, team)) {
-        auto cached = month_spent_.find(scope);
-        if (cached != month_spent_.end() && d.day.rfind(cached->second.first, 0) == 0) {
+        auto cached = money_.month_spent.find(scope);
+        if (cached != money_.month_spent.end() && d.day.rfind(cached->second.first, 0) == 0) {
           cached->second.second += d.charged_micros - d.credited_micros;
         }
       }
@@ -252,7 +252,7 @@ Json ServerCore::StateDump() {
               {"open_meters",
                [this] {
                  Json meters = Json::object();
-                 for (const auto& [id, m] : open_meters_) {
+                 for (const auto& [id, m] : money_.open_meters) {
                    meters[id] = Json{{"settled_ms", m.settled_ms},
                                      {"charged_micros", m.charged_micros},
                                      {"fee_micros", m.fee_micros},
@@ -260,7 +260,7 @@ Json ServerCore::StateDump() {
                  }
                  return meters;
                }()},
-              {"balances", balances_},
+              {"balances", money_.balances},
               {"next_order", next_order_}};
 }
 

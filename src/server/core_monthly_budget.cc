@@ -41,29 +41,30 @@ std::string ServerCore::ScopeNameLocked(const std::string& scope) const {
 std::vector<std::string> ServerCore::BudgetScopesLocked(const std::string& payer,
                                                         const std::string& team) const {
   std::vector<std::string> out;
-  if (budgets_.count("account:" + payer)) out.push_back("account:" + payer);
-  if (!team.empty() && budgets_.count("team:" + team)) out.push_back("team:" + team);
+  if (money_.budgets.count("account:" + payer)) out.push_back("account:" + payer);
+  if (!team.empty() && money_.budgets.count("team:" + team)) out.push_back("team:" + team);
   return out;
 }
 
 int64_t ServerCore::ScopeSpentLocked(const std::string& scope) const {
   const std::string month = MonthLocked();
-  auto cached = month_spent_.find(scope);
-  if (cached != month_spent_.end() && cached->second.first == month) return cached->second.second;
+  auto cached = money_.month_spent.find(scope);
+  if (cached != money_.month_spent.end() && cached->second.first == month)
+    return cached->second.second;
   auto spent = store_->ScopeSpend(scope, month + "-01");
   if (!spent.ok()) {
     std::fprintf(stderr, "sluice server: reading the month's spend of %s failed (%s)\n",
                  scope.c_str(), spent.status().ToString().c_str());
     return INT64_MAX / 4;  // unknown is not zero: nothing overspends on a read error
   }
-  month_spent_[scope] = {month, *spent};
+  money_.month_spent[scope] = {month, *spent};
   return *spent;
 }
 
 std::string ServerCore::MonthlyRefusalLocked(const std::string& owner,
                                              const std::string& team) const {
   for (const auto& scope : BudgetScopesLocked(PayerLocked(owner), team)) {
-    const int64_t budget = budgets_.at(scope).monthly_micros;
+    const int64_t budget = money_.budgets.at(scope).monthly_micros;
     const int64_t spent = ScopeSpentLocked(scope);
     if (spent < budget) continue;
     const std::string name = ScopeNameLocked(scope);  // "account alice", "team ml"
@@ -75,7 +76,7 @@ std::string ServerCore::MonthlyRefusalLocked(const std::string& owner,
 }
 
 void ServerCore::NoteBudgetAlertsLocked(Edit& edit) {
-  if (budgets_.empty()) return;
+  if (money_.budgets.empty()) return;
   const std::string month = MonthLocked();
   std::map<std::string, int64_t> staged;      // scope -> net charged by this edit this month
   std::map<std::string, std::string> job_of;  // scope -> a job whose charge it is (its event)
@@ -88,12 +89,12 @@ void ServerCore::NoteBudgetAlertsLocked(Edit& edit) {
     }
   }
   for (const auto& [scope, net] : staged) {
-    const store::BudgetRecord& b = budgets_.at(scope);
+    const store::BudgetRecord& b = money_.budgets.at(scope);
     const int64_t spent = ScopeSpentLocked(scope) + net;
     for (int percent : kAlertPercents) {
       const std::string key = AlertKey(scope, month, percent);
       if (static_cast<__int128>(spent) * 100 < static_cast<__int128>(b.monthly_micros) * percent ||
-          alerts_raised_.count(key) || edit.alerts.count(key)) {
+          money_.alerts_raised.count(key) || edit.alerts.count(key)) {
         continue;
       }
       store::BudgetAlert a;
@@ -132,12 +133,12 @@ Result<store::BudgetRecord> ServerCore::SetMonthlyBudget(const std::string& scop
   edit.batch.budgets.push_back(r);
   SLUICE_RETURN_IF_ERROR(CommitLocked(edit));
   if (r.removed) {
-    budgets_.erase(scope);
+    money_.budgets.erase(scope);
   } else {
-    budgets_[scope] = r;
+    money_.budgets[scope] = r;
   }
   // Its spend is kept only while it has a budget: read it afresh when it next matters.
-  month_spent_.erase(scope);
+  money_.month_spent.erase(scope);
   // A raise may let its stopped jobs run again (a second commit: the budget is already durable,
   // and a failure here is retried by the next change or the month's end).
   Edit requeue;
@@ -156,7 +157,7 @@ Result<store::BudgetRecord> ServerCore::SetMonthlyBudget(const std::string& scop
 std::vector<BudgetView> ServerCore::ListBudgets() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<BudgetView> out;
-  for (const auto& [scope, b] : budgets_) {
+  for (const auto& [scope, b] : money_.budgets) {
     out.push_back({b, ScopeNameLocked(scope), MonthLocked(), ScopeSpentLocked(scope)});
   }
   return out;
@@ -182,16 +183,16 @@ Status ServerCore::RecordAlertDelivery(const store::BudgetAlert& alert) {
 
 void ServerCore::NewMonthLocked() {
   const std::string month = MonthLocked();
-  if (month == budget_month_) return;
-  const std::string previous = budget_month_;
-  budget_month_ = month;
+  if (month == money_.budget_month) return;
+  const std::string previous = money_.budget_month;
+  money_.budget_month = month;
   if (previous.empty()) return;  // set at Load: nothing rolled over
   // A new month: every scope starts from zero, so what a monthly budget stopped may run again.
   Edit edit;
   RequeueExhaustedLocked(edit, [](const store::JobRecord&) { return true; });
   if (Status s = CommitLocked(edit); !s.ok()) {
     DegradedLocked("budget", "queuing again at the start of a month", s);
-    budget_month_ = previous;  // tried again by the next tick
+    money_.budget_month = previous;  // tried again by the next tick
     return;
   }
   if (!queued_.empty()) {

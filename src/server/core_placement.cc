@@ -76,10 +76,10 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   // the answers below find a job by its position, not by a lookup per job. Members reused by
   // every pass: nothing before the answers below runs a pass (a nested one comes only after the
   // commit, from PreemptLocked, when they are no longer read).
-  pass_states_.clear();
-  pass_queue_.clear();
-  pass_copies_.clear();
-  pass_tails_.clear();
+  pass_.states.clear();
+  pass_.queue.clear();
+  pass_.copies.clear();
+  pass_.tails.clear();
   // Credit per owner, asked once a pass: a deep queue is mostly a few accounts' jobs, in runs.
   std::unordered_map<std::string, bool> can_spend;
   const std::string* owner = nullptr;  // the last job's, and whether it may spend
@@ -99,7 +99,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
       return {"waiting for credit: ",
               "waiting for credit: " + CreditRefusalLocked(js.record.owner)};
     }
-    if (budgets_.empty()) return {nullptr, {}};
+    if (money_.budgets.empty()) return {nullptr, {}};
     std::string monthly = MonthlyRefusalLocked(js.record.owner, js.record.team);
     if (monthly.empty()) return {nullptr, {}};
     return {"waiting for budget: ", "waiting for budget: " + monthly};
@@ -131,10 +131,10 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   // Into the pass's queue, at the next position; `tail`: its group's entry in `tails` below.
   auto feed = [&](const std::string& id, const JobState* js, int tail) {
     std::shared_ptr<const sched::JobRequest> request = RequestLocked(id, *js);
-    pass_states_.push_back(js);
-    pass_queue_.push_back(request.get());
-    pass_tails_.push_back(tail);
-    if (request != js->request) pass_copies_.push_back(std::move(request));  // this pass's own
+    pass_.states.push_back(js);
+    pass_.queue.push_back(request.get());
+    pass_.tails.push_back(tail);
+    if (request != js->request) pass_.copies.push_back(std::move(request));  // this pass's own
   };
   // A job considered on its own: fallback, refusal, then into the queue.
   auto consider = [&](const std::string& id, const JobState* live) {
@@ -157,7 +157,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   // A group is read only as far as can matter when nothing in the fleet is preemptible (then no
   // room comes in the pass, and a shape's later jobs wait as its first waiting one does:
   // sched::MostPlacements); a submit's own pass reads its job alone.
-  const bool grouped = only == nullptr && options_.group_queue && !capacity_facts_.preemptible;
+  const bool grouped = only == nullptr && options_.group_queue && !view_.facts.preemptible;
   if (only != nullptr) {
     if (auto it = queued_.find(*only); it != queued_.end()) consider(it->first, it->second);
   } else if (!grouped) {
@@ -194,7 +194,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
         continue;
       }
       const size_t most = sched::MostPlacements(
-          capacity_facts_, *RequestLocked(group.members.begin()->second.id, first));
+          view_.facts, *RequestLocked(group.members.begin()->second.id, first));
       size_t read = 0;
       for (const auto& [order, member] : group.members) {
         if (!alone.empty() && alone.count(member.id) > 0) continue;
@@ -207,13 +207,13 @@ Status ServerCore::PlaceLocked(const std::string* only) {
       }
       // Its read jobs carry their tail's entry, so the first to wait gives the tail its answer.
       if (!tails.empty() && tails.back().group == &group) {
-        for (size_t at = pass_tails_.size() - read; at < pass_tails_.size(); ++at) {
-          pass_tails_[at] = static_cast<int>(tails.size() - 1);
+        for (size_t at = pass_.tails.size() - read; at < pass_.tails.size(); ++at) {
+          pass_.tails[at] = static_cast<int>(tails.size() - 1);
         }
       }
     }
   }
-  const std::vector<const sched::JobRequest*>& queue = pass_queue_;
+  const std::vector<const sched::JobRequest*>& queue = pass_.queue;
   if (queue.empty() && tails.empty()) return CommitLocked(edit);
   // Nothing to search when every group was refused: their answers only.
   const bool searched = !queue.empty();
@@ -224,7 +224,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   const bool incremental = how.exhausted_before != nullptr;
   sched::ScheduleOptions alike = how;
   alike.answer_alike_once = true;  // a deep queue costs a pass what changed, not its length
-  alike.fleet = &capacity_facts_;  // a full search's too
+  alike.fleet = &view_.facts;      // a full search's too
   sched::Plan plan;
   if (searched) plan = sched::Schedule(capacity, queue, options_.cost_model, alike);
 
@@ -342,11 +342,11 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     // As the queue was built, unless staged since (by an earlier answer: only placements are
     // staged in between, and a placed job is not answered).
     auto seen = edit.jobs.find(job_id);
-    const JobState& js = seen != edit.jobs.end() ? seen->second : *pass_states_[at];
+    const JobState& js = seen != edit.jobs.end() ? seen->second : *pass_.states[at];
     std::string reworded;
     auto [nf, why] = wording(js, never_fits, reason, reworded);
-    if (pass_tails_[at] >= 0) {
-      Tail& tail = tails[static_cast<size_t>(pass_tails_[at])];
+    if (pass_.tails[at] >= 0) {
+      Tail& tail = tails[static_cast<size_t>(pass_.tails[at])];
       if (!tail.answer) tail.answer = QueueIndex::Answer{*why, nf, false};
     }
     answer_job(job_id, js, nf, *why);

@@ -1,7 +1,8 @@
 // The server core's live state, entry by entry, and a change of it staged before its commit
-// (docs/design-notes.md "Commit, then apply"). ServerCore (server/server_core.h) holds maps of
-// these under its lock and names them as its own (ServerCore::NodeState, ...); nothing else uses
-// them.
+// (docs/design-notes.md "Commit, then apply"); and the state the core keeps per concept (the
+// placement view, money, a pass's buffers). ServerCore (server/server_core.h) holds these under
+// its lock and names the entries as its own (ServerCore::NodeState, ...); nothing else uses them
+// but VerificationQueue, which reads and sets a node's verification flags for the core.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -56,15 +59,60 @@ struct NodeState {
   // The nonces of the `reverify` requests not yet answered, oldest first. A conformance report
   // must echo one (each is used once), so a report captured elsewhere cannot be replayed.
   std::vector<std::string> report_nonces;
-  // Storm-proof verification (issue 12 item 5; core_verification.cc). A requested run waits
+  // Storm-proof verification (issue 12 item 5; verification_queue.h). A requested run waits
   // here while the server already has its maximum of suites running; `awaiting_report` is set
   // for it all the same (it is under way, and jobs may wait for it).
   bool verify_queued = false;
   std::string verify_reason;         // the queued request's trigger
-  int64_t verify_queue_order = 0;    // first come, first served (verify_queue_seq_)
+  int64_t verify_queue_order = 0;    // first come, first served (VerificationQueue)
   int64_t verify_admitted_mono = 0;  // when its `reverify` was sent
   int verify_failures = 0;           // failed verdicts in a row
   int64_t verify_retry_mono = 0;     // when to ask again after a failure; 0: not scheduled
+};
+// What each job was charged, by kind (ServerCore::JobChargesLocked's cache).
+struct JobCharges {
+  int64_t compute = 0, transfer = 0, storage = 0;
+};
+// Money (issues 14 and 15): open meters by attempt id, balances by account (micro-dollars),
+// when each node's lease was last renewed (monotonic ms), the last settlement and budget check.
+struct MoneyState {
+  std::map<std::string, store::MeterRecord> open_meters;
+  std::map<std::string, int64_t> balances;
+  std::map<std::string, int64_t> lease_renewed_mono;
+  int64_t last_settle_mono = 0;
+  int64_t last_budget_check_mono = 0;
+  // What each job was charged (a cache filled from the store on first use and kept with
+  // committed charges).
+  mutable std::map<std::string, JobCharges> job_charges;
+  // Attempts whose cost anomaly was already raised (NoteAnomaliesLocked): once per attempt.
+  std::set<std::string> anomalies_raised;
+  // Monthly budgets by scope; each scope's spend this month (month, micro-dollars; a cache kept
+  // with committed charges); the alerts raised this month (scope|month|percent); the month the
+  // tick last saw.
+  std::map<std::string, store::BudgetRecord> budgets;
+  mutable std::map<std::string, std::pair<std::string, int64_t>> month_spent;
+  std::set<std::string> alerts_raised;
+  std::string budget_month;
+  // StoredBytesLocked's cache: job -> (what it keeps, as a key; bytes). Derived, not state.
+  std::map<std::string, std::pair<std::string, int64_t>> stored_bytes;
+};
+// CapacityLocked's view of the fleet (docs/design-notes.md "Placement at scale"): the nodes in
+// it in id order, each one's place, the nodes changed since it was brought up to date, whether it
+// is to be built afresh, and the earliest pause in it that ends (a pause is read against the
+// clock: past its end, all is built afresh). With it, its sched::FleetFacts, so a pass need not
+// read every node for them: how many of its nodes have an interruptible or preempting attempt,
+// its paused nodes' places, and its free GPUs and CPUs.
+struct CapacityView {
+  std::vector<std::shared_ptr<const sched::NodeCapacity>> nodes;
+  std::unordered_map<std::string, size_t> slot;
+  std::unordered_set<std::string> dirty;
+  bool stale = true;
+  int64_t pause_ends_ms = 0;
+  size_t preemptible = 0;
+  std::set<size_t> paused;
+  int64_t free_gpus = 0;
+  int64_t free_cpus = 0;
+  sched::FleetFacts facts;
 };
 struct JobState {
   store::JobRecord record;
@@ -80,6 +128,14 @@ struct JobState {
   // RequestLocked's cache: shared by the copies an edit stages, rebuilt when it no longer
   // matches (fell_back is the one input that changes while a job is queued).
   mutable std::shared_ptr<const sched::JobRequest> request;
+};
+// A placement pass's queue, kept between passes for their capacity (ServerCore::PlaceLocked): a
+// deep queue's vectors allocated and freed per pass cost more in the kernel than the pass itself.
+struct PassBuffers {
+  std::vector<const JobState*> states;
+  std::vector<const sched::JobRequest*> queue;
+  std::vector<std::shared_ptr<const sched::JobRequest>> copies;  // not cached in a job
+  std::vector<int> tails;  // per position: its group's entry in the pass's tails, or -1
 };
 // A state change computed from the live state and not yet applied (issue 12 item 1;
 // docs/design-notes.md "Commit, then apply"; LevelDB's VersionEdit is the model): the store

@@ -100,7 +100,7 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
   // Nothing was charged to a job that did not exist: its charges are known without a read of
   // the store at its first exit (JobChargesLocked; a read per job was a fifth of the server's
   // time in a burst of exits). Charges committed from now on are added as they apply.
-  job_charges_.emplace(id, JobCharges{});
+  money_.job_charges.emplace(id, JobCharges{});
   jobs_[id] = std::move(js);
   IndexJobLocked(id);
   // The job is durably queued: that is the answer, even if it cannot be placed this instant

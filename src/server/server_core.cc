@@ -62,7 +62,7 @@ Status ServerCore::Load() {
     nodes_[ns.record.id] = std::move(ns);
   }
   loaded_mono_ = now_mono;
-  capacity_stale_ = true;
+  view_.stale = true;
   SLUICE_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
   for (auto& j : jobs) {
     JobState js;
@@ -105,17 +105,17 @@ Status ServerCore::Load() {
     active_attempts_[a.id] = std::move(a);
   }
   SLUICE_ASSIGN_OR_RETURN(auto meters, store_->LoadMeters(""));
-  for (auto& m : meters) open_meters_[m.attempt_id] = std::move(m);
+  for (auto& m : meters) money_.open_meters[m.attempt_id] = std::move(m);
   SLUICE_ASSIGN_OR_RETURN(auto balances, store_->LoadBalances());
-  for (auto& [account, balance] : balances) balances_[account] = balance;
+  for (auto& [account, balance] : balances) money_.balances[account] = balance;
   SLUICE_ASSIGN_OR_RETURN(auto budgets, store_->LoadBudgets());
-  for (auto& b : budgets) budgets_[b.scope] = std::move(b);
-  budget_month_ = MonthLocked();
-  SLUICE_ASSIGN_OR_RETURN(auto alerts, store_->LoadBudgetAlerts(budget_month_, false));
+  for (auto& b : budgets) money_.budgets[b.scope] = std::move(b);
+  money_.budget_month = MonthLocked();
+  SLUICE_ASSIGN_OR_RETURN(auto alerts, store_->LoadBudgetAlerts(money_.budget_month, false));
   for (const auto& a : alerts) {
-    alerts_raised_.insert(a.scope + "|" + a.month + "|" + std::to_string(a.percent));
+    money_.alerts_raised.insert(a.scope + "|" + a.month + "|" + std::to_string(a.percent));
   }
-  last_settle_mono_ = now_mono;
+  money_.last_settle_mono = now_mono;
   RefreshReliabilityLocked();
   return Status::Ok();
 }
@@ -257,12 +257,13 @@ bool ServerCore::TickState() {
   EndPausesLocked();
   NewMonthLocked();
   if (options_.budget_check_interval_ms > 0 &&
-      now - last_budget_check_mono_ >= options_.budget_check_interval_ms) {
+      now - money_.last_budget_check_mono >= options_.budget_check_interval_ms) {
     if (Status s = EnforceBudgetsLocked(); !s.ok()) {
       DegradedLocked("budget", "stopping attempts at their budget or credit", s);
     }
   }
-  if (options_.settle_interval_ms > 0 && now - last_settle_mono_ >= options_.settle_interval_ms) {
+  if (options_.settle_interval_ms > 0 &&
+      now - money_.last_settle_mono >= options_.settle_interval_ms) {
     if (Status s = SettleMetersLocked(); !s.ok()) {
       DegradedLocked("settle", "settling running attempts' meters", s);
     }

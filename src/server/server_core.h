@@ -44,6 +44,7 @@
 #include "server/core_state.h"
 #include "server/core_types.h"
 #include "server/queue_index.h"
+#include "server/verification_queue.h"
 #include "spec/job_spec.h"
 #include "store/blob_store.h"
 #include "store/store.h"
@@ -344,7 +345,7 @@ class ServerCore {
   // committed; its budget in micro-dollars, if it has one; what a stop costs at `price` (the
   // grace period and the final checkpoint's upload), so a stop never overshoots.
   int64_t JobSpentLocked(const std::string& job_id) const;
-  struct JobCharges;
+  using JobCharges = core_state::JobCharges;
   const JobCharges& JobChargesLocked(const std::string& job_id) const;
   // Anomalies (issue 15 item 2): a job whose charges (with this edit's) run 20 % over its current
   // attempt's estimate at placement gets a `cost-anomaly` event naming the cause: restarts, a
@@ -414,7 +415,7 @@ class ServerCore {
                                                                 int64_t wall) const;
   // Something CapacityLocked reads of the node changed in place (its link, its attempts, its
   // record, its verification flags): it is looked at again by the next CapacityLocked.
-  void NodeChangedLocked(const std::string& id) const { capacity_dirty_.insert(id); }
+  void NodeChangedLocked(const std::string& id) const { view_.dirty.insert(id); }
   // How much a pass (or a submit's probe) may skip: see exhausted_shapes_.
   sched::ScheduleOptions IncrementalLocked() const;
   // The ids of the active attempts placed on the node (attempts_by_node_).
@@ -457,18 +458,8 @@ class ServerCore {
   // After a verdict: a failure schedules a retry with backoff (up to options_.verify_retries);
   // a pass clears the count. Then admits queued requests.
   void AfterVerdictLocked(NodeState& node);
-  // Sends queued requests, oldest first, while fewer than the maximum are running; asks again
-  // for nodes whose retry is due. Called from Tick and after every verdict. O(admitted + due +
-  // log nodes) through the indexes below, not a scan of every node: a fleet enrolling together
-  // calls it once per hello and per verdict.
+  // VerificationQueue::Admit with this core's nodes and limit (from Tick and every verdict).
   void AdmitVerificationsLocked();
-  // Files the node in the verification indexes its flags call for (verify_queued,
-  // awaiting_report, verify_retry_mono). Called wherever those flags are set or a node entry is
-  // replaced; entries that no longer hold are dropped when next met.
-  void TrackVerificationLocked(const std::string& node_id, const NodeState& node);
-#ifndef NDEBUG
-  void CheckVerificationIndexesLocked(int64_t now, int running) const;
-#endif
   // Node identity: the existing node a hello may speak for, "" to enrol a new node, or why it is
   // refused (PermissionDenied: an impersonation attempt). Changes nothing.
   Result<std::string> AdmitNodeLocked(const proto::Hello& hello, const AgentIdentity& who) const;
@@ -568,12 +559,7 @@ class ServerCore {
   // incremental passes (TickState), so a submit's own pass never falls back to every node.
   bool full_search_due_ = false;
   PassCounts passes_;
-  // A pass's queue, kept between passes for their capacity (PlaceLocked): a deep queue's
-  // vectors allocated and freed per pass cost more in the kernel than the pass itself.
-  std::vector<const JobState*> pass_states_;
-  std::vector<const sched::JobRequest*> pass_queue_;
-  std::vector<std::shared_ptr<const sched::JobRequest>> pass_copies_;  // not cached in a job
-  std::vector<int> pass_tails_;  // per position: its group's entry in the pass's tails, or -1
+  core_state::PassBuffers pass_;  // PlaceLocked's, kept between passes
   // The queued jobs in groups that wait alike (IndexJobLocked keeps it, with queued_).
   QueueIndex queue_index_;
   std::map<std::string, int64_t> max_log_seq_;  // per active attempt
@@ -589,63 +575,20 @@ class ServerCore {
   std::map<std::string, std::map<std::string, int64_t>> avoid_;
   store::BlobStore* blobs_ = nullptr;
   Accounts* accounts_ = nullptr;
-  // Money (issue 14): open meters by attempt id, balances by account (micro-dollars), when each
-  // node's lease was last renewed (monotonic ms), the last settlement.
-  std::map<std::string, store::MeterRecord> open_meters_;
-  std::map<std::string, int64_t> balances_;
-  std::map<std::string, int64_t> lease_renewed_mono_;
-  int64_t last_settle_mono_ = 0;
-  int64_t last_budget_check_mono_ = 0;
-  // What each job was charged, by kind (JobChargesLocked's cache, filled from the store on first
-  // use and kept with committed charges).
-  struct JobCharges {
-    int64_t compute = 0, transfer = 0, storage = 0;
-  };
-  mutable std::map<std::string, JobCharges> job_charges_;
-  // Attempts whose cost anomaly was already raised (NoteAnomaliesLocked): once per attempt.
-  std::set<std::string> anomalies_raised_;
-  // Monthly budgets by scope; each scope's spend this month (month, micro-dollars; a cache kept
-  // with committed charges); the alerts raised this month (scope|month|percent); the month the
-  // tick last saw.
-  std::map<std::string, store::BudgetRecord> budgets_;
-  mutable std::map<std::string, std::pair<std::string, int64_t>> month_spent_;
-  std::set<std::string> alerts_raised_;
-  std::string budget_month_;
-  // StoredBytesLocked's cache: job -> (what it keeps, as a key; bytes). Derived, not state.
-  std::map<std::string, std::pair<std::string, int64_t>> stored_bytes_;
+  core_state::MoneyState money_;  // meters, balances, charges and budgets (core_state.h)
   // Kept checkpoints per job, oldest first (the store's `checkpoints` table).
   std::map<std::string, std::vector<store::CheckpointRecord>> checkpoints_;
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
   int64_t reliability_refreshed_mono_ = 0;
-  int64_t loaded_mono_ = 0;       // when Load ran
-  int64_t last_hello_mono_ = 0;   // the last hello applied
-  int64_t last_tick_mono_ = 0;    // for CoreOptions::stall_credit_after_ms
-  int64_t verify_queue_seq_ = 0;  // NodeState::verify_queue_order
-  // CapacityLocked's view: the nodes in it in id order, each one's place, the nodes changed
-  // since it was brought up to date, whether it is to be built afresh, and the earliest pause
-  // in it that ends (a pause is read against the clock: past its end, all is built afresh).
+  int64_t loaded_mono_ = 0;                           // when Load ran
+  int64_t last_hello_mono_ = 0;                       // the last hello applied
+  int64_t last_tick_mono_ = 0;                        // for CoreOptions::stall_credit_after_ms
   std::unordered_map<std::string, int> owned_nodes_;  // CountNodeLocked
-  mutable std::vector<std::shared_ptr<const sched::NodeCapacity>> capacity_;
-  mutable std::unordered_map<std::string, size_t> capacity_slot_;
-  mutable std::unordered_set<std::string> capacity_dirty_;
-  mutable bool capacity_stale_ = true;
-  mutable int64_t capacity_pause_ends_ms_ = 0;
-  // The view's sched::FleetFacts, kept with it so a pass need not read every node for them: how
-  // many of its nodes have an interruptible or preempting attempt, and its paused nodes' places.
-  mutable size_t capacity_preemptible_ = 0;
-  mutable std::set<size_t> capacity_paused_;
-  mutable int64_t capacity_free_gpus_ = 0;
-  mutable int64_t capacity_free_cpus_ = 0;
-  mutable sched::FleetFacts capacity_facts_;
-  // The verification indexes (TrackVerificationLocked): supersets of the nodes queued for a
-  // suite (by queue order), admitted and maybe running, and waiting for a retry (by due time).
-  // An entry is checked against the node's own flags when met, so a stale one does no harm.
-  std::set<std::pair<int64_t, std::string>> verify_queue_;
-  std::set<std::string> verify_admitted_;
-  std::set<std::pair<int64_t, std::string>> verify_retries_;
-  std::map<std::string, int64_t> degraded_;  // DegradedLocked: failures by kind
-  bool schedule_again_ = false;              // the last scheduling pass failed
+  mutable core_state::CapacityView view_;             // CapacityLocked's
+  VerificationQueue verification_;                    // whose conformance suites run now
+  std::map<std::string, int64_t> degraded_;           // DegradedLocked: failures by kind
+  bool schedule_again_ = false;                       // the last scheduling pass failed
   // The scheduler thread (StartScheduler): a pass is due; the thread is to stop.
   bool schedule_due_ = false;
   bool scheduler_stop_ = false;
