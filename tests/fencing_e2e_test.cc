@@ -6,7 +6,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/text.h"
 #include "harness.h"
@@ -50,10 +52,13 @@ class FencingE2ETest : public ::testing::Test {
   void SetUp() override {
     // The test reads the attempt's freezer: the agent must be able to make cgroups.
     if (geteuid() != 0) GTEST_SKIP() << "the agent makes job cgroups only as root";
-    // A short lease against a long grace: the agent freezes long before the server would
-    // declare its node lost, which keeps the test's timing far from any edge.
-    cluster_.StartServer({"--heartbeat-interval", "0.3", "--heartbeat-grace", "10", "--lease", "2",
-                          "--cancel-grace", "1"});
+    cluster_.StartServer(ServerFlags());
+  }
+  // A short lease against a long grace: the agent freezes long before the server would
+  // declare its node lost, which keeps the test's timing far from any edge.
+  virtual std::vector<std::string> ServerFlags() const {
+    return {"--heartbeat-interval", "0.3", "--heartbeat-grace", "10", "--lease", "2",
+            "--cancel-grace",       "1"};
   }
   void TearDown() override {
     if (!HasFailure()) return;
@@ -215,7 +220,18 @@ TEST_F(FencingE2ETest, APartitionedNodeThatReconnectsKillsItsMovedJobWithoutThaw
 // Issue 11 item 1: the agent is killed and restarted while its job runs. The job's supervisor
 // keeps it running (and what it prints) meanwhile; the new agent reattaches to it, and the job
 // finishes as the one attempt it always was, its output complete and in order.
-TEST_F(FencingE2ETest, AKilledAgentRestartedInTimeReattachesToItsJobWhichIsNeverRestarted) {
+// The restart must come before the supervisor fences the job: with the fixture's lease (2 s,
+// killed 4 s after it ends) a restarted agent that waits on a loaded machine (its probe, the
+// xtables lock other tests' agents hold) could miss that window. Here it is 12.5 s.
+class FencingRestartE2ETest : public FencingE2ETest {
+ protected:
+  std::vector<std::string> ServerFlags() const override {
+    return {"--heartbeat-interval", "0.3", "--heartbeat-grace", "20", "--lease", "5",
+            "--cancel-grace",       "1"};
+  }
+};
+
+TEST_F(FencingRestartE2ETest, AKilledAgentRestartedInTimeReattachesToItsJobWhichIsNeverRestarted) {
   Daemon* agent = cluster_.StartAgent("a1");
   std::string job = Submit();
   std::string att = TickingAttempt(job, 0, "a1");
