@@ -13,6 +13,7 @@ See bench/submit_latency/README.md.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -75,6 +76,26 @@ def summarize(samples_s):
         "min_ms": xs[0] if xs else float("nan"),
         "max_ms": xs[-1] if xs else float("nan"),
     }
+
+
+def host_speed():
+    """How fast this host runs what Sluice's path is made of, so runs on different days can be
+    told apart: Slurm's latency is mostly its own timers, Sluice's is process starts and CPU, so
+    a slower (busier) host moves the ratio. Returns p50s in ms: fork+exec of /bin/true (the
+    CLI's and the job's own start) and SHA-256 of 16 MiB (plain CPU)."""
+    spawn = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        subprocess.run(["/bin/true"], check=False)
+        spawn.append(time.perf_counter() - t0)
+    data = b"\0" * (16 << 20)
+    cpu = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        hashlib.sha256(data).digest()
+        cpu.append(time.perf_counter() - t0)
+    return {"exec_true_p50_ms": summarize(spawn)["p50_ms"],
+            "sha256_16mib_p50_ms": summarize(cpu)["p50_ms"]}
 
 
 class Procs:
@@ -664,6 +685,7 @@ def main():
     try:
         if args.only != "slurm":
             check_sluice(args.sluice)  # fail fast (exit 2) before the slow Slurm setup
+        result["host_before"] = host_speed()
         if args.only != "sluice":
             profiles = (["default", "tuned"] if args.slurm_config == "both"
                         else [args.slurm_config])
@@ -685,6 +707,7 @@ def main():
             result["sluice"] = dict(result[f"sluice_{profiles[-1]}"], profile=profiles[-1])
             result["sluice"]["measure"] = ("t0 before `sluice run --follow` exec -> first "
                                            "job output line read from CLI stdout")
+        result["host_after"] = host_speed()
     except BenchError as e:
         procs.stop_all()
         log(f"error: {e}")
@@ -698,6 +721,11 @@ def main():
 
     print("submit-to-start latency, sequential trivial jobs, localhost "
           f"({os.cpu_count()} CPUs)")
+    for when in ("before", "after"):
+        h = result[f"host_{when}"]
+        print(f"host speed {when} the runs: fork+exec of /bin/true p50 "
+              f"{h['exec_true_p50_ms']:.2f} ms, SHA-256 of 16 MiB p50 "
+              f"{h['sha256_16mib_p50_ms']:.2f} ms (compare runs of different days by these)")
     for prof in SLUICE_PROFILES:
         if f"sluice_{prof}" in result:
             print(fmt(f"s:{prof}", result[f"sluice_{prof}"]))
