@@ -257,6 +257,31 @@ TEST_F(FencingRestartE2ETest, AKilledAgentRestartedInTimeReattachesToItsJobWhich
   EXPECT_EQ(cluster_.Cli({"logs", job}).out, "started\nnoted\nfinished\n");
 }
 
+// The same restart, too late: the supervisor fenced the job when its lease ran out (2 s, killed
+// 4 s later) with no agent to renew it. The restarted agent neither reattaches nor runs it
+// again; it says the supervisor killed it, and reports it lost, so the server places it anew.
+TEST_F(FencingE2ETest, AnAgentRestartedAfterItsJobWasFencedSaysSoAndReportsItLost) {
+  Daemon* agent = cluster_.StartAgent("a1");
+  std::string job = Submit();
+  std::string att = TickingAttempt(job, 0, "a1");
+  ASSERT_FALSE(att.empty()) << cluster_.ServerLog();
+  agent->Signal(SIGKILL);
+  agent->Wait(std::chrono::seconds(5));
+  const std::string end = cluster_.dir() + "/agent-a1/attempts/" + att + ".d/exit.json";
+  ASSERT_TRUE(WaitUntil([&] {
+    auto j = ParseJson(Slurp(end));
+    return j.ok() && j->value("fenced", false);
+  })) << "the supervisor did not fence the job";
+  Daemon* back = cluster_.StartAgent("a1");
+  EXPECT_TRUE(Contains(back->Log(), "attempt " + att +
+                                        " was killed by its supervisor while no agent renewed "
+                                        "its lease; reporting it lost"))
+      << back->Log();
+  EXPECT_FALSE(Contains(back->Log(), "reattached to the supervisor of " + att)) << back->Log();
+  EXPECT_TRUE(WaitUntil([&] { return Job(job)["attempts"][0].value("state", "") == "lost"; }))
+      << Job(job).dump(2);
+}
+
 // A hung agent (stopped, not dead: its sockets stay open) renews nothing and vouches for
 // nothing. The supervisor freezes the job at the end of its lease, and kills it once the agent
 // has been silent for 5 s and the kill deadline has come, before the server declares the node

@@ -6,14 +6,17 @@ namespace sluice::agent::internal {
 
 namespace {
 
-// Whether the supervisor in `dir` recorded that it fenced its job (its lease ran out with no agent
-// to renew it).
-bool Fenced(const std::string& dir) {
-  auto end = ReadFile(dir + "/" + supervisor::kExitFile);
-  if (!end.ok()) return false;
-  auto j = ParseJson(*end);
+// What the supervisor in `dir` recorded of its job's end: nothing yet, an end it cannot vouch
+// for (unreadable), the fence it applied itself (its lease ran out with no agent to renew it),
+// or the job's own end.
+enum class RecordedEnd { kNone, kUnreadable, kFenced, kEnded };
+RecordedEnd ReadRecordedEnd(const std::string& dir) {
+  auto text = ReadFile(dir + "/" + supervisor::kExitFile);
+  if (!text.ok()) return RecordedEnd::kNone;
+  auto j = ParseJson(*text);
   auto e = j.ok() ? supervisor::ExitFromJson(*j) : Result<supervisor::Exit>(j.status());
-  return e.ok() && e->fenced;
+  if (!e.ok()) return RecordedEnd::kUnreadable;
+  return e->fenced ? RecordedEnd::kFenced : RecordedEnd::kEnded;
 }
 
 }  // namespace
@@ -51,7 +54,7 @@ void Agent::RecoverAttempts() {
       // Still running under its supervisor (or it ended while we were away, and the
       // supervisor recorded how): the job is not restarted.
     } else if (a->error.empty()) {
-      const bool fenced = Fenced(SupervisorDir(a->id));
+      const bool fenced = ReadRecordedEnd(SupervisorDir(a->id)) == RecordedEnd::kFenced;
       // It was running when the previous agent died. PR_SET_PDEATHSIG took the shell; kill
       // whatever is left of its group. Safe against pid reuse: Linux never hands out a pid that
       // is still some group's id, so if a process with that pid exists it must be our leader
@@ -77,11 +80,9 @@ void Agent::RecoverAttempts() {
 
 bool Agent::ReattachLocked(const std::shared_ptr<Attempt>& a) {
   const std::string dir = SupervisorDir(a->id);
-  if (auto end = ReadFile(dir + "/" + supervisor::kExitFile); end.ok()) {
-    auto j = ParseJson(*end);
-    auto e = j.ok() ? supervisor::ExitFromJson(*j) : Result<supervisor::Exit>(j.status());
-    if (!e.ok() || e->fenced) return false;  // fenced: the server has it as lost (or soon will)
-  }
+  // Fenced: the server has it as lost (or soon will).
+  const RecordedEnd end = ReadRecordedEnd(dir);
+  if (end == RecordedEnd::kFenced || end == RecordedEnd::kUnreadable) return false;
   auto job = SupervisedJob::Attach(dir, JobCallbacks(a));
   if (!job.ok()) return false;
   a->proc = std::move(*job);
