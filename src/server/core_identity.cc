@@ -95,8 +95,7 @@ int ServerCore::OwnedNodesLocked(const std::string& owner) const {
 
 void ServerCore::SendReportRequestLocked(NodeState& node, const std::string& why) {
   if (!node.link) return;
-  node.awaiting_report = true;
-  node.verify_queued = false;
+  node.awaiting_report = true;  // and no longer queued: VerificationQueue::Admit took it out
   NodeChangedLocked(node.record.id);
   node.verify_admitted_mono = clock_->MonotonicMillis();
   std::string nonce = RandomHex(16);
