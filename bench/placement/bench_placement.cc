@@ -14,11 +14,17 @@
 // Prints placements/s per world and the deep world's ratio to the baseline: 1.0 means a deep
 // queue costs a placement nothing.
 //
+// With `--batch B` (B > 1), B running jobs exit together instead, as a busy fleet's do: their
+// exits are handled as one inbox batch (one commit), one pass places B queued jobs, and their B
+// `started` messages are handled as one batch too. That is the core's share of the swarm's
+// release (bench/swarm) without the sockets, the TLS and the simulated agents.
+//
 // Then, in the same rounds, `--submits` jobs are submitted into each world while every node is
 // full: what a submit costs the core (its commit, never-fits probe and own pass) with that queue.
 //
 //   bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] [--rounds K]
-//                   [--submits M]
+//                   [--submits M] [--shapes H] [--batch B]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -76,7 +82,8 @@ struct World {
   double submit_seconds = 0;  // timed, submits into the full fleet
   size_t submitted = 0;
 
-  // The attempt the core last assigned to node i, started as its agent would.
+  // The attempt the core last assigned to node i, started as its agent would (queued behind
+  // the node's other messages when the core holds them: --batch).
   void StartLast(size_t i) {
     RecordingLink& link = *links[i];
     std::string att;
@@ -91,19 +98,30 @@ struct World {
       link.sent.clear();  // 60,000 assigns kept would measure the link, not the core
     }
     if (att.empty() || att == running[i]) Die(name + ": node " + nodes[i] + " was assigned no job");
-    auto s = core->AgentMessage(nodes[i], &link, Json{{"type", "started"}, {"attempt_id", att}});
-    if (!s.ok()) Die(name + ": started: " + s.ToString());
     running[i] = att;
+    Post(i, sluice::proto::Started{att}, "started");
   }
+
+  // Queues node i's message; with the core holding messages (--batch) it waits for Handle().
+  void Post(size_t i, sluice::proto::AgentMessage msg, const char* what) {
+    auto s = core->PostAgentMessage(nodes[i], links[i], std::move(msg),
+                                    [this, what](const sluice::Status& st) {
+                                      if (!st.ok()) Die(name + ": " + what + ": " + st.ToString());
+                                    });
+    if (!s.ok()) Die(name + ": post: " + s.ToString());
+  }
+  void Handle() { core->HandleWaitingAgentMessages(); }
 };
 
-void Build(World& w, size_t nodes, size_t queued, size_t shapes) {
+void Build(World& w, size_t nodes, size_t queued, size_t shapes, bool hold) {
   w.dir = fs::temp_directory_path() / ("sluice-bench-placement-" + sluice::RandomHex(6));
   fs::create_directories(w.dir);
   auto st = sluice::store::OpenSqliteStore((w.dir / "sluice.db").string());
   if (!st.ok()) Die("store: " + st.status().ToString());
   w.store = std::move(*st);
-  w.core = std::make_unique<ServerCore>(w.store.get(), &w.clock, CoreOptions{});
+  CoreOptions options;
+  options.hold_agent_messages = hold;  // --batch: messages wait for World::Handle
+  w.core = std::make_unique<ServerCore>(w.store.get(), &w.clock, options);
   if (auto s = w.core->Load(); !s.ok()) Die("load: " + s.ToString());
   for (size_t i = 0; i < nodes; ++i) {
     sluice::proto::Hello h;
@@ -132,6 +150,7 @@ void Build(World& w, size_t nodes, size_t queued, size_t shapes) {
     if (!job.ok()) Die("submit: " + job.status().ToString());
   }
   for (size_t i = 0; i < nodes; ++i) w.StartLast(i);
+  w.Handle();
   w.queued = queued;
 }
 
@@ -146,16 +165,25 @@ void Submit(World& w, size_t count, size_t shapes) {
   w.submit_seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// `count` placements: node after node, its job exits and the next queued one takes its place.
-void Release(World& w, size_t& next, size_t count) {
+// `count` placements: node after node, its job exits and the next queued one takes its place;
+// `batch` nodes at a time (their exits handled together, then their `started`).
+void Release(World& w, size_t& next, size_t count, size_t batch) {
   auto start = Clock::now();
-  for (size_t k = 0; k < count && w.queued > 0; ++k, --w.queued, ++w.placed) {
-    const size_t i = next++ % w.nodes.size();
-    Json exited = sluice::proto::ToJson(sluice::proto::Exited{w.running[i], 0, 0});
-    if (auto s = w.core->AgentMessage(w.nodes[i], w.links[i].get(), exited); !s.ok()) {
-      Die(w.name + ": exited: " + s.ToString());
+  size_t done = 0;
+  while (done < count && w.queued > 0) {
+    const size_t n = std::min({batch, count - done, w.queued});
+    std::vector<size_t> freed;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = next++ % w.nodes.size();
+      freed.push_back(i);
+      w.Post(i, sluice::proto::Exited{w.running[i], 0, 0}, "exited");
     }
-    w.StartLast(i);
+    w.Handle();  // the exits' commit, and the pass they call for
+    for (size_t i : freed) w.StartLast(i);
+    w.Handle();
+    done += n;
+    w.queued -= n;
+    w.placed += n;
   }
   w.seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -174,9 +202,11 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::printf(
           "usage: bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] "
-          "[--rounds K] [--submits M] [--shapes H]\n"
+          "[--rounds K] [--submits M] [--shapes H] [--batch B]\n"
           "  placements/s of the server core with Q jobs queued behind N full nodes, against "
-          "the same with S queued (the baseline); the jobs are of H shapes (default 1)\n");
+          "the same with S queued (the baseline); the jobs are of H shapes (default 1); B jobs "
+          "exit "
+          "together (default 1)\n");
       return 0;
     }
   }
@@ -187,6 +217,7 @@ int main(int argc, char** argv) {
   const size_t releases = std::min<size_t>(Arg(argc, argv, "--releases", 500), shallow);
   const size_t submits = Arg(argc, argv, "--submits", 100);
   const size_t shapes = std::max<size_t>(1, Arg(argc, argv, "--shapes", 1));
+  const size_t batch = std::max<size_t>(1, Arg(argc, argv, "--batch", 1));
   if (nodes == 0 || releases == 0 || rounds == 0)
     Die("--nodes, --releases and --rounds must be > 0");
   if (releases * rounds > shallow) Die("--shallow must be at least --releases × --rounds");
@@ -195,15 +226,15 @@ int main(int argc, char** argv) {
   base.name = "queue of " + std::to_string(shallow);
   deep.name = "queue of " + std::to_string(queued);
   auto setup = Clock::now();
-  Build(base, nodes, shallow, shapes);
-  Build(deep, nodes, queued, shapes);
+  Build(base, nodes, shallow, shapes, batch > 1);
+  Build(deep, nodes, queued, shapes, batch > 1);
   std::printf("set up %zu nodes and %zu + %zu jobs of %zu shapes in %.1f s\n", nodes,
               nodes + shallow, nodes + queued, shapes,
               std::chrono::duration<double>(Clock::now() - setup).count());
   size_t next_base = 0, next_deep = 0;
   for (size_t r = 0; r < rounds; ++r) {
-    Release(base, next_base, releases);
-    Release(deep, next_deep, releases);
+    Release(base, next_base, releases, batch);
+    Release(deep, next_deep, releases, batch);
     Submit(base, submits, shapes);
     Submit(deep, submits, shapes);
   }

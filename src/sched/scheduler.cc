@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <limits>
 #include <map>
 #include <memory>
@@ -739,11 +740,22 @@ bool Before(const Queued& a, const Queued& b) {
                                                  a.job->bid.value_or(0), b.job->order, b.at);
 }
 
+// The queue's jobs at their positions, and every job of the runs at the positions they give.
+std::vector<Queued> Everything(const std::vector<const JobRequest*>& queue,
+                               const std::vector<JobRun*>& runs) {
+  std::vector<Queued> all;
+  all.reserve(queue.size());
+  for (size_t i = 0; i < queue.size(); ++i) all.push_back({queue[i], i});
+  for (JobRun* run : runs) {
+    for (RunJob next = run->Next(); next.job != nullptr; next = run->Next()) {
+      all.push_back({next.job, next.at});
+    }
+  }
+  return all;
+}
+
 // Every job, one after another in order.
-Plan ConsiderEach(Pass& pass, const std::vector<const JobRequest*>& queue, bool share_shapes) {
-  std::vector<Queued> order;
-  order.reserve(queue.size());
-  for (size_t i = 0; i < queue.size(); ++i) order.push_back({queue[i], i});
+Plan ConsiderEach(Pass& pass, std::vector<Queued> order, bool share_shapes) {
   std::sort(order.begin(), order.end(), Before);
   // Each job's shape, and how many jobs of each shape are still to come.
   std::vector<std::string> keys;
@@ -762,41 +774,53 @@ Plan ConsiderEach(Pass& pass, const std::vector<const JobRequest*>& queue, bool 
   return pass.Take();
 }
 
-// The same order, merged from one heap per shape, so a shape whose answer is settled leaves the
-// merge with its later jobs unsorted and unconsidered (ScheduleOptions::answer_alike_once).
-Plan ConsiderUntilSettled(Pass& pass, const std::vector<const JobRequest*>& queue) {
+// The same order, merged from one heap per shape and one head per run, so a shape whose answer
+// is settled leaves the merge with its later jobs unsorted and unconsidered, and a run with its
+// later jobs never taken (ScheduleOptions::answer_alike_once).
+Plan ConsiderUntilSettled(Pass& pass, const std::vector<const JobRequest*>& queue,
+                          const std::vector<JobRun*>& runs) {
   struct Group {
     std::string key;               // empty: a job searched on its own
-    std::vector<Queued> jobs;      // a heap: the next job on top
+    std::vector<Queued> jobs;      // a heap: the next job on top (a run's: its next job only)
     Pass::Shape* shape = nullptr;  // the pass's, once its first job is considered
+    JobRun* run = nullptr;
   };
   auto after = [](const Queued& a, const Queued& b) { return Before(b, a); };
   std::vector<Group> groups;
   std::unordered_map<std::string_view, size_t> by_key;
-  std::vector<std::string> computed;  // keys the caller did not keep; never reallocated
-  computed.reserve(static_cast<size_t>(std::count_if(
-      queue.begin(), queue.end(), [](const JobRequest* j) { return !j->shape.has_value(); })));
-  const std::string* last_key = nullptr;  // the last job's, and its group
+  std::deque<std::string> computed;  // keys the caller did not keep (a deque: they stay put)
+  auto key_of = [&computed](const JobRequest& job) -> std::string_view {
+    if (job.shape) return *job.shape;
+    return computed.emplace_back(ShapeKey(job));
+  };
+  bool any_last = false;  // the last job's key, and its group
+  std::string_view last_key;
   size_t last_group = 0;
   for (size_t i = 0; i < queue.size(); ++i) {
     const JobRequest* job = queue[i];
-    const std::string* key = job->shape ? &*job->shape : nullptr;
-    if (key == nullptr) {
-      computed.push_back(ShapeKey(*job));
-      key = &computed.back();
-    }
-    if (key->empty()) {
+    const std::string_view key = key_of(*job);
+    if (key.empty()) {
       groups.push_back({std::string(), {{job, i}}});
       continue;
     }
     // A queue is mostly runs of one shape: comparing with the last key costs less than hashing.
-    if (last_key == nullptr || *last_key != *key) {
-      auto [it, fresh] = by_key.try_emplace(*key, groups.size());
-      if (fresh) groups.push_back({*key, {}});
+    if (!any_last || last_key != key) {
+      auto [it, fresh] = by_key.try_emplace(key, groups.size());
+      if (fresh) groups.push_back({std::string(key), {}});
+      any_last = true;
       last_key = key;
       last_group = it->second;
     }
     groups[last_group].jobs.push_back({job, i});
+  }
+  // A shape's heap may not say "last job" while a run of the shape may still give one.
+  std::unordered_map<std::string_view, size_t> run_keys;
+  for (JobRun* run : runs) {
+    const RunJob first = run->Next();
+    if (first.job == nullptr) continue;
+    const std::string_view key = key_of(*first.job);
+    groups.push_back({std::string(key), {{first.job, first.at}}, nullptr, run});
+    if (!key.empty()) ++run_keys[key];
   }
   // The merge: each group's next job, the first in order on top.
   auto later = [&](size_t a, size_t b) {
@@ -815,8 +839,17 @@ Plan ConsiderUntilSettled(Pass& pass, const std::vector<const JobRequest*>& queu
     std::pop_heap(group.jobs.begin(), group.jobs.end(), after);
     const Queued next = group.jobs.back();
     group.jobs.pop_back();
-    pass.Consider(*next.job, group.key, group.jobs.empty(), next.at, &group.shape);
-    if (!group.jobs.empty() && pass.Settled(group.shape)) {
+    const bool last = group.key.empty() || (group.run == nullptr && group.jobs.empty() &&
+                                            run_keys.count(group.key) == 0);
+    pass.Consider(*next.job, group.key, last, next.at, &group.shape);
+    if (group.run != nullptr) {
+      // A run settled is left where it is: the caller answers the rest.
+      if (!pass.Settled(group.shape)) {
+        if (const RunJob more = group.run->Next(); more.job != nullptr) {
+          group.jobs.push_back({more.job, more.at});
+        }
+      }
+    } else if (!group.jobs.empty() && pass.Settled(group.shape)) {
       std::vector<size_t> rest;
       rest.reserve(group.jobs.size());
       for (const Queued& q : group.jobs) rest.push_back(q.at);
@@ -837,9 +870,13 @@ Plan ConsiderUntilSettled(Pass& pass, const std::vector<const JobRequest*>& queu
 Plan Schedule(const std::vector<std::shared_ptr<const NodeCapacity>>& nodes,
               const std::vector<const JobRequest*>& queue, const market::CostModel& model,
               ScheduleOptions options) {
+  static const std::vector<JobRun*> kNoRuns;
+  const std::vector<JobRun*>& runs = options.runs != nullptr ? *options.runs : kNoRuns;
   Pass pass(nodes, model, options);
-  if (options.answer_alike_once && options.share_shapes) return ConsiderUntilSettled(pass, queue);
-  return ConsiderEach(pass, queue, options.share_shapes);
+  if (options.answer_alike_once && options.share_shapes) {
+    return ConsiderUntilSettled(pass, queue, runs);
+  }
+  return ConsiderEach(pass, Everything(queue, runs), options.share_shapes);
 }
 
 }  // namespace sluice::sched

@@ -186,6 +186,24 @@ FleetFacts FleetFactsOf(const std::vector<std::shared_ptr<const NodeCapacity>>& 
 // takes nothing from anyone. A pass without them places the same jobs in the same places.
 size_t MostPlacements(const FleetFacts& fleet, const JobRequest& job);
 
+// A caller's run of jobs of one shape (one ShapeKey), handed to a pass one job at a time in the
+// order the pass considers them (Schedule's order; within one shape: priority, then submission
+// order). With answer_alike_once and nothing preemptible, a pass reads a run only until its
+// shape's answer is settled (the shape's job waits and no later job of it can place), so a deep
+// queue of one shape costs a pass the jobs it places plus one, not MostPlacements + 1 jobs per
+// run, nor the run's length (docs/design-notes.md "Placement at scale"). The jobs a pass did not
+// take wait as the last one it took does; the caller, which knows how far it handed the run out,
+// answers them. Without answer_alike_once every job of every run is taken.
+struct RunJob {
+  const JobRequest* job = nullptr;  // null: the run has no more jobs
+  size_t at = 0;  // the position its Waiting carries; distinct from the queue's and other runs'
+};
+class JobRun {
+ public:
+  virtual ~JobRun() = default;
+  virtual RunJob Next() = 0;
+};
+
 struct ScheduleOptions {
   // Search once per shape (issue 12 item 3; docs/design-notes.md "Placement at scale"): the
   // candidates of a shape are kept in a heap for the rest of the pass, and a placement re-ranks
@@ -212,6 +230,9 @@ struct ScheduleOptions {
   // search, so a submit's own pass does not read all 10,000 nodes' attempts first. Debug builds
   // check them against the nodes and abort on a difference.
   const FleetFacts* fleet = nullptr;
+  // Runs of alike jobs considered with the queue, in the one order (JobRun). Their jobs' answers
+  // and placements are reported as the queue's are, by the positions the runs gave.
+  const std::vector<JobRun*>* runs = nullptr;
 };
 
 // The same, over a queue the caller keeps (the server's queued jobs are not copied per pass).

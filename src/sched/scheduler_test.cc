@@ -779,6 +779,149 @@ TEST(SchedulerTest, AShapesJobsBeyondMostPlacementsChangeNothing) {
   EXPECT_GT(left_out, 150u);  // the bound left jobs out, often: the comparison is live
 }
 
+// A caller's run of jobs (JobRun) over a list it keeps, counting what the pass took.
+class ListRun : public JobRun {
+ public:
+  ListRun(std::vector<const JobRequest*> jobs, std::vector<size_t> at)
+      : jobs_(std::move(jobs)), at_(std::move(at)) {}
+  RunJob Next() override {
+    if (taken_ == jobs_.size()) return {};
+    ++taken_;
+    return {jobs_[taken_ - 1], at_[taken_ - 1]};
+  }
+  size_t taken() const { return taken_; }
+  const std::vector<const JobRequest*>& jobs() const { return jobs_; }
+
+ private:
+  std::vector<const JobRequest*> jobs_;
+  std::vector<size_t> at_;
+  size_t taken_ = 0;
+};
+
+// Runs (ScheduleOptions::runs) are read only until their shape is settled: on random fleets,
+// with each shape's jobs split between the queue and one or two runs, the pass places the same
+// jobs in the same places as with the whole queue given at once, answers every job it took as
+// that pass does, and every job a run was not asked for waits in that pass as the run's last
+// taken job does. With interruptible attempts running (nothing is settled early) and without
+// answer_alike_once, every run is taken whole.
+TEST(SchedulerTest, RunsAreReadOnlyUntilTheirShapeIsSettled) {
+  std::mt19937 rng(1207);
+  size_t untaken = 0, whole_runs_checked = 0;
+  for (int round = 0; round < 120; ++round) {
+    const bool calm = round % 3 != 2;  // else interruptible attempts may run
+    int node_count = 1 + static_cast<int>(rng() % (round % 2 == 0 ? 30 : 4));
+    std::vector<NodeCapacity> nodes = RandomFleet(rng, node_count);
+    if (calm) {
+      for (auto& n : nodes) {
+        for (auto& r : n.running) r.interruptible = r.preempting = false;
+      }
+    }
+    std::vector<std::shared_ptr<const NodeCapacity>> shared;
+    for (const auto& n : nodes) shared.push_back(std::make_shared<const NodeCapacity>(n));
+    const FleetFacts facts = FleetFactsOf(shared);
+    std::vector<JobRequest> queue = RandomQueue(rng, 1 + static_cast<int>(rng() % 300), node_count);
+    if (round % 2 == 1) {
+      for (auto& j : queue) j.cpus = 1, j.memory_gb = 1;  // fewer shapes, deeper ones
+    }
+    for (auto& j : queue) j.shape = ShapeKey(j);  // as the server keeps them
+    std::vector<const JobRequest*> all;
+    for (const auto& j : queue) all.push_back(&j);
+    // Each shape's jobs in order, dealt to the queue (one in five), or to one of two runs.
+    std::map<std::string, std::vector<const JobRequest*>> shapes;
+    for (const JobRequest* j : all) shapes[ShapeKey(*j)].push_back(j);
+    std::vector<const JobRequest*> eager;
+    std::vector<const JobRequest*> by_position;  // the queue's positions, then the runs'
+    std::vector<std::vector<const JobRequest*>> dealt;
+    for (auto& [key, jobs] : shapes) {
+      if (key.empty()) {
+        eager.insert(eager.end(), jobs.begin(), jobs.end());
+        continue;
+      }
+      std::sort(jobs.begin(), jobs.end(), [](const JobRequest* a, const JobRequest* b) {
+        return std::make_pair(-a->priority, a->order) < std::make_pair(-b->priority, b->order);
+      });
+      const size_t first = dealt.size();
+      dealt.resize(first + 2);
+      for (const JobRequest* j : jobs) {
+        const auto to = rng() % 5;
+        if (to == 0) {
+          eager.push_back(j);
+        } else {
+          dealt[first + (to % 2)].push_back(j);
+        }
+      }
+    }
+    by_position = eager;
+    std::vector<std::unique_ptr<ListRun>> runs;
+    std::vector<JobRun*> handed;
+    for (auto& jobs : dealt) {
+      if (jobs.empty()) continue;
+      std::vector<size_t> at;
+      for (const JobRequest* j : jobs) {
+        at.push_back(by_position.size());
+        by_position.push_back(j);
+      }
+      runs.push_back(std::make_unique<ListRun>(jobs, at));
+      handed.push_back(runs.back().get());
+    }
+    ScheduleOptions how{.answer_alike_once = round % 5 != 4, .fleet = &facts};
+    Plan whole = Schedule(shared, all, {}, how);
+    how.runs = &handed;
+    Plan part = Schedule(shared, eager, {}, how);
+    Plan listed = part;
+    listed.waiting.clear();
+    listed.alike.clear();
+    ExpectSamePlan(listed, Plan{whole.placements, {}, whole.preemptions, {}, {}}, round);
+    EXPECT_EQ(part.exhausted_shapes, whole.exhausted_shapes) << round;
+    // Every answer of the whole queue's pass, by job id.
+    std::map<std::string, std::pair<bool, std::string>> whole_answers;
+    for (const auto& w : whole.waiting) whole_answers[w.job_id] = {w.never_fits, w.reason};
+    for (const auto& a : whole.alike) {
+      for (size_t at : a.at) {
+        whole_answers[all[at]->job_id] = {whole.waiting[a.answer].never_fits,
+                                          whole.waiting[a.answer].reason};
+      }
+    }
+    std::map<std::string, std::pair<bool, std::string>> part_answers;
+    for (const auto& w : part.waiting) {
+      ASSERT_LT(w.at, by_position.size()) << round;
+      EXPECT_EQ(by_position[w.at]->job_id, w.job_id) << round << ": answer at the wrong position";
+      part_answers[w.job_id] = {w.never_fits, w.reason};
+    }
+    for (const auto& a : part.alike) {
+      for (size_t at : a.at) {
+        part_answers[by_position[at]->job_id] = {part.waiting[a.answer].never_fits,
+                                                 part.waiting[a.answer].reason};
+      }
+    }
+    for (const auto& [id, answer] : part_answers) {
+      ASSERT_EQ(whole_answers.count(id), 1u) << round << ": " << id;
+      EXPECT_EQ(whole_answers.at(id), answer) << round << ": " << id;
+    }
+    for (const auto& run : runs) {
+      if (facts.preemptible || !how.answer_alike_once) {
+        EXPECT_EQ(run->taken(), run->jobs().size()) << round << ": a run was cut short";
+        ++whole_runs_checked;
+        continue;
+      }
+      if (run->taken() == run->jobs().size()) continue;
+      ASSERT_GT(run->taken(), 0u) << round;
+      const std::string& last_id = run->jobs()[run->taken() - 1]->job_id;
+      ASSERT_EQ(part_answers.count(last_id), 1u) << round << ": a run stopped at a placed job";
+      for (size_t k = run->taken(); k < run->jobs().size(); ++k) {
+        const std::string& id = run->jobs()[k]->job_id;
+        EXPECT_EQ(part_answers.count(id), 0u) << round << ": " << id;
+        ASSERT_EQ(whole_answers.count(id), 1u) << round << ": " << id;
+        EXPECT_EQ(whole_answers.at(id), part_answers.at(last_id)) << round << ": " << id;
+        ++untaken;
+      }
+    }
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(untaken, 150u);  // runs were cut short, often: the comparison is live
+  EXPECT_GT(whole_runs_checked, 50u);
+}
+
 TEST(SchedulerTest, MostPlacementsCountsTheFreeUnitsOfOnlineNodes) {
   std::vector<std::shared_ptr<const NodeCapacity>> nodes;
   NodeCapacity a = Node("a", 4, 16, 64);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -19,6 +21,50 @@
 namespace sluice::server {
 
 using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
+
+namespace {
+
+// A QueueIndex group handed to a pass a member at a time, in the group's order (sched::JobRun):
+// with nothing preemptible the pass stops asking once the group's shape is settled, so a pass
+// reads what it places plus one job per group, however deep the groups (docs/design-notes.md
+// "Placement at scale"). The members it did not ask for are the group's tail, answered by the
+// core. Members the pass reads on their own (`alone`) are skipped.
+class GroupRun final : public sched::JobRun {
+ public:
+  // Files a member into the pass (its request, at the next position) and returns them.
+  using Feed = std::function<sched::RunJob(const QueueIndex::Member&)>;
+  GroupRun(const QueueIndex::Group& group, const std::unordered_set<std::string>& alone, int tail,
+           Feed feed)
+      : at_(group.members.begin()),
+        end_(group.members.end()),
+        alone_(alone),
+        tail_(tail),
+        feed_(std::move(feed)) {}
+
+  sched::RunJob Next() override {
+    SkipAlone();
+    if (at_ == end_) return {};
+    const QueueIndex::Member& member = (at_++)->second;
+    return feed_(member);
+  }
+  // The first member the pass did not ask for; null when it asked for them all.
+  const QueueIndex::Order* FirstUnread() {
+    SkipAlone();
+    return at_ == end_ ? nullptr : &at_->first;
+  }
+  int tail() const { return tail_; }  // the group's entry in the pass's tails
+
+ private:
+  void SkipAlone() {
+    while (!alone_.empty() && at_ != end_ && alone_.count(at_->second.id) > 0) ++at_;
+  }
+  std::map<QueueIndex::Order, QueueIndex::Member>::const_iterator at_, end_;
+  const std::unordered_set<std::string>& alone_;
+  int tail_;
+  Feed feed_;
+};
+
+}  // namespace
 
 Status ServerCore::ScheduleLocked() {
   schedule_due_ = false;
@@ -150,13 +196,16 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     const QueueIndex::Group* group;
     QueueIndex::Order from;
     std::optional<QueueIndex::Answer> answer;
-    std::string refusal;  // the whole line, for a refused group
+    std::string refusal;    // the whole line, for a refused group
+    bool read_all = false;  // the pass read every member: no tail
   };
   std::vector<Tail> tails;
-  std::unordered_set<std::string> alone;  // jobs read on their own this pass, outside a group
+  std::unordered_set<std::string> alone;        // jobs read on their own this pass, outside a group
+  std::deque<GroupRun> runs;                    // one per group not refused (grouped passes)
+  std::vector<const sched::JobRequest*> eager;  // what the pass reads before any run (grouped)
   // A group is read only as far as can matter when nothing in the fleet is preemptible (then no
   // room comes in the pass, and a shape's later jobs wait as its first waiting one does:
-  // sched::MostPlacements); a submit's own pass reads its job alone.
+  // sched::JobRun); a submit's own pass reads its job alone.
   const bool grouped = only == nullptr && options_.group_queue && !view_.facts.preemptible;
   if (only != nullptr) {
     if (auto it = queued_.find(*only); it != queued_.end()) consider(it->first, it->second);
@@ -193,30 +242,21 @@ Status ServerCore::PlaceLocked(const std::string* only) {
                          QueueIndex::Answer{prefix, false, true}, std::move(why)});
         continue;
       }
-      const size_t most = sched::MostPlacements(
-          view_.facts, *RequestLocked(group.members.begin()->second.id, first));
-      size_t read = 0;
-      for (const auto& [order, member] : group.members) {
-        if (!alone.empty() && alone.count(member.id) > 0) continue;
-        if (most != std::numeric_limits<size_t>::max() && read > most) {
-          tails.push_back({&key, &group, order, std::nullopt, {}});
-          break;
-        }
-        feed(member.id, member_job(member), -1);
-        ++read;
-      }
-      // Its read jobs carry their tail's entry, so the first to wait gives the tail its answer.
-      if (!tails.empty() && tails.back().group == &group) {
-        for (size_t at = pass_.tails.size() - read; at < pass_.tails.size(); ++at) {
-          pass_.tails[at] = static_cast<int>(tails.size() - 1);
-        }
-      }
+      // Read by the pass as far as it asks (sched::JobRun); the rest is the group's tail.
+      tails.push_back({&key, &group, {}, std::nullopt, {}});
+      const int tail = static_cast<int>(tails.size() - 1);
+      runs.emplace_back(group, alone, tail, [&, tail](const QueueIndex::Member& m) {
+        feed(m.id, member_job(m), tail);
+        return sched::RunJob{pass_.queue.back(), pass_.queue.size() - 1};
+      });
     }
+    eager.assign(pass_.queue.begin(), pass_.queue.end());  // the jobs read alone
   }
+  // Every job read, by its position: the queue's first, then the runs' as the pass asks for them.
   const std::vector<const sched::JobRequest*>& queue = pass_.queue;
-  if (queue.empty() && tails.empty()) return CommitLocked(edit);
+  if (queue.empty() && runs.empty() && tails.empty()) return CommitLocked(edit);
   // Nothing to search when every group was refused: their answers only.
-  const bool searched = !queue.empty();
+  const bool searched = !queue.empty() || !runs.empty();
   const int64_t now_mono = clock_->MonotonicMillis();
   // The tick's renewal is a full search; a submit's pass (only) stays incremental meanwhile.
   const sched::ScheduleOptions how =
@@ -225,8 +265,22 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   sched::ScheduleOptions alike = how;
   alike.answer_alike_once = true;  // a deep queue costs a pass what changed, not its length
   alike.fleet = &view_.facts;      // a full search's too
+  std::vector<sched::JobRun*> handed;
+  for (GroupRun& run : runs) handed.push_back(&run);
+  if (grouped) alike.runs = &handed;
   sched::Plan plan;
-  if (searched) plan = sched::Schedule(capacity, queue, options_.cost_model, alike);
+  if (searched) {
+    plan = sched::Schedule(capacity, grouped ? eager : queue, options_.cost_model, alike);
+  }
+  // A group's tail: its members the pass did not ask for (none when it read them all).
+  for (size_t r = 0; r < runs.size(); ++r) {
+    Tail& tail = tails[static_cast<size_t>(runs[r].tail())];
+    if (const QueueIndex::Order* from = runs[r].FirstUnread()) {
+      tail.from = *from;
+    } else {
+      tail.read_all = true;
+    }
+  }
 
   int64_t now = clock_->NowMillis();
   std::map<std::string, std::string> snapshots_written;  // node id -> digest, in this edit
@@ -361,13 +415,14 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   std::vector<std::pair<std::string, QueueIndex::Answer>> settle;  // keys copied: the commit
                                                                    // may erase emptied groups
   for (const Tail& tail : tails) {
+    if (tail.read_all) continue;  // every member was read, and answered or placed on its own
     if (!tail.answer) {
-      // No read job waited, so MostPlacements was wrong: leave the rest as they are, searched
-      // again by the next pass, and say so.
+      // The pass stopped reading a group none of whose read jobs waited: sched::JobRun says it
+      // never does. Leave the rest as they are, searched again by the next pass, and say so.
       DegradedLocked("schedule",
                      "answering a queue group (" + std::to_string(tail.group->members.size()) +
                          " jobs) whose read jobs were all placed",
-                     Status::Internal("sched::MostPlacements bound exceeded"));
+                     Status::Internal("a run was cut short before its shape was settled"));
       continue;
     }
     const bool same = tail.group->settled == tail.answer;
