@@ -345,9 +345,7 @@ class Pass {
       paused_ = options_.fleet->paused;
 #ifndef NDEBUG
       const FleetFacts seen = FleetFactsOf(base_);
-      if (seen.preemptible != preemptible_ || seen.paused != paused_ ||
-          seen.free_gpus != options_.fleet->free_gpus ||
-          seen.free_cpus != options_.fleet->free_cpus) {
+      if (seen.preemptible != preemptible_ || seen.paused != paused_) {
         std::fprintf(stderr, "sched: the caller's fleet facts are out of date\n");
         std::abort();
       }
@@ -649,32 +647,13 @@ bool HasPreemptible(const NodeCapacity& node) {
                      [](const RunningAttempt& r) { return r.interruptible || r.preempting; });
 }
 
-int64_t FreeGpusOf(const NodeCapacity& node) {
-  if (!node.online) return 0;
-  return std::count_if(node.gpus.begin(), node.gpus.end(), [](const GpuSlot& g) { return g.free; });
-}
-
-int64_t FreeCpusOf(const NodeCapacity& node) {
-  return node.online ? std::max(0, node.free_cpus) : 0;
-}
-
 FleetFacts FleetFactsOf(const std::vector<std::shared_ptr<const NodeCapacity>>& nodes) {
   FleetFacts facts;
   for (size_t i = 0; i < nodes.size(); ++i) {
     facts.preemptible = facts.preemptible || HasPreemptible(*nodes[i]);
     if (!nodes[i]->paused.empty()) facts.paused.push_back(i);
-    facts.free_gpus += FreeGpusOf(*nodes[i]);
-    facts.free_cpus += FreeCpusOf(*nodes[i]);
   }
   return facts;
-}
-
-size_t MostPlacements(const FleetFacts& fleet, const JobRequest& job) {
-  // A placement needs job.gpus free GPUs and job.cpus free CPUs on an online node (MayFitNow,
-  // FitNow), and takes them from it; nothing frees any within a pass without preemptions.
-  if (job.gpus > 0) return static_cast<size_t>(std::max<int64_t>(0, fleet.free_gpus) / job.gpus);
-  if (job.cpus > 0) return static_cast<size_t>(std::max<int64_t>(0, fleet.free_cpus) / job.cpus);
-  return std::numeric_limits<size_t>::max();
 }
 
 std::string ShapeKey(const JobRequest& job) {

@@ -164,34 +164,17 @@ std::string ShapeKey(const JobRequest& job);
 struct FleetFacts {
   bool preemptible = false;
   std::vector<size_t> paused;
-  // Free GPUs and CPUs on the nodes that take work now (online): a pass places no more than
-  // these allow (MostPlacements).
-  int64_t free_gpus = 0;
-  int64_t free_cpus = 0;
 };
 // A node's share of them.
 bool HasPreemptible(const NodeCapacity& node);
-int64_t FreeGpusOf(const NodeCapacity& node);  // 0 unless online
-int64_t FreeCpusOf(const NodeCapacity& node);  // 0 unless online; never negative
 FleetFacts FleetFactsOf(const std::vector<std::shared_ptr<const NodeCapacity>>& nodes);
-
-// The most jobs like `job` (its GPU and CPU counts) one pass over a fleet with these facts can
-// place: each takes its GPUs (or, without GPUs, its CPUs) from the free ones. SIZE_MAX for a job
-// that asks for neither.
-//
-// What a caller with a deep queue may leave out of a pass (docs/design-notes.md "Placement at
-// scale"): with answer_alike_once and nothing preemptible in the fleet, a shape's jobs after its
-// first MostPlacements + 1 (in the order the pass considers them) change nothing. At least one of
-// those first jobs waits, every later job of the shape waits with that job's answer, and waiting
-// takes nothing from anyone. A pass without them places the same jobs in the same places.
-size_t MostPlacements(const FleetFacts& fleet, const JobRequest& job);
 
 // A caller's run of jobs of one shape (one ShapeKey), handed to a pass one job at a time in the
 // order the pass considers them (Schedule's order; within one shape: priority, then submission
 // order). With answer_alike_once and nothing preemptible, a pass reads a run only until its
 // shape's answer is settled (the shape's job waits and no later job of it can place), so a deep
-// queue of one shape costs a pass the jobs it places plus one, not MostPlacements + 1 jobs per
-// run, nor the run's length (docs/design-notes.md "Placement at scale"). The jobs a pass did not
+// queue of one shape costs a pass the jobs it places plus one, not the run's length
+// (docs/design-notes.md "Placement at scale"). The jobs a pass did not
 // take wait as the last one it took does; the caller, which knows how far it handed the run out,
 // answers them. Without answer_alike_once every job of every run is taken.
 struct RunJob {

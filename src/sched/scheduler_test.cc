@@ -696,89 +696,6 @@ TEST(SchedulerTest, FleetFactsAreWhatThePassWouldFindAndGiveTheSamePlan) {
   EXPECT_EQ(with.preemptions.size(), 1u);
 }
 
-// What a caller with a deep queue may leave out (MostPlacements): each shape's jobs after its
-// first MostPlacements + 1, in order. On random fleets with nothing preemptible, the pass without
-// them places the same jobs in the same places, gives every job it kept the same answer, and each
-// left-out job's answer (in the pass with the whole queue) is the one its shape's kept jobs wait
-// with.
-TEST(SchedulerTest, AShapesJobsBeyondMostPlacementsChangeNothing) {
-  std::mt19937 rng(91);
-  size_t left_out = 0;
-  for (int round = 0; round < 80; ++round) {
-    // Small fleets half the time, so the bound is small and leaves many jobs out.
-    int node_count = 1 + static_cast<int>(rng() % (round % 2 == 0 ? 30 : 4));
-    std::vector<NodeCapacity> nodes = RandomFleet(rng, node_count);
-    for (auto& n : nodes) {
-      for (auto& r : n.running) r.interruptible = r.preempting = false;
-    }
-    std::vector<std::shared_ptr<const NodeCapacity>> shared;
-    for (const auto& n : nodes) shared.push_back(std::make_shared<const NodeCapacity>(n));
-    const FleetFacts facts = FleetFactsOf(shared);
-    ASSERT_FALSE(facts.preemptible);
-    std::vector<JobRequest> queue = RandomQueue(rng, 1 + static_cast<int>(rng() % 300), node_count);
-    if (round % 2 == 1) {
-      for (auto& j : queue) j.cpus = 1, j.memory_gb = 1;  // fewer shapes, deeper ones
-    }
-    std::vector<const JobRequest*> all;
-    for (const auto& j : queue) all.push_back(&j);
-    // Each shape's jobs in the order a pass considers them (a shape shares interruptible and bid).
-    std::map<std::string, std::vector<const JobRequest*>> shapes;
-    for (const JobRequest* j : all) shapes[ShapeKey(*j)].push_back(j);
-    std::vector<const JobRequest*> kept;
-    std::map<std::string, std::string> shape_of_dropped;  // job id -> shape
-    for (auto& [key, jobs] : shapes) {
-      std::sort(jobs.begin(), jobs.end(), [](const JobRequest* a, const JobRequest* b) {
-        return std::make_pair(-a->priority, a->order) < std::make_pair(-b->priority, b->order);
-      });
-      const size_t most = key.empty() ? jobs.size() : MostPlacements(facts, *jobs[0]);
-      for (size_t i = 0; i < jobs.size(); ++i) {
-        if (most == std::numeric_limits<size_t>::max() || i <= most) {
-          kept.push_back(jobs[i]);
-        } else {
-          shape_of_dropped[jobs[i]->job_id] = key;
-        }
-      }
-    }
-    ScheduleOptions how{.answer_alike_once = true, .fleet = &facts};
-    Plan whole = Schedule(shared, all, {}, how);
-    Plan part = Schedule(shared, kept, {}, how);
-    Plan listed = part;
-    listed.waiting.clear();
-    listed.alike.clear();
-    ExpectSamePlan(listed, Plan{whole.placements, {}, whole.preemptions, {}, {}}, round);
-    EXPECT_EQ(part.exhausted_shapes, whole.exhausted_shapes) << round;
-    // Every answer, by job id, from each plan.
-    auto answers = [](const Plan& plan, const std::vector<const JobRequest*>& q) {
-      std::map<std::string, std::pair<bool, std::string>> out;
-      for (const auto& w : plan.waiting) out[w.job_id] = {w.never_fits, w.reason};
-      for (const auto& a : plan.alike) {
-        for (size_t at : a.at) {
-          out[q[at]->job_id] = {plan.waiting[a.answer].never_fits, plan.waiting[a.answer].reason};
-        }
-      }
-      return out;
-    };
-    const auto whole_answers = answers(whole, all);
-    const auto part_answers = answers(part, kept);
-    std::map<std::string, std::pair<bool, std::string>> shape_answer;  // from the kept jobs
-    for (const auto& [id, answer] : part_answers) {
-      ASSERT_EQ(whole_answers.count(id), 1u) << round << ": " << id;
-      EXPECT_EQ(whole_answers.at(id), answer) << round << ": " << id;
-      for (const JobRequest* j : kept) {
-        if (j->job_id == id && !ShapeKey(*j).empty()) shape_answer[ShapeKey(*j)] = answer;
-      }
-    }
-    for (const auto& [id, key] : shape_of_dropped) {
-      ASSERT_EQ(shape_answer.count(key), 1u) << round << ": no kept job of the shape waits";
-      ASSERT_EQ(whole_answers.count(id), 1u) << round << ": " << id << " was not answered";
-      EXPECT_EQ(whole_answers.at(id), shape_answer.at(key)) << round << ": " << id;
-    }
-    left_out += shape_of_dropped.size();
-    if (HasFatalFailure()) return;
-  }
-  EXPECT_GT(left_out, 150u);  // the bound left jobs out, often: the comparison is live
-}
-
 // A caller's run of jobs (JobRun) over a list it keeps, counting what the pass took.
 class ListRun : public JobRun {
  public:
@@ -920,42 +837,6 @@ TEST(SchedulerTest, RunsAreReadOnlyUntilTheirShapeIsSettled) {
   }
   EXPECT_GT(untaken, 150u);  // runs were cut short, often: the comparison is live
   EXPECT_GT(whole_runs_checked, 50u);
-}
-
-TEST(SchedulerTest, MostPlacementsCountsTheFreeUnitsOfOnlineNodes) {
-  std::vector<std::shared_ptr<const NodeCapacity>> nodes;
-  NodeCapacity a = Node("a", 4, 16, 64);
-  a.gpus[0].free = false;
-  a.free_cpus = 10;
-  nodes.push_back(std::make_shared<NodeCapacity>(a));
-  NodeCapacity off = Node("b", 8, 32, 64);
-  off.online = false;  // takes no work: counts for nothing
-  nodes.push_back(std::make_shared<NodeCapacity>(off));
-  NodeCapacity over = Node("c", 0, 4, 8);
-  over.free_cpus = -2;  // oversubscribed: counts as none, not as less than none
-  nodes.push_back(std::make_shared<NodeCapacity>(over));
-  const FleetFacts facts = FleetFactsOf(nodes);
-  EXPECT_EQ(facts.free_gpus, 3);
-  EXPECT_EQ(facts.free_cpus, 10);
-  EXPECT_EQ(MostPlacements(facts, Job("g1", 1, 2)), 3u);
-  EXPECT_EQ(MostPlacements(facts, Job("g2", 2, 1)), 1u);
-  EXPECT_EQ(MostPlacements(facts, Job("g8", 8, 1)), 0u);
-  EXPECT_EQ(MostPlacements(facts, Job("c3", 0, 3)), 3u);
-  JobRequest nothing = Job("z", 0, 0);
-  EXPECT_EQ(MostPlacements(facts, nothing), std::numeric_limits<size_t>::max());
-  // The bound is reached where every free unit suits the job: no tighter one would be right.
-  std::vector<JobRequest> ones, threes;
-  for (int i = 0; i < 10; ++i) {
-    ones.push_back(Job("g" + std::to_string(i), 1, 1, 1, 0, i));
-    threes.push_back(Job("c" + std::to_string(i), 0, 3, 1, 0, i));
-  }
-  std::vector<const JobRequest*> q1, q3;
-  for (const auto& j : ones) q1.push_back(&j);
-  for (const auto& j : threes) q3.push_back(&j);
-  EXPECT_EQ(Schedule(nodes, q1, {}, {.answer_alike_once = true, .fleet = &facts}).placements.size(),
-            MostPlacements(facts, ones[0]));
-  EXPECT_EQ(Schedule(nodes, q3, {}, {.answer_alike_once = true, .fleet = &facts}).placements.size(),
-            MostPlacements(facts, threes[0]));
 }
 
 }  // namespace

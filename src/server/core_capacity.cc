@@ -181,8 +181,6 @@ const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::Capac
   // A node's share of the view's FleetFacts, added (+1) or taken away (-1).
   auto count_facts = [&](size_t slot, const sched::NodeCapacity& cap, int sign) {
     const bool preemptible = sched::HasPreemptible(cap);
-    view_.free_gpus += sign * sched::FreeGpusOf(cap);
-    view_.free_cpus += sign * sched::FreeCpusOf(cap);
     if (sign > 0) {
       view_.preemptible += preemptible ? 1 : 0;
       if (!cap.paused.empty()) view_.paused.insert(slot);
@@ -218,7 +216,6 @@ const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::Capac
     view_.pause_ends_ms = std::numeric_limits<int64_t>::max();
     view_.preemptible = 0;
     view_.paused.clear();
-    view_.free_gpus = view_.free_cpus = 0;
     view_.nodes.reserve(nodes_.size());
     for (const auto& [id, ns] : nodes_) {
       auto cap = NodeCapacityLocked(id, ns, wall);
@@ -232,8 +229,6 @@ const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::Capac
   }
   view_.facts.preemptible = view_.preemptible > 0;
   view_.facts.paused.assign(view_.paused.begin(), view_.paused.end());
-  view_.facts.free_gpus = view_.free_gpus;
-  view_.facts.free_cpus = view_.free_cpus;
 #ifndef NDEBUG
   // Debug builds (the sanitizer run) check the kept view against one built from every node: a
   // change that was not noted (NodeChangedLocked) would show here as a node out of date.

@@ -101,7 +101,7 @@ struct MoneyState {
 // is to be built afresh, and the earliest pause in it that ends (a pause is read against the
 // clock: past its end, all is built afresh). With it, its sched::FleetFacts, so a pass need not
 // read every node for them: how many of its nodes have an interruptible or preempting attempt,
-// its paused nodes' places, and its free GPUs and CPUs.
+// and its paused nodes' places.
 struct CapacityView {
   std::vector<std::shared_ptr<const sched::NodeCapacity>> nodes;
   std::unordered_map<std::string, size_t> slot;
@@ -110,8 +110,6 @@ struct CapacityView {
   int64_t pause_ends_ms = 0;
   size_t preemptible = 0;
   std::set<size_t> paused;
-  int64_t free_gpus = 0;
-  int64_t free_cpus = 0;
   sched::FleetFacts facts;
 };
 struct JobState {

@@ -111,8 +111,8 @@ struct CoreOptions {
   int64_t budget_check_interval_ms = 1000;
   int64_t budget_margin_ms = 5000;
   // A pass reads each group of alike queued jobs only as far as can matter (QueueIndex,
-  // sched::MostPlacements; docs/design-notes.md "Placement at scale"). false: every queued job,
-  // every pass: the oracle tests compare the grouped passes against.
+  // sched::JobRun; docs/design-notes.md "Placement at scale"). false: every queued job, every
+  // pass: the oracle tests compare the grouped passes against.
   bool group_queue = true;
 };
 

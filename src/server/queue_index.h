@@ -1,7 +1,7 @@
 // The queue in groups of jobs that wait or start alike (issue 12 item 3; docs/design-notes.md
 // "Placement at scale"): one owner, team, shape (sched::ShapeKey) and wording of their wait, each
 // group in the order a pass considers its jobs. A placement pass reads a group's first jobs only
-// (sched::MostPlacements says how many can matter) and answers the rest together; and a group
+// (as a sched::JobRun, until its shape is settled) and answers the rest together; and a group
 // remembers the answer all its members hold, but those it lists as unsettled, so a pass that
 // gives the group the same answer again touches only those, not the whole queue.
 #pragma once
