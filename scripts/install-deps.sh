@@ -7,6 +7,7 @@ packages=(
   build-essential make cmake ninja-build pkg-config git
   libboost-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libsqlite3-dev libssl-dev libpugixml-dev libarchive-dev
+  libjemalloc-dev  # sluice-node's allocator, linked in (CMakeLists.txt: SLUICE_JEMALLOC)
   openssl  # `openssl cms -verify` checks audit bundles in tests and for users
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 procps

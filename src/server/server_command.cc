@@ -282,7 +282,10 @@ int RunServer(const ServerOptions& opt) {
     int64_t now_mono = RealClock::Get()->MonotonicMillis();
     // Freed memory back to the system, every 10 s: glibc keeps what a burst freed (a
     // registration storm's TLS handshakes and conformance reports) in its arenas, so a server
-    // back to idle would otherwise keep the RSS of its busiest minute (issue 12 item 4).
+    // back to idle would otherwise keep the RSS of its busiest minute (issue 12 item 4). That is
+    // for builds on glibc's malloc (SLUICE_JEMALLOC off, the sanitizer build); with jemalloc, the
+    // default, glibc's arenas stay empty, this finds nothing, and jemalloc returns freed pages
+    // itself once they have been unused for its decay time (10 s by default).
     if (now_mono - last_trim_mono >= 10 * 1000) {
       last_trim_mono = now_mono;
       malloc_trim(0);
