@@ -391,7 +391,8 @@ int Agent::Run() {
   }
   // Each supervisor's control socket lives in the data dir, and a unix socket's path has at most
   // 107 bytes: say so now rather than fail every job.
-  if (const std::string sock = SupervisorDir("att-0123456789ab") + "/" + supervisor::kSocketFile;
+  if (const std::string sock =
+          SupervisorDir("att-0123456789abcdef") + "/" + supervisor::kSocketFile;
       sock.size() >= sizeof(sockaddr_un::sun_path)) {
     std::fprintf(stderr,
                  "sluice agent: --data-dir %s is too long (%zu bytes): its jobs' control sockets "

@@ -287,7 +287,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   for (const auto& p : plan.placements) {
     JobState& js = StagedJobLocked(edit, p.job_id);
     AttemptRecord att;
-    att.id = NewId("att-");
+    att.id = ids_.Next("att-");
     att.job_id = p.job_id;
     att.node_id = p.node_id;
     att.gpus = p.gpus;

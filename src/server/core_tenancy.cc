@@ -79,7 +79,7 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
     }
   }
   st::JobRecord& job = js.record;
-  job.id = "job-" + RandomHex(6);
+  job.id = ids_.Next("job-");
   job.name = spec.name;
   job.spec = spec::ToJson(spec);
   job.workdir_blob = workdir_blob;

@@ -44,6 +44,7 @@
 #include "server/core_state.h"
 #include "server/core_types.h"
 #include "server/queue_index.h"
+#include "server/time_ordered_ids.h"
 #include "server/verification_queue.h"
 #include "spec/job_spec.h"
 #include "store/blob_store.h"
@@ -536,6 +537,7 @@ class ServerCore {
 
   std::mutex mu_;
   // Guarded by mu_.
+  TimeOrderedIds ids_{clock_};  // jobs' and attempts' ids
   std::map<std::string, NodeState> nodes_;
   std::map<std::string, JobState> jobs_;
   // The queued jobs by id (IndexJobLocked keeps it): placement and the tick walk the queue, not
