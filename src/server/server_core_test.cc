@@ -541,6 +541,50 @@ TEST_F(ServerCoreTest, MessagesFromAReplacedLinkAreRefused) {
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
 }
 
+// Attempt ids are made in order (TimeOrderedIds), so another provider's agent can guess one. A
+// node may speak only for its own attempts: `started`, log lines, a checkpoint and `exited` for
+// an attempt placed on another node change nothing, and the owner's own messages still count.
+TEST_F(ServerCoreTest, ANodeCannotSpeakForAnotherNodesAttempt) {
+  auto owner = std::make_shared<RecordingLink>();
+  auto node = Hello(owner, CpuHello());
+  ASSERT_TRUE(node.ok());
+  auto job = core_->SubmitJob(Spec(), "");
+  ASSERT_TRUE(job.ok());
+  const std::string att = owner->Last("assign", "attempt_id");
+  ASSERT_FALSE(att.empty());
+  auto intruder = std::make_shared<RecordingLink>();
+  proto::Hello h = CpuHello();
+  h.name = h.inventory.hostname = "box2";
+  auto other = Hello(intruder, h);
+  ASSERT_TRUE(other.ok());
+  ASSERT_NE(*other, *node);
+
+  EXPECT_EQ(core_->AgentMessage(*other, intruder.get(), Msg("started", att)).code(),
+            StatusCode::kNotFound);
+  (void)core_->AgentMessage(*other, intruder.get(),
+                            proto::LogMessage(att, {{1, "stdout", 0, "forged"}}));
+  (void)core_->AgentMessage(*other, intruder.get(),
+                            Json{{"type", "checkpoint"},
+                                 {"attempt_id", att},
+                                 {"manifest", "sha256:" + std::string(64, 'a')}});
+  (void)core_->AgentMessage(*other, intruder.get(), proto::ToJson(proto::Exited{att, 0, 0, ""}));
+  auto d = core_->GetJob(job->id);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->job.state, store::JobState::kStarting) << "another node started or ended it";
+  EXPECT_EQ(d->job.attempt_id, att);
+  EXPECT_TRUE(d->job.checkpoint.empty());
+  auto logs = core_->ReadLogs(job->id, 0, 100);
+  ASSERT_TRUE(logs.ok());
+  EXPECT_TRUE(logs->empty()) << (*logs)[0].text;
+
+  ASSERT_TRUE(core_->AgentMessage(*node, owner.get(), Msg("started", att)).ok());
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, owner.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
+  d = core_->GetJob(job->id);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->job.state, store::JobState::kSucceeded);
+}
+
 TEST_F(ServerCoreTest, UnknownGpuLabelIsRejectedWithSuggestion) {
   spec::JobSpec s = Spec(1, 1);
   s.resources.gpu = "a1000";
