@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/text.h"
@@ -105,6 +106,18 @@ run: |
       return !att.empty() && fs::exists(WorkDir(agent, att) + "/tick");
     });
     return ticking ? att : "";
+  }
+  // Agent a1 runs a job that ticks, then is killed (SIGKILL) under it: the job's supervisor is
+  // left running it with no agent. The job's id and its attempt's ("" if it never ticked, and
+  // then the agent is left running).
+  std::pair<std::string, std::string> KillAgentUnderTickingJob() {
+    Daemon* agent = cluster_.StartAgent("a1");
+    const std::string job = Submit();
+    const std::string att = TickingAttempt(job, 0, "a1");
+    if (att.empty()) return {job, att};
+    agent->Signal(SIGKILL);
+    agent->Wait(std::chrono::seconds(5));
+    return {job, att};
   }
   std::string State(const std::string& job) {
     Json j = Job(job);
@@ -232,12 +245,10 @@ class FencingRestartE2ETest : public FencingE2ETest {
 };
 
 TEST_F(FencingRestartE2ETest, AKilledAgentRestartedInTimeReattachesToItsJobWhichIsNeverRestarted) {
-  Daemon* agent = cluster_.StartAgent("a1");
-  std::string job = Submit();
-  std::string att = TickingAttempt(job, 0, "a1");
+  const auto orphan = KillAgentUnderTickingJob();
+  const std::string& job = orphan.first;
+  const std::string& att = orphan.second;
   ASSERT_FALSE(att.empty()) << cluster_.ServerLog();
-  agent->Signal(SIGKILL);
-  agent->Wait(std::chrono::seconds(5));
   const std::string work = WorkDir("a1", att);
   const std::string tick = Slurp(work + "/tick");
   EXPECT_TRUE(WaitUntil([&] { return Slurp(work + "/tick") != tick; }))
@@ -261,12 +272,10 @@ TEST_F(FencingRestartE2ETest, AKilledAgentRestartedInTimeReattachesToItsJobWhich
 // 4 s later) with no agent to renew it. The restarted agent neither reattaches nor runs it
 // again; it says the supervisor killed it, and reports it lost, so the server places it anew.
 TEST_F(FencingE2ETest, AnAgentRestartedAfterItsJobWasFencedSaysSoAndReportsItLost) {
-  Daemon* agent = cluster_.StartAgent("a1");
-  std::string job = Submit();
-  std::string att = TickingAttempt(job, 0, "a1");
+  const auto orphan = KillAgentUnderTickingJob();
+  const std::string& job = orphan.first;
+  const std::string& att = orphan.second;
   ASSERT_FALSE(att.empty()) << cluster_.ServerLog();
-  agent->Signal(SIGKILL);
-  agent->Wait(std::chrono::seconds(5));
   const std::string end = cluster_.dir() + "/agent-a1/attempts/" + att + ".d/exit.json";
   ASSERT_TRUE(WaitUntil([&] {
     auto j = ParseJson(Slurp(end));
