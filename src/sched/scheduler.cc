@@ -12,6 +12,7 @@
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/money.h"
 #include "market/explain.h"
@@ -793,13 +794,13 @@ Plan ConsiderUntilSettled(Pass& pass, const std::vector<const JobRequest*>& queu
     groups[last_group].jobs.push_back({job, i});
   }
   // A shape's heap may not say "last job" while a run of the shape may still give one.
-  std::unordered_map<std::string_view, size_t> run_keys;
+  std::unordered_set<std::string_view> run_keys;
   for (JobRun* run : runs) {
     const RunJob first = run->Next();
     if (first.job == nullptr) continue;
     const std::string_view key = key_of(*first.job);
     groups.push_back({std::string(key), {{first.job, first.at}}, nullptr, run});
-    if (!key.empty()) ++run_keys[key];
+    if (!key.empty()) run_keys.insert(key);
   }
   // The merge: each group's next job, the first in order on top.
   auto later = [&](size_t a, size_t b) {
