@@ -118,6 +118,23 @@ TEST_F(LedgerStoreTest, ChargesAddUpInEveryView) {
   EXPECT_FALSE(store_->Costs(bad).ok());
 }
 
+// A meter opened and closed in one batch (an attempt started and exited within one commit),
+// and one opened before and settled twice in a batch: each row ends as its last record says.
+TEST_F(LedgerStoreTest, TheLastMeterRecordOfAnAttemptInABatchDecidesItsRow) {
+  ASSERT_TRUE(store_->Write({.meters = {Meter("att-0", "job-0", 0)}}).ok());
+  WriteBatch b;
+  b.meters = {Meter("att-1", "job-1", 0), Meter("att-0", "job-0", 10)};
+  MeterRecord closed = Meter("att-1", "job-1", 30);
+  closed.end_ms = closed.settled_ms;
+  closed.end_cause = "exited";
+  MeterRecord settled = Meter("att-0", "job-0", 20);
+  b.meters.push_back(closed);
+  b.meters.push_back(settled);
+  ASSERT_TRUE(store_->Write(b).ok());
+  EXPECT_EQ(*store_->LoadMeters("job-1"), std::vector<MeterRecord>{closed});
+  EXPECT_EQ(*store_->LoadMeters("job-0"), std::vector<MeterRecord>{settled});
+}
+
 TEST_F(LedgerStoreTest, AnUnbalancedTransactionFailsTheWholeBatch) {
   WriteBatch b;
   b.meters.push_back(Meter("att-1", "job-1", 10));

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "store/sqlite_query.h"
+#include "store/superseded_records.h"
 
 namespace sluice::store::sqlite {
 namespace {
@@ -92,7 +93,13 @@ struct OneShot {
 }  // namespace
 
 Status WriteLedger(sqlite3* db, const PrepareFn& prepare, const WriteBatch& b) {
-  for (const MeterRecord& m : b.meters) {
+  // The upsert settles a meter's charge columns only; the rest (who, what, the price, the start)
+  // never changes once it opens, so the last record of an attempt's meter decides its row.
+  const std::vector<bool> later = Superseded(
+      b.meters, [](const MeterRecord& m) -> const auto& { return m.attempt_id; });
+  for (size_t i = 0; i < b.meters.size(); ++i) {
+    if (later[i]) continue;
+    const MeterRecord& m = b.meters[i];
     SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, prepare(kUpsertMeter));
     Query q(db, s);
     q.Text(m.attempt_id).Text(m.job_id).Text(m.payer).Text(m.provider).Text(m.node_id);

@@ -18,6 +18,7 @@
 #include "store/sqlite_budgets.h"
 #include "store/sqlite_ledger.h"
 #include "store/sqlite_query.h"
+#include "store/superseded_records.h"
 #include "store/wal_checkpointer.h"
 
 namespace sluice::store {
@@ -730,7 +731,10 @@ class SqliteStore final : public Store {
       q.Text(t.name).Int(t.expires_ms).Int(t.revoked_ms).Text(t.node_id);
       SLUICE_RETURN_IF_ERROR(q.Run("write token " + t.id));
     }
-    for (const NodeRecord& n : b.nodes) {
+    const std::vector<bool> later_nodes = Superseded(b.nodes);
+    for (size_t i = 0; i < b.nodes.size(); ++i) {
+      if (later_nodes[i]) continue;
+      const NodeRecord& n = b.nodes[i];
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertNode));
       Query q(db_, s);
       q.Text(n.id).Text(n.name).Text(n.inventory.text()).Text(Name(n.state));
@@ -742,7 +746,10 @@ class SqliteStore final : public Store {
       q.Text(n.owner).Int(n.revoked ? 1 : 0).Int(n.paused_until_ms).Text(n.paused_reason);
       SLUICE_RETURN_IF_ERROR(q.Run("write node " + n.id));
     }
-    for (const JobRecord& j : b.jobs) {
+    const std::vector<bool> later_jobs = Superseded(b.jobs);
+    for (size_t i = 0; i < b.jobs.size(); ++i) {
+      if (later_jobs[i]) continue;
+      const JobRecord& j = b.jobs[i];
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertJob));
       Query q(db_, s);
       q.Text(j.id).Text(j.name).Text(DumpJson(j.spec)).Text(j.workdir_blob).Text(Name(j.state));
@@ -751,7 +758,10 @@ class SqliteStore final : public Store {
       q.Text(j.checkpoint).Int(j.preemptions).Text(j.owner).Text(j.team);
       SLUICE_RETURN_IF_ERROR(q.Run("write job " + j.id));
     }
-    for (const AttemptRecord& a : b.attempts) {
+    const std::vector<bool> later_attempts = Superseded(b.attempts);
+    for (size_t i = 0; i < b.attempts.size(); ++i) {
+      if (later_attempts[i]) continue;
+      const AttemptRecord& a = b.attempts[i];
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertAttempt));
       Query q(db_, s);
       q.Text(a.id).Text(a.job_id).Text(a.node_id).Text(GpusToText(a.gpus)).Int(a.cpus);

@@ -220,6 +220,45 @@ TEST_F(SqliteStoreTest, UpsertOverwrites) {
   EXPECT_FALSE((*store_->GetJob("job-1"))->exit_code.has_value());
 }
 
+// A batch may change one record more than once (a job placed, started and finished in one
+// commit); the store writes only the last of each id, and that one must decide the row, for
+// records first written in the batch and for those already stored.
+TEST_F(SqliteStoreTest, TheLastRecordOfAnIdInABatchDecidesItsRow) {
+  JobRecord stored = SampleJob("job-0");
+  ASSERT_TRUE(store_->Write({.jobs = {stored}}).ok());
+  WriteBatch b;
+  for (const std::string id : {"job-0", "job-1"}) {
+    JobRecord job = SampleJob(id);
+    job.state = JobState::kStarting;
+    b.jobs.push_back(job);
+    b.attempts.push_back(SampleAttempt("att-" + id, id, AttemptState::kStarting, 10));
+  }
+  for (const std::string id : {"job-0", "job-1"}) {
+    JobRecord& job = b.jobs.emplace_back(SampleJob(id));
+    job.state = JobState::kSucceeded;
+    job.exit_code = 0;
+    job.finished_ms = 99;
+    AttemptRecord& att =
+        b.attempts.emplace_back(SampleAttempt("att-" + id, id, AttemptState::kSucceeded, 10));
+    att.ended_ms = 99;
+    att.exit_code = 0;
+  }
+  NodeRecord node;
+  node.id = "node-1";
+  node.name = "before";
+  node.inventory = Json::object();
+  node.conformance = Json::object();
+  b.nodes.push_back(node);
+  node.name = "after";
+  node.last_seen_ms = 77;
+  b.nodes.push_back(node);
+  ASSERT_TRUE(store_->Write(b).ok());
+  EXPECT_EQ(*store_->LoadNodes(), std::vector<NodeRecord>{node});
+  EXPECT_EQ(*store_->LoadJobs(), (std::vector<JobRecord>{b.jobs[2], b.jobs[3]}));
+  EXPECT_EQ(*store_->AttemptsForJob("job-0"), std::vector<AttemptRecord>{b.attempts[2]});
+  EXPECT_EQ(*store_->AttemptsForJob("job-1"), std::vector<AttemptRecord>{b.attempts[3]});
+}
+
 TEST_F(SqliteStoreTest, FailedBatchLeavesNothingBehind) {
   WriteBatch b;
   b.tokens = {TokenRecord{.id = "join-1", .kind = "join", .sha256 = "x", .created_ms = 1}};
