@@ -115,7 +115,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   live.inventory = std::make_shared<const Inventory>(hello.inventory);
   live.idle.reset();
   NodeChangedLocked(node_id);
-  nodes_changed_ = true;
+  search_.nodes_changed = true;
   if (trust.changed) live.has_verdict = false;  // its usable software is unknown until re-verified
   live.online_since_ms = online_since;
   // A second agent for one node: the newest wins.

@@ -257,10 +257,10 @@ sched::ScheduleOptions ServerCore::IncrementalLocked() const {
   // "Placement at scale").
   sched::ScheduleOptions how;
   how.fleet = &view_.facts;  // CapacityLocked's, current once it has run
-  if (!nodes_changed_ && !exhausted_shapes_.empty() &&
-      clock_->MonotonicMillis() - last_full_search_mono_ < kFullSearchLastsMs) {
-    how.exhausted_before = &exhausted_shapes_;
-    how.changed_nodes = &changed_nodes_;
+  if (!search_.nodes_changed && !search_.exhausted_shapes.empty() &&
+      clock_->MonotonicMillis() - search_.last_full_mono < kFullSearchLastsMs) {
+    how.exhausted_before = &search_.exhausted_shapes;
+    how.changed_nodes = &search_.changed_nodes;
     how.node_index = &view_.slot;  // CapacityLocked's, current once it has run
   }
   return how;

@@ -83,7 +83,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
     jobs_[id] = std::move(js);
     IndexJobLocked(id);
   }
-  if (!edit.nodes.empty()) nodes_changed_ = true;
+  if (!edit.nodes.empty()) search_.nodes_changed = true;
   for (auto& [id, ns] : edit.nodes) {
     ns.idle.reset();  // staged from the live entry: its idle capacity may describe the old one
     ns.snapshot_digest.clear();  // and its record may have changed
@@ -142,7 +142,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
          {active_attempts_.count(id) > 0 ? &active_attempts_.at(id).node_id : nullptr,
           att ? &att->node_id : nullptr}) {
       if (node == nullptr) continue;
-      changed_nodes_.insert(*node);
+      search_.changed_nodes.insert(*node);
       if (auto n = nodes_.find(*node); n != nodes_.end()) n->second.now.reset();
       NodeChangedLocked(*node);
     }

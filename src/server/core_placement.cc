@@ -260,7 +260,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   const int64_t now_mono = clock_->MonotonicMillis();
   // The tick's renewal is a full search; a submit's pass (only) stays incremental meanwhile.
   const sched::ScheduleOptions how =
-      only == nullptr && full_search_due_ ? sched::ScheduleOptions{} : IncrementalLocked();
+      only == nullptr && search_.full_due ? sched::ScheduleOptions{} : IncrementalLocked();
   const bool incremental = how.exhausted_before != nullptr;
   sched::ScheduleOptions alike = how;
   alike.answer_alike_once = true;  // a deep queue costs a pass what changed, not its length
@@ -448,7 +448,8 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   }
   // The allocation exists in memory, and its assignments are sent, only once it is durable.
   if (Status s = CommitLocked(edit); !s.ok()) {
-    if (only == nullptr && searched) exhausted_shapes_.clear();  // the next searches everything
+    // The next pass searches everything.
+    if (only == nullptr && searched) search_.exhausted_shapes.clear();
     return s;
   }
   // Every member of these groups now holds its answer (or is listed as not holding it).
@@ -466,12 +467,12 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   if (!searched) return Status::Ok();
   if (only == nullptr) {
     // What the plan saw is now the state: the next pass starts from it.
-    exhausted_shapes_ = std::move(plan.exhausted_shapes);
-    changed_nodes_.clear();
-    nodes_changed_ = false;
+    search_.exhausted_shapes = std::move(plan.exhausted_shapes);
+    search_.changed_nodes.clear();
+    search_.nodes_changed = false;
     if (!incremental) {
-      last_full_search_mono_ = now_mono;
-      full_search_due_ = false;
+      search_.last_full_mono = now_mono;
+      search_.full_due = false;
     }
   }
   ++(incremental ? passes_.incremental : passes_.full);

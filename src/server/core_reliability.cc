@@ -82,7 +82,7 @@ bool ServerCore::ApplyReliabilityLocked(const ReliabilityHistory& h) {
       ns.idle.reset();  // offers carry the score
       NodeChangedLocked(id);
       changed = true;
-      nodes_changed_ = true;
+      search_.nodes_changed = true;
     }
     ns.reliability = r;
   }

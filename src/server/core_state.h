@@ -127,6 +127,19 @@ struct JobState {
   // matches (fell_back is the one input that changes while a job is queued).
   mutable std::shared_ptr<const sched::JobRequest> request;
 };
+// Incremental placement (sched::ScheduleOptions; docs/design-notes.md "Placement at scale"):
+// the last full pass's exhausted shapes, the nodes whose attempts changed since, and whether any
+// node's offers or presence changed since (then the next pass searches every node for every
+// shape).
+struct SearchState {
+  std::set<std::string> exhausted_shapes;
+  std::set<std::string> changed_nodes;
+  bool nodes_changed = true;
+  int64_t last_full_mono = 0;
+  // The tick asked the scheduler thread for a full search before the last one grows too old for
+  // incremental passes (TickState), so a submit's own pass never falls back to every node.
+  bool full_due = false;
+};
 // A placement pass's queue, kept between passes for their capacity (ServerCore::PlaceLocked): a
 // deep queue's vectors allocated and freed per pass cost more in the kernel than the pass itself.
 struct PassBuffers {

@@ -311,8 +311,8 @@ bool ServerCore::TickState() {
   // searches the nodes changed since, not every node (docs/design-notes.md "Placement at scale").
   // Also when no full search has found a shape exhausted yet: with every node holding its jobs
   // nothing else runs one, and every submit searched all nodes.
-  if (!queued_.empty() && !full_search_due_ && now - last_full_search_mono_ >= kFullSearchRenewMs) {
-    full_search_due_ = true;
+  if (!queued_.empty() && !search_.full_due && now - search_.last_full_mono >= kFullSearchRenewMs) {
+    search_.full_due = true;
     if (Status s = RequestScheduleLocked(); !s.ok()) {
       DegradedLocked("schedule", "renewing the full search", s);
     }

@@ -417,7 +417,7 @@ class ServerCore {
   // Something CapacityLocked reads of the node changed in place (its link, its attempts, its
   // record, its verification flags): it is looked at again by the next CapacityLocked.
   void NodeChangedLocked(const std::string& id) const { view_.dirty.insert(id); }
-  // How much a pass (or a submit's probe) may skip: see exhausted_shapes_.
+  // How much a pass (or a submit's probe) may skip: see search_.exhausted_shapes.
   sched::ScheduleOptions IncrementalLocked() const;
   // The ids of the active attempts placed on the node (attempts_by_node_).
   const std::set<std::string>& AttemptsOnLocked(const std::string& node_id) const;
@@ -550,16 +550,7 @@ class ServerCore {
   // The same attempts' ids by node (kept with active_attempts_ by ApplyLocked and Load): a
   // heartbeat, hello or node loss touches its node's attempts, not every attempt.
   std::map<std::string, std::set<std::string>> attempts_by_node_;
-  // Incremental placement (sched::ScheduleOptions): the last full pass's exhausted shapes, the
-  // nodes whose attempts changed since, and whether any node's offers or presence changed since
-  // (then the next pass searches every node for every shape).
-  std::set<std::string> exhausted_shapes_;
-  std::set<std::string> changed_nodes_;
-  bool nodes_changed_ = true;
-  int64_t last_full_search_mono_ = 0;
-  // The tick asked the scheduler thread for a full search before the last one grows too old for
-  // incremental passes (TickState), so a submit's own pass never falls back to every node.
-  bool full_search_due_ = false;
+  core_state::SearchState search_;  // what incremental passes search (core_state.h)
   PassCounts passes_;
   core_state::PassBuffers pass_;  // PlaceLocked's, kept between passes
   // The queued jobs in groups that wait alike (IndexJobLocked keeps it, with queued_).
