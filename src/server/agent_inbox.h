@@ -14,10 +14,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/agent_protocol.h"
@@ -82,8 +82,8 @@ class AgentInbox {
   bool stopped_ = false;
   std::vector<InboxEntry> queue_;  // oldest first from head_
   size_t head_ = 0;
-  std::map<std::string, size_t> waiting_;  // per node
-  std::map<std::string, int64_t> heard_;   // per node
+  std::unordered_map<std::string, size_t> waiting_;  // per node; never walked in order
+  std::unordered_map<std::string, int64_t> heard_;   // per node
 };
 
 }  // namespace sluice::server

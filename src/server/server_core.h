@@ -549,14 +549,14 @@ class ServerCore {
   std::map<std::string, store::AttemptRecord> active_attempts_;  // starting/running only
   // The same attempts' ids by node (kept with active_attempts_ by ApplyLocked and Load): a
   // heartbeat, hello or node loss touches its node's attempts, not every attempt.
-  std::map<std::string, std::set<std::string>> attempts_by_node_;
+  std::unordered_map<std::string, std::set<std::string>> attempts_by_node_;
   core_state::SearchState search_;  // what incremental passes search (core_state.h)
   PassCounts passes_;
   core_state::PassBuffers pass_;  // PlaceLocked's, kept between passes
   // The queued jobs in groups that wait alike (IndexJobLocked keeps it, with queued_).
   QueueIndex queue_index_;
-  std::map<std::string, int64_t> max_log_seq_;  // per active attempt
-  std::map<std::string, int64_t> log_bytes_;    // stored log bytes per active attempt (lazy)
+  // Per active attempt: the last log line stored, and the stored log's bytes (lazy).
+  std::unordered_map<std::string, int64_t> max_log_seq_, log_bytes_;
   std::map<uint64_t, Subscriber> subscribers_;
   std::map<std::string, std::vector<market::Offer>> catalog_offers_;  // by provider
   // The same catalog offers, indexed for queries (DESIGN.md §8: the store is the source of
