@@ -82,11 +82,12 @@ Result<std::string> ServerCore::AuditBundle(const std::string& job_id) {
     }
     attempts.push_back(std::move(att));
   }
+  const Json spec_doc = detail.job.spec.Parse();
   Json env{{"job_id", detail.job.id},
            {"job_name", detail.job.name},
-           {"runtime", detail.job.spec.value("runtime", Json::object())},
+           {"runtime", spec_doc.value("runtime", Json::object())},
            {"attempts", attempts}};
-  if (auto spec = spec::JobSpecFromJson(detail.job.spec); spec.ok()) {
+  if (auto spec = spec::JobSpecFromJson(spec_doc); spec.ok()) {
     auto fp = spec::EnvironmentFingerprint(spec->runtime);
     env["runtime_fingerprint"] = fp.sha256;
   }
@@ -99,7 +100,7 @@ Result<std::string> ServerCore::AuditBundle(const std::string& job_id) {
     after = page.back().id;
   }
   Json job = JobToJson(detail.job);
-  job["spec"] = detail.job.spec;
+  job["spec"] = spec_doc;
   // The bill (issue 14): each attempt's meter at its locked price, and the totals, in integer
   // micro-dollars, so the statement is signed with the hardware it paid for.
   SLUICE_ASSIGN_OR_RETURN(JobCost cost, CostOfJob(job_id));

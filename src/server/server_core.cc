@@ -66,7 +66,7 @@ Status ServerCore::Load() {
   SLUICE_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
   for (auto& j : jobs) {
     JobState js;
-    auto spec = spec::JobSpecFromJson(j.spec);
+    auto spec = spec::JobSpecFromJson(j.spec.Parse());
     if (spec.ok()) js.spec = *spec;
     // It compiled when submitted. Should a label have left the registry since, the job keeps a
     // query that matches nothing, so it waits with a reason instead of running anywhere.

@@ -124,7 +124,7 @@ TEST(MigrationsTest, VersionOneDatabaseIsUpgradedKeepingItsRows) {
   auto job = (*store)->GetJob("job-old");
   ASSERT_TRUE(job.ok());
   ASSERT_TRUE(job->has_value());
-  EXPECT_EQ((*job)->spec, Json({{"name", "old"}}));
+  EXPECT_EQ((*job)->spec.Parse(), Json({{"name", "old"}}));
   EXPECT_EQ((*job)->reason, "waiting");
   EXPECT_EQ((*job)->state, JobState::kQueued);
   EXPECT_FALSE((*job)->cancel_requested);  // the column added later defaults for old rows

@@ -137,7 +137,9 @@ struct NodeRecord {
 struct JobRecord {
   std::string id;  // "job-..."
   std::string name;
-  Json spec;                   // spec::JobSpec as JSON
+  // spec::JobSpec as JSON, held as text (common/json_text.h): a job's record is copied into every
+  // edit that stages it (placement, start, exit), and a copied DOM was a heap node per value.
+  JsonText spec;
   std::string workdir_blob{};  // sha256 of the uploaded workdir archive, or empty
   JobState state = JobState::kQueued;
   int priority = 0;

@@ -87,30 +87,37 @@ constexpr const char* kUpsertNode =
     "software_fingerprint = excluded.software_fingerprint, verified_ms = excluded.verified_ms, "
     "conformance = excluded.conformance, owner = excluded.owner, revoked = excluded.revoked, "
     "paused_until_ms = excluded.paused_until_ms, paused_reason = excluded.paused_reason";
+// The upserts of jobs and attempts leave out of SET the indexed columns that never change once
+// the row exists (a job's submission time; an attempt's job and creation time): SQLite rewrites
+// an index, and checks a foreign key, for every column a SET names, changed or not, and these
+// rows are rewritten on every placement, start and exit. The WHERE makes a record that does
+// change one of them match no row, which Write reports as an error instead of a silent skip.
 constexpr const char* kUpsertJob =
     "INSERT INTO jobs (id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "
     "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions, owner, "
     "team) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, spec = excluded.spec, "
     "workdir_blob = excluded.workdir_blob, state = excluded.state, priority = excluded.priority, "
-    "submitted_ms = excluded.submitted_ms, started_ms = excluded.started_ms, "
+    "started_ms = excluded.started_ms, "
     "finished_ms = excluded.finished_ms, exit_code = excluded.exit_code, "
     "reason = excluded.reason, attempt_id = excluded.attempt_id, "
     "cancel_requested = excluded.cancel_requested, checkpoint = excluded.checkpoint, "
-    "preemptions = excluded.preemptions, owner = excluded.owner, team = excluded.team";
+    "preemptions = excluded.preemptions, owner = excluded.owner, team = excluded.team "
+    "WHERE jobs.submitted_ms = excluded.submitted_ms";
 constexpr const char* kUpsertAttempt =
     "INSERT INTO attempts (id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, "
     "created_ms, started_ms, ended_ms, exit_code, cause, number, checkpoint_restored, "
     "interruptible, node_snapshot, expected_cost_micros) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, node_id = excluded.node_id, "
+    "ON CONFLICT (id) DO UPDATE SET node_id = excluded.node_id, "
     "gpus = excluded.gpus, cpus = excluded.cpus, memory_gb = excluded.memory_gb, "
     "price_per_hour = excluded.price_per_hour, state = excluded.state, "
-    "created_ms = excluded.created_ms, started_ms = excluded.started_ms, "
+    "started_ms = excluded.started_ms, "
     "ended_ms = excluded.ended_ms, exit_code = excluded.exit_code, cause = excluded.cause, "
     "number = excluded.number, checkpoint_restored = excluded.checkpoint_restored, "
     "interruptible = excluded.interruptible, node_snapshot = excluded.node_snapshot, "
-    "expected_cost_micros = excluded.expected_cost_micros";
+    "expected_cost_micros = excluded.expected_cost_micros "
+    "WHERE attempts.job_id = excluded.job_id AND attempts.created_ms = excluded.created_ms";
 constexpr const char* kInsertEvent =
     "INSERT INTO events (job_id, ts_ms, type, message) VALUES (?, ?, ?, ?)";
 // ON CONFLICT on the named key rather than INSERT OR IGNORE: OR IGNORE would also silently
@@ -281,7 +288,7 @@ Result<JobRecord> ReadJob(const Query& q) {
   JobRecord j;
   j.id = q.ColText(0);
   j.name = q.ColText(1);
-  SLUICE_ASSIGN_OR_RETURN(j.spec, ColumnJson(q, 2, "job " + j.id + " spec"));
+  SLUICE_ASSIGN_OR_RETURN(j.spec, ColumnJsonText(q, 2, "job " + j.id + " spec"));
   j.workdir_blob = q.ColText(3);
   SLUICE_ASSIGN_OR_RETURN(j.state, Corrupt(ParseJobState(q.ColText(4)), "jobs", j.id));
   j.priority = static_cast<int>(q.ColInt(5));
@@ -752,11 +759,16 @@ class SqliteStore final : public Store {
       const JobRecord& j = b.jobs[i];
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertJob));
       Query q(db_, s);
-      q.Text(j.id).Text(j.name).Text(DumpJson(j.spec)).Text(j.workdir_blob).Text(Name(j.state));
+      q.Text(j.id).Text(j.name).Text(j.spec.text()).Text(j.workdir_blob).Text(Name(j.state));
       q.Int(j.priority).Int(j.submitted_ms).Int(j.started_ms).Int(j.finished_ms);
       q.OptInt(j.exit_code).Text(j.reason).Text(j.attempt_id).Int(j.cancel_requested ? 1 : 0);
       q.Text(j.checkpoint).Int(j.preemptions).Text(j.owner).Text(j.team);
       SLUICE_RETURN_IF_ERROR(q.Run("write job " + j.id));
+      if (sqlite3_changes(db_) == 0) {
+        return Status::InvalidArgument("sqlite store: write job " + j.id +
+                                       ": its submitted_ms differs from the stored row's, and "
+                                       "it never changes");
+      }
     }
     const std::vector<bool> later_attempts = Superseded(b.attempts);
     for (size_t i = 0; i < b.attempts.size(); ++i) {
@@ -770,6 +782,11 @@ class SqliteStore final : public Store {
       q.Text(a.checkpoint_restored).Int(a.interruptible ? 1 : 0).Text(a.node_snapshot);
       q.Int(a.expected_cost_micros);
       SLUICE_RETURN_IF_ERROR(q.Run("write attempt " + a.id));
+      if (sqlite3_changes(db_) == 0) {
+        return Status::InvalidArgument("sqlite store: write attempt " + a.id +
+                                       ": its job_id or created_ms differs from the stored "
+                                       "row's, and they never change");
+      }
     }
     for (const JobEvent& e : b.events) {
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kInsertEvent));

@@ -206,7 +206,9 @@ TEST_F(SqliteStoreTest, UpsertOverwrites) {
   job.state = JobState::kSucceeded;
   job.exit_code = 0;
   job.reason = "done";
-  job.spec["name"] = "renamed";
+  Json renamed = job.spec.Parse();
+  renamed["name"] = "renamed";
+  job.spec = renamed;
   att.state = AttemptState::kSucceeded;
   att.exit_code = 0;
   att.ended_ms = 99;
@@ -218,6 +220,42 @@ TEST_F(SqliteStoreTest, UpsertOverwrites) {
   job.exit_code = std::nullopt;
   ASSERT_TRUE(store_->Write({.jobs = {job}}).ok());
   EXPECT_FALSE((*store_->GetJob("job-1"))->exit_code.has_value());
+}
+
+// The upserts leave a job's submission time and an attempt's job and creation time out of their
+// SET (they never change, and naming them costs index rewrites). A record that changes one
+// anyway is an error that fails its whole batch, not a write that half happens.
+TEST_F(SqliteStoreTest, ChangingAColumnThatNeverChangesFailsTheBatch) {
+  JobRecord job = SampleJob("job-1");
+  JobRecord other = SampleJob("job-2");
+  AttemptRecord att = SampleAttempt("att-1", "job-1", AttemptState::kStarting, 10);
+  ASSERT_TRUE(store_->Write({.jobs = {job, other}, .attempts = {att}}).ok());
+
+  JobRecord moved_job = job;
+  moved_job.submitted_ms += 1;
+  moved_job.reason = "should not land";
+  AttemptRecord later = att;
+  later.state = AttemptState::kRunning;  // a legitimate change in the same batch
+  Status st = store_->Write({.jobs = {moved_job}, .attempts = {later}});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.ToString().find("submitted_ms"), std::string::npos) << st.ToString();
+
+  for (auto change : {+[](AttemptRecord& a) { a.job_id = "job-2"; },
+                      +[](AttemptRecord& a) { a.created_ms += 1; }}) {
+    AttemptRecord moved = att;
+    change(moved);
+    moved.state = AttemptState::kRunning;
+    JobRecord touched = job;
+    touched.reason = "should not land either";
+    st = store_->Write({.jobs = {touched}, .attempts = {moved}});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.ToString().find("att-1"), std::string::npos) << st.ToString();
+  }
+
+  // Nothing of the failed batches landed; the rows are as first written.
+  EXPECT_EQ(*store_->GetJob("job-1"), job);
+  EXPECT_EQ(*store_->AttemptsForJob("job-1"), std::vector<AttemptRecord>{att});
+  EXPECT_TRUE(store_->AttemptsForJob("job-2")->empty());
 }
 
 // A batch may change one record more than once (a job placed, started and finished in one
