@@ -413,12 +413,9 @@ class Pass {
     if (fresh && options_.exhausted_before && options_.exhausted_before->count(key) > 0) {
       // Nothing fitted it at the end of the last pass: only a node changed since may fit now.
       shape.could_ever = true;
-      for (const auto& id : *options_.changed_nodes) {
-        auto at = options_.node_index->find(id);
-        if (at != options_.node_index->end() && at->second < nodes_.size()) {
-          Push(shape, at->second, /*count_could_ever=*/false);
-        }
-      }
+      const std::vector<size_t>& changed = ChangedNodes();
+      shape.heap.reserve(changed.size());
+      for (size_t i : changed) Push(shape, i, /*count_could_ever=*/false);
     } else if (fresh && last) {
       // The shape's only job in the pass (a submit's own pass, mostly): its best candidate is
       // all it needs, found by a scan without ranking every node in a heap.
@@ -467,6 +464,12 @@ class Pass {
     }
   };
   enum class Answer { kNeverFits, kBusy, kRoomComing, kPreemptionPlanned };
+  // A shape's candidates, best on top. Its storage is reserved for the nodes an incremental pass
+  // pushes at once: grown entry by entry, its reallocations were a tenth of a pass.
+  struct Heap : std::priority_queue<Entry, std::vector<Entry>, Worse> {
+    using std::priority_queue<Entry, std::vector<Entry>, Worse>::priority_queue;
+    void reserve(size_t n) { c.reserve(n); }
+  };
 
  public:
   // Public so a caller can keep one between jobs of the shape (Consider); built by the pass only.
@@ -478,7 +481,7 @@ class Pass {
     bool could_ever = false;
     bool exhausted = false;  // its candidates ran out: nothing fits it for the rest of the pass
     bool done = false;       // no job of the shape is left in the pass: nothing to rank for
-    std::priority_queue<Entry, std::vector<Entry>, Worse> heap;
+    Heap heap;
     // Why the last job of the shape waits, and the pass's counts then (StillHolds).
     std::optional<Waiting> waiting;
     Answer answer = Answer::kBusy;
@@ -505,6 +508,23 @@ class Pass {
         return false;
     }
     return false;
+  }
+
+  // The nodes changed since the last full pass, as indexes into the pass's nodes, in the order
+  // of options_.changed_nodes: looked up once per pass, not once per shape (a hash of each id
+  // per shape was a tenth of an incremental pass with many shapes).
+  const std::vector<size_t>& ChangedNodes() {
+    if (!changed_resolved_) {
+      changed_resolved_ = true;
+      changed_at_.reserve(options_.changed_nodes->size());
+      for (const auto& id : *options_.changed_nodes) {
+        auto at = options_.node_index->find(id);
+        if (at != options_.node_index->end() && at->second < nodes_.size()) {
+          changed_at_.push_back(at->second);
+        }
+      }
+    }
+    return changed_at_;
   }
 
   // Ranks node i's offers for the shape as the node stands now.
@@ -629,6 +649,8 @@ class Pass {
   std::map<std::string, Shape> shapes_;
   // node id -> index, for incremental passes where the caller keeps none
   std::unordered_map<std::string, size_t> own_index_;
+  std::vector<size_t> changed_at_;  // ChangedNodes()
+  bool changed_resolved_ = false;
   bool preemptible_ = false;    // some attempt is interruptible or being preempted
   std::vector<size_t> paused_;  // nodes online but paused (NodeCapacity::paused)
   size_t placements_ = 0;
