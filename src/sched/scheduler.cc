@@ -413,9 +413,7 @@ class Pass {
     if (fresh && options_.exhausted_before && options_.exhausted_before->count(key) > 0) {
       // Nothing fitted it at the end of the last pass: only a node changed since may fit now.
       shape.could_ever = true;
-      const std::vector<size_t>& changed = ChangedNodes();
-      shape.heap.reserve(changed.size());
-      for (size_t i : changed) Push(shape, i, /*count_could_ever=*/false);
+      for (size_t i : ChangedNodes()) Push(shape, i, /*count_could_ever=*/false);
     } else if (fresh && last) {
       // The shape's only job in the pass (a submit's own pass, mostly): its best candidate is
       // all it needs, found by a scan without ranking every node in a heap.
@@ -464,12 +462,6 @@ class Pass {
     }
   };
   enum class Answer { kNeverFits, kBusy, kRoomComing, kPreemptionPlanned };
-  // A shape's candidates, best on top. Its storage is reserved for the nodes an incremental pass
-  // pushes at once: grown entry by entry, its reallocations were a tenth of a pass.
-  struct Heap : std::priority_queue<Entry, std::vector<Entry>, Worse> {
-    using std::priority_queue<Entry, std::vector<Entry>, Worse>::priority_queue;
-    void reserve(size_t n) { c.reserve(n); }
-  };
 
  public:
   // Public so a caller can keep one between jobs of the shape (Consider); built by the pass only.
@@ -481,7 +473,7 @@ class Pass {
     bool could_ever = false;
     bool exhausted = false;  // its candidates ran out: nothing fits it for the rest of the pass
     bool done = false;       // no job of the shape is left in the pass: nothing to rank for
-    Heap heap;
+    std::priority_queue<Entry, std::vector<Entry>, Worse> heap;
     // Why the last job of the shape waits, and the pass's counts then (StillHolds).
     std::optional<Waiting> waiting;
     Answer answer = Answer::kBusy;
@@ -511,8 +503,8 @@ class Pass {
   }
 
   // The nodes changed since the last full pass, as indexes into the pass's nodes, in the order
-  // of options_.changed_nodes: looked up once per pass, not once per shape (a hash of each id
-  // per shape was a tenth of an incremental pass with many shapes).
+  // of options_.changed_nodes: looked up once per pass, not once per shape. With 225 shapes a
+  // hash of every id per shape was 8 % of bench/placement --batch 200's release (perf).
   const std::vector<size_t>& ChangedNodes() {
     if (!changed_resolved_) {
       changed_resolved_ = true;
