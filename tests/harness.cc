@@ -250,17 +250,22 @@ Daemon* Cluster::StartAgent(const std::string& name, std::vector<std::string> ex
   agents_[name] = std::make_unique<Daemon>(argv, env, dir_ + "/agent-" + name + ".log");
   Daemon* d = agents_[name].get();
   if (wait_online) {
-    bool online = WaitUntil([&] {
-      Json nodes = CliJson({"nodes"});
-      if (!nodes.is_array()) return false;
-      for (const auto& n : nodes) {
-        if (n.value("name", "") == name && n.value("state", "") == "online" &&
-            n.value("verification", "") == "verified") {
-          return true;
-        }
-      }
-      return false;
-    });
+    // Enrolment and the whole conformance suite (eight played GPUs' speed checks, for some tests),
+    // under the sanitizers and beside another test doing the same, took over 20 s in one run: a
+    // deadline generous enough that load cannot flip the test, and no cost when it passes.
+    bool online = WaitUntil(
+        [&] {
+          Json nodes = CliJson({"nodes"});
+          if (!nodes.is_array()) return false;
+          for (const auto& n : nodes) {
+            if (n.value("name", "") == name && n.value("state", "") == "online" &&
+                n.value("verification", "") == "verified") {
+              return true;
+            }
+          }
+          return false;
+        },
+        std::chrono::seconds(60));
     if (!online) {
       throw std::runtime_error("agent " + name + " did not come online verified:\n" + d->Log() +
                                "\n" + Cli({"node", "status", name}).out);
