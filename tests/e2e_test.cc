@@ -40,14 +40,12 @@ std::vector<pid_t> LivePidsWithArg(const std::string& arg) {
   for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
     std::string name = e.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream cmd(e.path() / "cmdline");
-    std::string all((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    const std::string all = ReadProcText(e.path() / "cmdline");
     bool has = false;
     for (const auto& a : Split(all, '\0')) has = has || a == arg;
     if (!has) continue;
-    std::ifstream stat(e.path() / "stat");
-    std::string st;
-    std::getline(stat, st);
+    const std::string st = ReadProcText(e.path() / "stat");
+    if (st.empty()) continue;  // exited since the listing
     size_t paren = st.rfind(')');
     if (paren != std::string::npos && paren + 2 < st.size() && st[paren + 2] == 'Z') continue;
     out.push_back(std::stoi(name));

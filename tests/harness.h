@@ -18,6 +18,11 @@ namespace sluice::testing {
 // Path of the built `sluice` binary (from SLUICE_BINARY_DIR, set by ctest).
 std::string SluiceBinary();
 
+// The text of a /proc file, or "" when it cannot be read. A process may exit between listing
+// /proc and reading its files; the kernel then answers ESRCH, which a std::ifstream read through
+// std::istreambuf_iterator throws out of the test as an exception.
+std::string ReadProcText(const std::string& path);
+
 struct CommandResult {
   int exit_code = -1;  // 128+signal when killed
   std::string out;
