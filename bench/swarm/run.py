@@ -423,6 +423,22 @@ async def settle(counter, quiet_s=2.0, limit_s=600.0):
     return last
 
 
+def store_counters(api):
+    """The server's store commits and the pages they wrote, from its metrics page."""
+    status, body = api.call("GET", "/v1/metrics")
+    if status != 200:
+        raise RuntimeError(f"GET /v1/metrics answered {status}")
+    out = {}
+    for line in body.decode().splitlines():
+        for name in ("commits", "pages_written"):
+            if line.startswith(f"sluice_store_{name}_total "):
+                out[name] = int(line.split()[1])
+    if len(out) != 2:
+        raise RuntimeError("the metrics page has no sluice_store_commits_total / "
+                           "sluice_store_pages_written_total")
+    return out
+
+
 async def queued_placements(args, swarm, port, admin_token, pid):
     """Committed placements per second with a deep queue of mixed shapes: the agents hold their
     jobs (answer `started`, never exit) while args.queued jobs are submitted, so what does not fit
@@ -442,6 +458,8 @@ async def queued_placements(args, swarm, port, admin_token, pid):
     log(f"{args.queued} jobs of {shapes} shapes submitted in {submit_s:.1f} s "
         f"({args.queued / submit_s:.0f}/s over {args.submit_threads} connections); "
         f"{held} placed and held, {queued} queued")
+    api = Api(port, admin_token)
+    store0 = store_counters(api)
     t0 = time.monotonic()
     # Who is busy during the drain: the server, or this process playing the agents (both share
     # the machine's cores).
@@ -456,6 +474,9 @@ async def queued_placements(args, swarm, port, admin_token, pid):
     server_cpu = (proc_cpu_s(pid) - server_cpu0) / drain_s * 100
     own_cpu = (sum(os.times()[:2]) - own_cpu0) / drain_s * 100
     placed = swarm.started - at_release
+    store1 = store_counters(api)
+    commits = store1["commits"] - store0["commits"]
+    pages = store1["pages_written"] - store0["pages_written"]
     twice = sum(1 for n in swarm.assigned_jobs.values() if n > 1)
     if twice:  # say why, from the first such job's events
         job = next(j for j, n in swarm.assigned_jobs.items() if n > 1)
@@ -467,6 +488,7 @@ async def queued_placements(args, swarm, port, admin_token, pid):
     return {"shapes": shapes, "submit_s": submit_s, "held": held, "queued": queued,
             "placed": placed, "drain_s": drain_s, "rate": placed / drain_s, "twice": twice,
             "server_cpu_pct": server_cpu, "swarm_cpu_pct": own_cpu,
+            "commits": commits, "pages": pages,
             "complete": swarm.started - start0 >= args.queued}
 
 
@@ -785,7 +807,9 @@ async def run(args, server, port, join_token, admin_token):
               f"{'all placed' if deep['complete'] else 'NOT all placed before --timeout'}; "
               f"jobs assigned twice: {deep['twice']}")
         print(f"  during the release: server {deep['server_cpu_pct']:.0f} % of one core, this "
-              f"process playing the agents {deep['swarm_cpu_pct']:.0f} %")
+              f"process playing the agents {deep['swarm_cpu_pct']:.0f} %; store commits "
+              f"{deep['commits']} ({deep['commits'] / max(deep['placed'], 1):.2f} per placement, "
+              f"{deep['pages'] / max(deep['commits'], 1):.1f} pages written each)")
     if dead:
         print(f"dead nodes: {dead['silenced']} agents silenced (socket left open): "
               f"{dead['detected']} detected, {dead['lost']} shown lost; delay from the last "

@@ -184,6 +184,14 @@ HttpResponse Api::Metrics() {
   counter("sluice_store_wal_checkpoint_failures_total",
           "WAL checkpoints that copied nothing for an error (the first is logged).",
           static_cast<uint64_t>(sc.checkpoint_failures));
+  counter("sluice_store_commits_total", "Batches of state changes committed to the store.",
+          static_cast<uint64_t>(sc.commits));
+  counter("sluice_store_failed_commits_total",
+          "Batches the store refused or rolled back (memory left unchanged).",
+          static_cast<uint64_t>(sc.failed_commits));
+  counter("sluice_store_pages_written_total",
+          "Database pages the store's commits wrote (to the WAL); per commit, their I/O.",
+          static_cast<uint64_t>(sc.pages_written));
   std::map<std::string, int> jobs;
   for (const auto& j : core_->ListJobs(std::nullopt, SIZE_MAX)) {
     ++jobs[std::string(store::Name(j.state))];

@@ -61,6 +61,10 @@ TEST(ApiLimitsTest, TenThousandRefusedRequestsCostACounterNotTheDatabase) {
       << metrics->body;
   EXPECT_NE(metrics->body.find("sluice_store_wal_checkpoint_failures_total 0\n"), std::string::npos)
       << metrics->body;
+  for (const char* name : {"sluice_store_commits_total ", "sluice_store_failed_commits_total ",
+                           "sluice_store_pages_written_total "}) {
+    EXPECT_NE(metrics->body.find(name), std::string::npos) << name << "\n" << metrics->body;
+  }
   // Nothing of them was stored: not in the audit log, not in the database's size.
   auto audit = admin.Request("GET", "/v1/audit-log?limit=10000");
   ASSERT_TRUE(audit.ok());

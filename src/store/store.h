@@ -19,6 +19,9 @@ struct StoreCounters {
   int64_t background_checkpoints = 0;  // WAL checkpoints on the checkpointer's thread
   int64_t inline_checkpoints = 0;      // in a commit: the WAL had grown past its bound
   int64_t checkpoint_failures = 0;     // neither copied the WAL (the first one is logged)
+  int64_t commits = 0;                 // Write() batches committed
+  int64_t failed_commits = 0;          // Write() batches refused or rolled back
+  int64_t pages_written = 0;           // database pages written by Write() (to the WAL)
 };
 
 class Store {

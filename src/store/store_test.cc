@@ -258,6 +258,27 @@ TEST_F(SqliteStoreTest, ChangingAColumnThatNeverChangesFailsTheBatch) {
   EXPECT_TRUE(store_->AttemptsForJob("job-2")->empty());
 }
 
+// The metrics page's store counters: commits and refused batches counted apart, and the pages a
+// commit writes to the WAL (an empty batch is no commit).
+TEST_F(SqliteStoreTest, CountsCommitsRefusedBatchesAndPagesWritten) {
+  const StoreCounters before = store_->Counters();
+  ASSERT_TRUE(store_->Write({}).ok());
+  JobRecord job = SampleJob("job-1");
+  ASSERT_TRUE(store_->Write({.jobs = {job}}).ok());
+  const StoreCounters one = store_->Counters();
+  EXPECT_EQ(one.commits, before.commits + 1);
+  EXPECT_EQ(one.failed_commits, before.failed_commits);
+  EXPECT_GT(one.pages_written, before.pages_written);
+
+  JobRecord moved = job;
+  moved.submitted_ms += 1;  // refused: see ChangingAColumnThatNeverChangesFailsTheBatch
+  ASSERT_FALSE(store_->Write({.jobs = {moved}}).ok());
+  const StoreCounters two = store_->Counters();
+  EXPECT_EQ(two.commits, one.commits);
+  EXPECT_EQ(two.failed_commits, one.failed_commits + 1);
+  EXPECT_EQ(two.pages_written, one.pages_written);  // rolled back: nothing reached the WAL
+}
+
 // A batch may change one record more than once (a job placed, started and finished in one
 // commit); the store writes only the last of each id, and that one must decide the row, for
 // records first written in the batch and for those already stored.
