@@ -79,6 +79,8 @@ struct World {
   size_t queued = 0;                 // jobs still waiting
   double seconds = 0;                // timed
   size_t placed = 0;
+  int64_t commits = 0;        // the store's, during the timed placements
+  int64_t pages = 0;          // pages those commits wrote
   double submit_seconds = 0;  // timed, submits into the full fleet
   size_t submitted = 0;
 
@@ -168,6 +170,7 @@ void Submit(World& w, size_t count, size_t shapes) {
 // `count` placements: node after node, its job exits and the next queued one takes its place;
 // `batch` nodes at a time (their exits handled together, then their `started`).
 void Release(World& w, size_t& next, size_t count, size_t batch) {
+  const sluice::store::StoreCounters before = w.store->Counters();
   auto start = Clock::now();
   size_t done = 0;
   while (done < count && w.queued > 0) {
@@ -186,6 +189,9 @@ void Release(World& w, size_t& next, size_t count, size_t batch) {
     w.placed += n;
   }
   w.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  const sluice::store::StoreCounters after = w.store->Counters();
+  w.commits += after.commits - before.commits;
+  w.pages += after.pages_written - before.pages_written;
 }
 
 size_t Arg(int argc, char** argv, const char* flag, size_t fallback) {
@@ -244,6 +250,11 @@ int main(int argc, char** argv) {
               base.placed, base_rate);
   std::printf("%-20s %8zu placements  %9.0f placements/s  %.2fx the baseline\n", deep.name.c_str(),
               deep.placed, deep_rate, deep_rate / base_rate);
+  for (const World* w : {&base, &deep}) {
+    const double placed = static_cast<double>(std::max<size_t>(w->placed, 1));
+    std::printf("%-20s %8.2f commits and %.1f pages written per placement\n", w->name.c_str(),
+                static_cast<double>(w->commits) / placed, static_cast<double>(w->pages) / placed);
+  }
   const double base_submits = static_cast<double>(base.submitted) / base.submit_seconds;
   const double deep_submits = static_cast<double>(deep.submitted) / deep.submit_seconds;
   std::printf("%-20s %8zu submits     %9.0f submits/s     (baseline; every node full)\n",

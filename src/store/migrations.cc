@@ -378,6 +378,14 @@ CREATE TABLE budget_alerts (
 CREATE INDEX cost_totals_by_day ON cost_totals (day);
 )sql";
 
+// v14 (issue 12): no index of jobs by state. No query reads jobs by state (the core loads them
+// all by submission time and keeps the live ones in memory), yet every state change of a job
+// moved its entry between two far-apart ranges of the index: two random pages written per
+// change, three changes per job (docs/design-notes.md "Fewer rows per placement").
+constexpr std::string_view kV14 = R"sql(
+DROP INDEX jobs_by_state;
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -450,6 +458,7 @@ const std::vector<Migration>& Migrations() {
       {11, "paused nodes", kV11},
       {12, "budget-exhausted jobs, SLA credits", kV12},
       {13, "monthly budgets and alerts", kV13},
+      {14, "no index of jobs by state", kV14},
   };
   return kSteps;
 }

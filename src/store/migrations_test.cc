@@ -145,6 +145,49 @@ TEST(MigrationsTest, VersionOneDatabaseIsUpgradedKeepingItsRows) {
   EXPECT_EQ(raw.Count("SELECT count(*) FROM logs"), 1);
 }
 
+// v14 drops the index of jobs by state, which nothing read and every state change wrote; the
+// queries on jobs still find their rows by index, not by scanning the table.
+TEST(MigrationsTest, VersionThirteenLosesTheJobStateIndexAndReadsStillUseAnIndex) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/db";
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(Migrate(raw.get(), 13).ok());
+    EXPECT_EQ(raw.Count("SELECT count(*) FROM sqlite_schema WHERE name = 'jobs_by_state'"), 1);
+  }
+  JobRecord job = SampleJob("job-1");
+  {
+    auto store = OpenSqliteStore(path);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE((*store)->Write({.jobs = {job}}).ok());
+    EXPECT_EQ(*(*store)->GetJob("job-1"), job);
+    EXPECT_EQ((*store)->LoadJobs()->size(), 1u);
+  }
+  RawDb raw(path);
+  EXPECT_EQ(*ReadSchemaVersion(raw.get()), 14);
+  EXPECT_EQ(raw.Count("SELECT count(*) FROM sqlite_schema WHERE name = 'jobs_by_state'"), 0);
+  // The plans of the store's two reads of jobs (sqlite_store.cc): by id, and all of them in
+  // submission order. A plan with "SCAN jobs" and no index would read every row.
+  auto plan = [&](const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    EXPECT_EQ(
+        sqlite3_prepare_v2(raw.get(), ("EXPLAIN QUERY PLAN " + sql).c_str(), -1, &stmt, nullptr),
+        SQLITE_OK);
+    std::string out;
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+      out += reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3));
+      out += "\n";
+    }
+    sqlite3_finalize(stmt);
+    return out;
+  };
+  EXPECT_NE(plan("SELECT * FROM jobs WHERE id = 'job-1'").find("USING INDEX"), std::string::npos)
+      << plan("SELECT * FROM jobs WHERE id = 'job-1'");
+  EXPECT_NE(plan("SELECT * FROM jobs ORDER BY submitted_ms, rowid").find("jobs_by_submitted"),
+            std::string::npos)
+      << plan("SELECT * FROM jobs ORDER BY submitted_ms, rowid");
+}
+
 TEST(MigrationsTest, NewerDatabaseIsRefusedNamingBothVersions) {
   ScratchDir dir;
   const std::string path = dir.path() + "/db";
