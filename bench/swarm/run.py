@@ -347,7 +347,7 @@ JOB = {"spec": {"name": "swarm", "run": "true", "resources": {"cpus": 1, "memory
 
 def submit_latencies(api, n):
     xs = []
-    start = time.perf_counter()
+    start, wall0 = time.perf_counter(), time.time()  # the wall clock, to line up with server logs
     slow = []  # (ms, seconds into the sample): when the tail happens says what causes it
     for _ in range(n):
         t0 = time.perf_counter()
@@ -357,7 +357,8 @@ def submit_latencies(api, n):
         if status not in (200, 201):
             raise RuntimeError(f"submit answered {status}: {body[:200]!r}")
     slow.sort(reverse=True)
-    log("slowest submits (ms @ s into the sample): " +
+    log(f"slowest submits (ms @ s into the sample that began at {time.strftime('%H:%M:%S', time.gmtime(wall0))}"
+        f".{int(wall0 * 1000) % 1000:03d} UTC): " +
         " ".join(f"{ms:.1f}@{at:.2f}" for ms, at in slow[:6]))
     return xs
 
