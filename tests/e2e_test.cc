@@ -26,11 +26,6 @@ std::string JobState(Cluster& c, const std::string& id) {
   return j.is_object() ? j["job"].value("state", "") : "";
 }
 
-std::string FileText(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Live (not zombie) processes on this host with `arg` among their arguments. A sandboxed job
 // sees its own PID namespace, so it cannot tell us its host pids: tests give its processes a
 // unique argument (`sleep 300.25`) and look for that instead.
@@ -40,11 +35,11 @@ std::vector<pid_t> LivePidsWithArg(const std::string& arg) {
   for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
     std::string name = e.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string all = ReadProcText(e.path() / "cmdline");
+    const std::string all = ReadAll(e.path() / "cmdline");
     bool has = false;
     for (const auto& a : Split(all, '\0')) has = has || a == arg;
     if (!has) continue;
-    const std::string st = ReadProcText(e.path() / "stat");
+    const std::string st = ReadAll(e.path() / "stat");
     if (st.empty()) continue;  // exited since the listing
     size_t paren = st.rfind(')');
     if (paren != std::string::npos && paren + 2 < st.size() && st[paren + 2] == 'Z') continue;
@@ -237,10 +232,9 @@ std::string SupervisorLogs(const std::string& agent_dir) {
   std::string out;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(agent_dir + "/attempts", ec)) {
-    std::ifstream in(e.path() / "supervisor.log");
-    if (!in) continue;
-    out += "---- " + e.path().string() + "/supervisor.log ----\n";
-    out += std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::filesystem::path log = e.path() / "supervisor.log";
+    if (!std::filesystem::exists(log, ec)) continue;
+    out += "---- " + log.string() + " ----\n" + ReadAll(log);
   }
   return out;
 }
@@ -331,7 +325,7 @@ std::string RunTokenThief(Cluster& cluster, const std::vector<std::string>& agen
 
 // What the thief of RunTokenThief must not have found under the sandbox.
 void ExpectTheThiefReadNothing(Cluster& cluster, const std::string& out) {
-  std::string cred = Trim(FileText(cluster.dir() + "/agent-a1/node.credential"));
+  std::string cred = Trim(ReadAll(cluster.dir() + "/agent-a1/node.credential"));
   ASSERT_FALSE(cred.empty());
   EXPECT_FALSE(Contains(out, "sluice agent")) << out;  // the agent's command line
   EXPECT_FALSE(Contains(out, cluster.join_token())) << out;
@@ -377,7 +371,7 @@ TEST_F(E2ETest, AThiefInASandboxBuiltForItReadsNothingEither) {
 // The same thief on an agent started with --no-sandbox reads everything: the test above is live.
 TEST_F(E2ETest, WithoutTheSandboxTheSameThiefReadsEverything) {
   std::string out = RunTokenThief(cluster_, {"--no-sandbox"});
-  std::string cred = Trim(FileText(cluster_.dir() + "/agent-a1/node.credential"));
+  std::string cred = Trim(ReadAll(cluster_.dir() + "/agent-a1/node.credential"));
   EXPECT_TRUE(Contains(out, "agent")) << out;
   EXPECT_TRUE(Contains(out, cluster_.join_token())) << out;
   EXPECT_TRUE(Contains(out, cluster_.admin_token())) << out;

@@ -24,17 +24,12 @@ bool Contains(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // The freezer state of an attempt's cgroup, v1 or v2: "frozen", "thawed", or "" when it has
 // none (gone, or no cgroups on this host).
 std::string Freezer(const std::string& attempt_id) {
-  std::string v1 = Slurp("/sys/fs/cgroup/freezer/sluice/" + attempt_id + "/freezer.state");
+  std::string v1 = ReadAll("/sys/fs/cgroup/freezer/sluice/" + attempt_id + "/freezer.state");
   if (!v1.empty()) return Trim(v1) == "FROZEN" ? "frozen" : "thawed";
-  std::string v2 = Slurp("/sys/fs/cgroup/sluice/" + attempt_id + "/cgroup.events");
+  std::string v2 = ReadAll("/sys/fs/cgroup/sluice/" + attempt_id + "/cgroup.events");
   if (!v2.empty()) return Contains(v2, "frozen 1") ? "frozen" : "thawed";
   return "";
 }
@@ -42,7 +37,7 @@ std::string Freezer(const std::string& attempt_id) {
 // Processes left in an attempt's cgroup (any tree); 0 when it is gone.
 size_t CgroupProcs(const std::string& attempt_id) {
   for (const std::string root : {"/sys/fs/cgroup/pids/sluice/", "/sys/fs/cgroup/sluice/"}) {
-    std::string procs = Slurp(root + attempt_id + "/cgroup.procs");
+    std::string procs = ReadAll(root + attempt_id + "/cgroup.procs");
     if (!procs.empty()) return Split(Trim(procs), '\n').size();
   }
   return 0;
@@ -68,7 +63,7 @@ class FencingE2ETest : public ::testing::Test {
     std::error_code ec;
     for (const auto& agent : fs::directory_iterator(cluster_.dir(), ec)) {
       for (const auto& d : fs::directory_iterator(agent.path() / "attempts", ec)) {
-        std::string said = Slurp((d.path() / "supervisor.log").string());
+        std::string said = ReadAll((d.path() / "supervisor.log").string());
         if (!said.empty()) std::cerr << "---- " << d.path().string() << " ----\n" << said;
       }
     }
@@ -202,7 +197,7 @@ void FencingE2ETest::PartitionThenHeal(bool reconnect) {
   ASSERT_FALSE(att2.empty()) << Job(job).dump();
   // Attempt 2 runs; attempt 1 is frozen, and its tick stands still.
   EXPECT_EQ(Freezer(att1), "frozen");
-  std::string tick1 = Slurp(WorkDir("a1", att1) + "/tick");
+  std::string tick1 = ReadAll(WorkDir("a1", att1) + "/tick");
   if (reconnect) proxy.Sever();
   proxy.Resume();
   EXPECT_TRUE(WaitUntil([&] { return CgroupProcs(att1) == 0; }, std::chrono::seconds(20)))
@@ -211,7 +206,7 @@ void FencingE2ETest::PartitionThenHeal(bool reconnect) {
   // Killed frozen: never thawed (a cancel's grace period would have let it run beside attempt 2).
   EXPECT_FALSE(Contains(a1->Log(), "the server confirmed " + att1 + ": thawed")) << a1->Log();
   // Its work dir goes once the server has its exit; until then its tick must stand still.
-  std::string after = Slurp(WorkDir("a1", att1) + "/tick");
+  std::string after = ReadAll(WorkDir("a1", att1) + "/tick");
   EXPECT_TRUE(after.empty() || after == tick1) << "attempt 1 ran again";
   std::ofstream(WorkDir("a2", att2) + "/release") << "go";
   EXPECT_TRUE(WaitUntil([&] { return State(job) == "succeeded"; })) << Job(job).dump();
@@ -250,8 +245,8 @@ TEST_F(FencingRestartE2ETest, AKilledAgentRestartedInTimeReattachesToItsJobWhich
   const std::string& att = orphan.second;
   ASSERT_FALSE(att.empty()) << cluster_.ServerLog();
   const std::string work = WorkDir("a1", att);
-  const std::string tick = Slurp(work + "/tick");
-  EXPECT_TRUE(WaitUntil([&] { return Slurp(work + "/tick") != tick; }))
+  const std::string tick = ReadAll(work + "/tick");
+  EXPECT_TRUE(WaitUntil([&] { return ReadAll(work + "/tick") != tick; }))
       << "the job stopped with its agent";
   std::ofstream(work + "/note") << "x";  // printed while no agent listens
   ASSERT_TRUE(WaitUntil([&] { return fs::exists(work + "/noted"); }));
@@ -278,7 +273,7 @@ TEST_F(FencingE2ETest, AnAgentRestartedAfterItsJobWasFencedSaysSoAndReportsItLos
   ASSERT_FALSE(att.empty()) << cluster_.ServerLog();
   const std::string end = cluster_.dir() + "/agent-a1/attempts/" + att + ".d/exit.json";
   ASSERT_TRUE(WaitUntil([&] {
-    auto j = ParseJson(Slurp(end));
+    auto j = ParseJson(ReadAll(end));
     return j.ok() && j->value("fenced", false);
   })) << "the supervisor did not fence the job";
   Daemon* back = cluster_.StartAgent("a1");

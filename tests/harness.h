@@ -18,10 +18,11 @@ namespace sluice::testing {
 // Path of the built `sluice` binary (from SLUICE_BINARY_DIR, set by ctest).
 std::string SluiceBinary();
 
-// The text of a /proc file, or "" when it cannot be read. A process may exit between listing
-// /proc and reading its files; the kernel then answers ESRCH, which a std::ifstream read through
-// std::istreambuf_iterator throws out of the test as an exception.
-std::string ReadProcText(const std::string& path);
+// A file's text, "" when it cannot be opened, what was read when a read fails; never throws.
+// For /proc and cgroup files too: a process (or cgroup) may go between listing and reading, and
+// the kernel then fails the read (ESRCH), which std::istreambuf_iterator throws out of the test
+// as an exception, where streaming the buffer (`ss << in.rdbuf()`) sets the stream's state.
+std::string ReadAll(const std::string& path);
 
 struct CommandResult {
   int exit_code = -1;  // 128+signal when killed

@@ -288,7 +288,7 @@ TEST_F(RobustnessTest, EveryServerThreadLeavesStopSignalsToTheShutdown) {
   for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
     // The main thread is the one that takes them: in sigtimedwait they show as unblocked.
     if (task.path().filename() == std::to_string(pid)) continue;
-    const std::string status = ReadProcText(task.path() / "status");
+    const std::string status = ReadAll(task.path() / "status");
     size_t at = status.find("SigBlk:");
     if (at == std::string::npos) continue;  // a short-lived thread that ended since the listing
     const uint64_t blocked =
