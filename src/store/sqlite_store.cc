@@ -368,6 +368,7 @@ class SqliteStore final : public Store {
     // IMMEDIATE takes the write lock up front, so a busy database fails here (and waits
     // busy_timeout) rather than midway through the batch.
     if (int rc = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr); rc != SQLITE_OK) {
+      failed_commits_.fetch_add(1, std::memory_order_relaxed);  // refused before it began
       return Error(db_, rc, "begin");
     }
     Status st = WriteLocked(batch);

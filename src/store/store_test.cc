@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -277,6 +278,19 @@ TEST_F(SqliteStoreTest, CountsCommitsRefusedBatchesAndPagesWritten) {
   EXPECT_EQ(two.commits, one.commits);
   EXPECT_EQ(two.failed_commits, one.failed_commits + 1);
   EXPECT_EQ(two.pages_written, one.pages_written);  // rolled back: nothing reached the WAL
+
+  // Refused before it began: another connection holds the write lock past the busy timeout.
+  auto impatient = OpenSqliteStore(
+      path_, SqliteStoreOptions{.busy_timeout_ms = 1, .background_checkpoints = false});
+  ASSERT_TRUE(impatient.ok()) << impatient.status().ToString();
+  sqlite3* holder = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &holder), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(holder, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  EXPECT_FALSE((*impatient)->Write({.jobs = {SampleJob("job-2")}}).ok());
+  sqlite3_exec(holder, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(holder);
+  EXPECT_EQ((*impatient)->Counters().failed_commits, 1);
+  EXPECT_EQ((*impatient)->Counters().commits, 0);
 }
 
 // A batch may change one record more than once (a job placed, started and finished in one
