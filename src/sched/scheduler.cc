@@ -16,6 +16,7 @@
 
 #include "common/money.h"
 #include "market/explain.h"
+#include "sched/shape_rankings.h"
 
 namespace sluice::sched {
 
@@ -245,6 +246,9 @@ struct Candidate {
   market::CostEstimate estimate;
   int gpus_left = 0;
   int cpus_left = 0;
+  // false: `estimate` holds only what the ranking compares (a ShapeRankings entry's); the
+  // placement's price and estimate are worked out when it is placed.
+  bool priced = true;
 };
 
 // Free GPUs of `offer`'s label on the node.
@@ -418,13 +422,23 @@ class Pass {
       // The shape's only job in the pass (a submit's own pass, mostly): its best candidate is
       // all it needs, found by a scan without ranking every node in a heap.
       shape.done = true;
-      if (std::optional<Candidate> best = Scan(job, work, &shape.could_ever)) {
+      if (std::optional<Candidate> best = Best(job, work, key, &shape.could_ever)) {
         return Place(job, *best);
       }
     } else if (fresh) {
-      for (size_t i = 0; i < nodes_.size(); ++i) Push(shape, i, /*count_could_ever=*/true);
+      // Only a ranking a search for a lone job made (Best): ranking the fleet here would cost
+      // more than this search, which skips the nodes without room unread.
+      shape.ranked = RankedEntries(job, work, key, /*rank=*/false);
+      if (shape.ranked != nullptr) {
+        // Read from its ranking as far as its placements need (Fill), not every node.
+        shape.could_ever = !shape.ranked->empty();
+      } else {
+        for (size_t i = 0; i < nodes_.size(); ++i) Push(shape, i, /*count_could_ever=*/true);
+      }
     }
-    while (!shape.heap.empty()) {
+    while (true) {
+      if (shape.ranked != nullptr) Fill(shape);
+      if (shape.heap.empty()) break;
       const Entry& top = shape.heap.top();
       if (top.version != version_[top.candidate.node]) {  // the node changed since: re-ranked
         shape.heap.pop();
@@ -474,6 +488,9 @@ class Pass {
     bool exhausted = false;  // its candidates ran out: nothing fits it for the rest of the pass
     bool done = false;       // no job of the shape is left in the pass: nothing to rank for
     std::priority_queue<Entry, std::vector<Entry>, Worse> heap;
+    // Where the caller keeps rankings: the shape's, and how far Fill has read it.
+    ShapeRankings::Entries ranked;
+    size_t read = 0;
     // Why the last job of the shape waits, and the pass's counts then (StillHolds).
     std::optional<Waiting> waiting;
     Answer answer = Answer::kBusy;
@@ -555,6 +572,100 @@ class Pass {
     return best;
   }
 
+  // The shape's ranking where the caller keeps one (ScheduleOptions::rankings), brought up to
+  // date with the nodes; null otherwise.
+  ShapeRankings::Entries RankedEntries(const JobRequest& job, const market::Workload& work,
+                                       const std::string& key, bool rank) {
+    if (options_.rankings == nullptr) return nullptr;
+    if (!rankings_synced_) {
+      options_.rankings->Sync(base_, model_);
+      rankings_synced_ = true;
+    }
+    return options_.rankings->Ranked(
+        key, job.objective,
+        [&](size_t i, std::vector<ShapeRankings::Entry>* out) {
+          const std::vector<market::Offer>& offers = base_[i]->Offers();
+          for (size_t o = 0; o < offers.size(); ++o) {
+            if (auto cost = CouldUse(offers[o], job, work, model_)) {
+              out->push_back(ShapeRankings::Entry::Of(i, o, *cost));
+            }
+          }
+        },
+        rank);
+  }
+
+  // Entry `e` of a ranking as a candidate for `job`, when its node can take the job now.
+  std::optional<Candidate> FitEntry(const ShapeRankings::Entry& e, const JobRequest& job) const {
+    const NodeCapacity& n = *nodes_[e.node];
+    if (!n.online || !MayFitNow(n, job)) return std::nullopt;
+    auto c = FitNow(n, e.node, n.Offers()[e.offer], job, e.Ranked());
+    if (c) c->priced = false;  // Place prices the one it places
+    return c;
+  }
+
+  // Scan's answer, from the shape's ranking where there is one: entries in order of estimate,
+  // so the best candidate has the estimate of the first entry that fits now, and is the
+  // tightest fit among the entries of that estimate.
+  std::optional<Candidate> Best(const JobRequest& job, const market::Workload& work,
+                                const std::string& key, bool* could_ever) {
+    const ShapeRankings::Entries entries = RankedEntries(job, work, key, /*rank=*/true);
+    if (entries == nullptr) return Scan(job, work, could_ever);
+    const bool knew = *could_ever;
+    *could_ever = *could_ever || !entries->empty();
+    Ranking ranking{job.objective, &nodes_};
+    std::optional<Candidate> best;
+    for (const ShapeRankings::Entry& e : *entries) {
+      // Every later entry's estimate is as bad or worse: none can rank before the best found.
+      if (best && market::CompareEstimates(job.objective, e.Ranked(), best->estimate) != 0) break;
+      auto c = FitEntry(e, job);
+      if (c && (!best || ranking.Better(*c, *best))) best = c;
+    }
+#ifndef NDEBUG
+    // Debug builds (the sanitizer run) check every ranked search against the scan it replaces.
+    bool scanned_ever = knew;
+    const std::optional<Candidate> scanned = Scan(job, work, &scanned_ever);
+    if (scanned_ever != *could_ever || scanned.has_value() != best.has_value() ||
+        (best && (scanned->node != best->node || scanned->offer != best->offer))) {
+      std::fprintf(stderr, "sched: the ranked search of shape %s differs from a scan\n",
+                   key.c_str());
+      std::abort();
+    }
+#else
+    (void)knew;
+#endif
+    return best;
+  }
+
+  // A ranked shape's heap is filled as far as its best candidate needs: the entries not yet read
+  // all rank at or after the next one's estimate, so once the heap's top estimate is better than
+  // that, the top is the shape's best candidate; an estimate as good is read whole first, since
+  // the tightest fit among equal estimates wins. Capacity only shrinks within a pass, so an
+  // entry that did not fit when read never fits later in it; a node a placement changes is
+  // ranked again by Place, as for every shape.
+  void Fill(Shape& shape) {
+    const std::vector<ShapeRankings::Entry>& entries = *shape.ranked;
+    const market::Objective objective = shape.first->objective;
+    while (shape.read < entries.size()) {
+      if (!shape.heap.empty()) {
+        const Entry& top = shape.heap.top();
+        if (top.version != version_[top.candidate.node]) {
+          shape.heap.pop();
+          continue;
+        }
+        if (market::CompareEstimates(objective, entries[shape.read].Ranked(),
+                                     top.candidate.estimate) > 0) {
+          return;
+        }
+      }
+      const market::CostEstimate group = entries[shape.read].Ranked();
+      do {
+        const ShapeRankings::Entry& e = entries[shape.read++];
+        if (auto c = FitEntry(e, *shape.first)) shape.heap.push({*c, version_[e.node]});
+      } while (shape.read < entries.size() &&
+               market::CompareEstimates(objective, entries[shape.read].Ranked(), group) == 0);
+    }
+  }
+
   void Place(const JobRequest& job, const Candidate& best) {
     NodeCapacity& n = Mutable(best.node);
     std::vector<int> gpus = FreeGpus(n, *best.offer);  // as when ranked: the node is unchanged
@@ -564,8 +675,10 @@ class Pass {
     }
     n.free_cpus -= job.cpus;
     n.free_memory_gb -= job.memory_gb;
+    const market::CostEstimate estimate =
+        best.priced ? best.estimate : Estimate(*best.offer, job, WorkOf(job), model_);
     plan_.placements.push_back({job.job_id, n.node_id, best.offer->id, std::move(gpus),
-                                best.estimate.price_per_hour, best.estimate});
+                                estimate.price_per_hour, estimate});
     // The node changed: its old entries are stale everywhere, and every shape that still has
     // candidates sees it as it is now. (A shape already answered with a wait has none: capacity
     // only shrinks within a pass.)
@@ -643,8 +756,9 @@ class Pass {
   std::unordered_map<std::string, size_t> own_index_;
   std::vector<size_t> changed_at_;  // ChangedNodes()
   bool changed_resolved_ = false;
-  bool preemptible_ = false;    // some attempt is interruptible or being preempted
-  std::vector<size_t> paused_;  // nodes online but paused (NodeCapacity::paused)
+  bool rankings_synced_ = false;  // options_.rankings brought in line with the nodes
+  bool preemptible_ = false;      // some attempt is interruptible or being preempted
+  std::vector<size_t> paused_;    // nodes online but paused (NodeCapacity::paused)
   size_t placements_ = 0;
   Plan plan_;
 };

@@ -16,6 +16,8 @@
 
 namespace sluice::sched {
 
+class ShapeRankings;  // sched/shape_rankings.h
+
 struct GpuSlot {
   int index = 0;
   std::string label;  // canonical label, e.g. "h100-80gb"
@@ -216,6 +218,10 @@ struct ScheduleOptions {
   // Runs of alike jobs considered with the queue, in the one order (JobRun). Their jobs' answers
   // and placements are reported as the queue's are, by the positions the runs gave.
   const std::vector<JobRun*>* runs = nullptr;
+  // Where the caller keeps its shapes' rankings between passes (sched/shape_rankings.h): a
+  // shape's search then reads its ranked offers from the best estimate, only as far as its
+  // placements in the pass need, instead of every node. The placements are the same.
+  ShapeRankings* rankings = nullptr;
 };
 
 // The same, over a queue the caller keeps (the server's queued jobs are not copied per pass).

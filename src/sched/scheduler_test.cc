@@ -7,6 +7,9 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
+
+#include "sched/shape_rankings.h"
 
 namespace sluice::sched {
 namespace {
@@ -337,6 +340,14 @@ void ExpectSamePlan(const Plan& fast, const Plan& slow, int round) {
     EXPECT_EQ(fast.placements[i].offer_id, slow.placements[i].offer_id) << round;
     EXPECT_EQ(fast.placements[i].gpus, slow.placements[i].gpus) << round;
     EXPECT_EQ(fast.placements[i].price_per_hour, slow.placements[i].price_per_hour) << round;
+    // The whole estimate, which the placement locks in and reports.
+    const market::CostEstimate& a = fast.placements[i].estimate;
+    const market::CostEstimate& b = slow.placements[i].estimate;
+    EXPECT_EQ(std::tie(a.interruptible, a.perf, a.compute_hours, a.overhead, a.reliability,
+                       a.expected_hours, a.storage_cost, a.expected_cost),
+              std::tie(b.interruptible, b.perf, b.compute_hours, b.overhead, b.reliability,
+                       b.expected_hours, b.storage_cost, b.expected_cost))
+        << round;
   }
   ASSERT_EQ(fast.waiting.size(), slow.waiting.size()) << round;
   for (size_t i = 0; i < fast.waiting.size(); ++i) {
@@ -837,6 +848,141 @@ TEST(SchedulerTest, RunsAreReadOnlyUntilTheirShapeIsSettled) {
   }
   EXPECT_GT(untaken, 150u);  // runs were cut short, often: the comparison is live
   EXPECT_GT(whole_runs_checked, 50u);
+}
+
+// A plan takes effect on `nodes`: each placement holds its GPUs, CPUs and memory (the node's
+// offers stay the same object).
+void Apply(const Plan& plan, const std::vector<const JobRequest*>& queue,
+           std::vector<NodeCapacity>& nodes) {
+  for (const auto& p : plan.placements) {
+    const JobRequest* job = nullptr;
+    for (const JobRequest* j : queue) job = j->job_id == p.job_id ? j : job;
+    ASSERT_NE(job, nullptr);
+    for (auto& n : nodes) {
+      if (n.node_id != p.node_id) continue;
+      for (auto& g : n.gpus) {
+        if (std::find(p.gpus.begin(), p.gpus.end(), g.index) != p.gpus.end()) g.free = false;
+      }
+      n.free_cpus -= job->cpus;
+      n.free_memory_gb -= job->memory_gb;
+      n.running.push_back({"att-" + p.job_id, p.gpus, job->cpus, job->memory_gb, false, false});
+    }
+  }
+}
+
+// One change to a random node between passes: an attempt ends, its provider reprices (a new
+// offers object), it goes offline or comes back, or a node joins before it (positions move).
+void Disturb(std::mt19937& rng, std::vector<NodeCapacity>& nodes, const std::string& tag) {
+  const int change = static_cast<int>(rng() % 10);
+  NodeCapacity& n = nodes[rng() % nodes.size()];
+  if (change < 4 && !n.running.empty()) {
+    RunningAttempt r = n.running.back();
+    n.running.pop_back();
+    for (auto& g : n.gpus) {
+      if (std::find(r.gpus.begin(), r.gpus.end(), g.index) != r.gpus.end()) g.free = true;
+    }
+    n.free_cpus += r.cpus;
+    n.free_memory_gb += r.memory_gb;
+  } else if (change < 6) {
+    EditOffers(n)[0].price_per_gpu_hour = 0.25 + static_cast<double>(rng() % 12) * 0.25;
+  } else if (change == 6) {
+    n.online = !n.online;
+  } else if (change == 7) {
+    std::vector<NodeCapacity> more = RandomFleet(rng, 1);
+    more[0].node_id = more[0].name = "m" + tag;
+    for (auto& o : EditOffers(more[0])) {
+      o.id = more[0].node_id + o.id.substr(o.id.find('/'));
+      o.node = more[0].node_id;
+    }
+    nodes.insert(nodes.begin() + static_cast<std::ptrdiff_t>(rng() % nodes.size()),
+                 std::move(more[0]));
+  }
+}
+
+std::vector<std::shared_ptr<const NodeCapacity>> Shared(const std::vector<NodeCapacity>& nodes) {
+  std::vector<std::shared_ptr<const NodeCapacity>> shared;
+  for (const auto& n : nodes) shared.push_back(std::make_shared<const NodeCapacity>(n));
+  return shared;
+}
+
+// A shape's ranking kept between passes (ShapeRankings) is an optimisation only: over a stream
+// of one-job passes (submits) while placements land, attempts end, nodes' offers change and
+// nodes join, every pass given the kept rankings places as the original scan does.
+TEST(SchedulerTest, RankedShapesKeptBetweenPassesGiveTheSamePlanAsAScan) {
+  std::mt19937 rng(91);
+  size_t ranked_passes = 0, placed = 0;
+  for (int round = 0; round < 12; ++round) {
+    int node_count = 5 + static_cast<int>(rng() % 40);
+    std::vector<NodeCapacity> nodes = RandomFleet(rng, node_count);
+    // A few shapes, asked for again and again, as a user's sweep submits them.
+    std::vector<JobRequest> shapes = RandomQueue(rng, 6, node_count);
+    for (auto& j : shapes) j.avoid_nodes.clear();
+    ShapeRankings rankings;
+    for (int pass = 0; pass < 60; ++pass) {
+      JobRequest job = shapes[rng() % shapes.size()];
+      job.job_id = "p" + std::to_string(pass);
+      const auto shared = Shared(nodes);
+      const size_t entries_before = rankings.entries();
+      Plan fast = Schedule(shared, {&job}, {}, {.rankings = &rankings});
+      Plan slow = Schedule(shared, {&job}, {}, {.share_shapes = false});
+      ExpectSamePlan(fast, slow, round * 100 + pass);
+      if (HasFatalFailure()) return;
+      ranked_passes += rankings.entries() > 0 && entries_before > 0 ? 1 : 0;
+      placed += slow.placements.size();
+      Apply(slow, {&job}, nodes);
+      Disturb(rng, nodes, std::to_string(pass));
+    }
+  }
+  EXPECT_GT(ranked_passes, 300u);  // the rankings were used, not only built
+  EXPECT_GT(placed, 200u);
+}
+
+// The same for passes of many jobs: a shape with several jobs reads its ranking (made by a pass
+// of one job of the shape) only as far as its placements need, its heap filled from it, with and
+// without alike jobs answered once, and gives the plan of the original scan.
+TEST(SchedulerTest, RankedShapesInPassesOfManyJobsGiveTheSamePlanAsAScan) {
+  std::mt19937 rng(93);
+  size_t placed = 0, ranked = 0;
+  for (int round = 0; round < 10; ++round) {
+    int node_count = 5 + static_cast<int>(rng() % 40);
+    std::vector<NodeCapacity> nodes = RandomFleet(rng, node_count);
+    if (round % 2 == 0) {
+      for (auto& n : nodes) {
+        for (auto& r : n.running) r.interruptible = r.preempting = false;
+      }
+    }
+    std::vector<JobRequest> shapes = RandomQueue(rng, 5, node_count);
+    ShapeRankings rankings;
+    for (int pass = 0; pass < 30; ++pass) {
+      std::vector<JobRequest> queue;
+      // Passes of one job rank their shape (on its second ask); the others read the rankings.
+      const int jobs = pass % 3 == 0 ? 1 : 1 + static_cast<int>(rng() % 12);
+      for (int i = 0; i < jobs; ++i) {
+        queue.push_back(shapes[rng() % shapes.size()]);
+        queue.back().job_id = "p" + std::to_string(pass) + "-" + std::to_string(i);
+        queue.back().order = pass * 100 + i;
+      }
+      std::vector<const JobRequest*> ptrs;
+      for (const auto& j : queue) ptrs.push_back(&j);
+      const auto shared = Shared(nodes);
+      const bool alike = pass % 2 == 1;
+      Plan fast = Schedule(shared, ptrs, {}, {.answer_alike_once = alike, .rankings = &rankings});
+      Plan slow = Schedule(shared, ptrs, {}, {.share_shapes = false});
+      if (alike) {
+        ExpectSameAnswers(fast, slow, ptrs, round * 100 + pass);
+      } else {
+        ExpectSamePlan(fast, slow, round * 100 + pass);
+      }
+      if (HasFatalFailure()) return;
+      ranked += rankings.entries() > 0 ? 1 : 0;
+      placed += slow.placements.size();
+      Apply(slow, ptrs, nodes);
+      for (int d = 0; d < 3; ++d)
+        Disturb(rng, nodes, std::to_string(pass) + "-" + std::to_string(d));
+    }
+  }
+  EXPECT_GT(ranked, 200u);
+  EXPECT_GT(placed, 300u);
 }
 
 }  // namespace

@@ -263,8 +263,9 @@ Status ServerCore::PlaceLocked(const std::string* only) {
       only == nullptr && search_.full_due ? sched::ScheduleOptions{} : IncrementalLocked();
   const bool incremental = how.exhausted_before != nullptr;
   sched::ScheduleOptions alike = how;
-  alike.answer_alike_once = true;  // a deep queue costs a pass what changed, not its length
-  alike.fleet = &view_.facts;      // a full search's too
+  alike.answer_alike_once = true;      // a deep queue costs a pass what changed, not its length
+  alike.fleet = &view_.facts;          // a full search's too
+  alike.rankings = &search_.rankings;  // a shape's search reads its ranking, not every node
   std::vector<sched::JobRun*> handed;
   for (GroupRun& run : runs) handed.push_back(&run);
   if (grouped) alike.runs = &handed;

@@ -22,6 +22,7 @@
 #include "market/job_market.h"
 #include "market/reliability.h"
 #include "sched/scheduler.h"
+#include "sched/shape_rankings.h"
 #include "server/core_types.h"
 #include "spec/job_spec.h"
 #include "store/store.h"
@@ -139,6 +140,9 @@ struct SearchState {
   // The tick asked the scheduler thread for a full search before the last one grows too old for
   // incremental passes (TickState), so a submit's own pass never falls back to every node.
   bool full_due = false;
+  // Each shape's offers in order of estimate, kept between passes: a submit's own pass walks its
+  // x
+  sched::ShapeRankings rankings;
 };
 // A placement pass's queue, kept between passes for their capacity (ServerCore::PlaceLocked): a
 // deep queue's vectors allocated and freed per pass cost more in the kernel than the pass itself.
