@@ -473,6 +473,38 @@ TEST(SchedulerTest, AJobAloneGetsTheOriginalPlanAndTheProbeAgrees) {
   EXPECT_GT(never, 20);
 }
 
+// A plan takes effect on `nodes`: each placement holds its GPUs, CPUs and memory (the node's
+// offers stay the same object).
+void Apply(const Plan& plan, const std::vector<const JobRequest*>& queue,
+           std::vector<NodeCapacity>& nodes) {
+  for (const auto& p : plan.placements) {
+    const JobRequest* job = nullptr;
+    for (const JobRequest* j : queue) job = j->job_id == p.job_id ? j : job;
+    ASSERT_NE(job, nullptr);
+    for (auto& n : nodes) {
+      if (n.node_id != p.node_id) continue;
+      for (auto& g : n.gpus) {
+        if (std::find(p.gpus.begin(), p.gpus.end(), g.index) != p.gpus.end()) g.free = false;
+      }
+      n.free_cpus -= job->cpus;
+      n.free_memory_gb -= job->memory_gb;
+      n.running.push_back(
+          {"att-" + p.job_id, p.gpus, job->cpus, job->memory_gb, job->work.interruptible, false});
+    }
+  }
+}
+
+// The last attempt on `n` ends and frees what it held.
+void EndLastAttempt(NodeCapacity& n) {
+  RunningAttempt r = n.running.back();
+  n.running.pop_back();
+  for (auto& g : n.gpus) {
+    if (std::find(r.gpus.begin(), r.gpus.end(), g.index) != r.gpus.end()) g.free = true;
+  }
+  n.free_cpus += r.cpus;
+  n.free_memory_gb += r.memory_gb;
+}
+
 // An incremental pass (the shapes nothing fitted last time searched only on the nodes changed
 // since) gives the plan a full scan gives, over passes where placements land, attempts end and
 // new jobs arrive.
@@ -486,34 +518,17 @@ TEST(SchedulerTest, IncrementalPassesGiveTheSamePlanAsScanningEveryNode) {
     Plan last = Schedule(nodes, queue);
     for (int pass = 0; pass < 5; ++pass) {
       std::set<std::string> changed;
-      std::map<std::string, NodeCapacity*> by_id;
-      for (auto& n : nodes) by_id[n.node_id] = &n;
       // The plan takes effect: its placements hold their resources from now on.
+      std::vector<const JobRequest*> was;
+      for (const auto& j : queue) was.push_back(&j);
+      Apply(last, was, nodes);
+      if (HasFatalFailure()) return;
       std::set<std::string> placed;
-      for (const auto& p : last.placements) {
-        NodeCapacity& n = *by_id[p.node_id];
-        const JobRequest* job = nullptr;
-        for (const auto& j : queue) job = j.job_id == p.job_id ? &j : job;
-        ASSERT_NE(job, nullptr);
-        for (auto& g : n.gpus) {
-          if (std::find(p.gpus.begin(), p.gpus.end(), g.index) != p.gpus.end()) g.free = false;
-        }
-        n.free_cpus -= job->cpus;
-        n.free_memory_gb -= job->memory_gb;
-        n.running.push_back(
-            {"att-" + p.job_id, p.gpus, job->cpus, job->memory_gb, job->work.interruptible, false});
-        placed.insert(p.job_id);
-      }
+      for (const auto& p : last.placements) placed.insert(p.job_id);
       // Some attempts end and free their node; those nodes are the changed ones.
       for (auto& n : nodes) {
         if (n.running.empty() || rng() % 3 != 0) continue;
-        RunningAttempt r = n.running.back();
-        n.running.pop_back();
-        for (auto& g : n.gpus) {
-          if (std::find(r.gpus.begin(), r.gpus.end(), g.index) != r.gpus.end()) g.free = true;
-        }
-        n.free_cpus += r.cpus;
-        n.free_memory_gb += r.memory_gb;
+        EndLastAttempt(n);
         changed.insert(n.node_id);
       }
       std::vector<JobRequest> next;
@@ -850,39 +865,13 @@ TEST(SchedulerTest, RunsAreReadOnlyUntilTheirShapeIsSettled) {
   EXPECT_GT(whole_runs_checked, 50u);
 }
 
-// A plan takes effect on `nodes`: each placement holds its GPUs, CPUs and memory (the node's
-// offers stay the same object).
-void Apply(const Plan& plan, const std::vector<const JobRequest*>& queue,
-           std::vector<NodeCapacity>& nodes) {
-  for (const auto& p : plan.placements) {
-    const JobRequest* job = nullptr;
-    for (const JobRequest* j : queue) job = j->job_id == p.job_id ? j : job;
-    ASSERT_NE(job, nullptr);
-    for (auto& n : nodes) {
-      if (n.node_id != p.node_id) continue;
-      for (auto& g : n.gpus) {
-        if (std::find(p.gpus.begin(), p.gpus.end(), g.index) != p.gpus.end()) g.free = false;
-      }
-      n.free_cpus -= job->cpus;
-      n.free_memory_gb -= job->memory_gb;
-      n.running.push_back({"att-" + p.job_id, p.gpus, job->cpus, job->memory_gb, false, false});
-    }
-  }
-}
-
 // One change to a random node between passes: an attempt ends, its provider reprices (a new
 // offers object), it goes offline or comes back, or a node joins before it (positions move).
 void Disturb(std::mt19937& rng, std::vector<NodeCapacity>& nodes, const std::string& tag) {
   const int change = static_cast<int>(rng() % 10);
   NodeCapacity& n = nodes[rng() % nodes.size()];
   if (change < 4 && !n.running.empty()) {
-    RunningAttempt r = n.running.back();
-    n.running.pop_back();
-    for (auto& g : n.gpus) {
-      if (std::find(r.gpus.begin(), r.gpus.end(), g.index) != r.gpus.end()) g.free = true;
-    }
-    n.free_cpus += r.cpus;
-    n.free_memory_gb += r.memory_gb;
+    EndLastAttempt(n);
   } else if (change < 6) {
     EditOffers(n)[0].price_per_gpu_hour = 0.25 + static_cast<double>(rng() % 12) * 0.25;
   } else if (change == 6) {
@@ -930,6 +919,7 @@ TEST(SchedulerTest, RankedShapesKeptBetweenPassesGiveTheSamePlanAsAScan) {
       ranked_passes += rankings.entries() > 0 && entries_before > 0 ? 1 : 0;
       placed += slow.placements.size();
       Apply(slow, {&job}, nodes);
+      if (HasFatalFailure()) return;
       Disturb(rng, nodes, std::to_string(pass));
     }
   }
@@ -977,6 +967,7 @@ TEST(SchedulerTest, RankedShapesInPassesOfManyJobsGiveTheSamePlanAsAScan) {
       ranked += rankings.entries() > 0 ? 1 : 0;
       placed += slow.placements.size();
       Apply(slow, ptrs, nodes);
+      if (HasFatalFailure()) return;
       for (int d = 0; d < 3; ++d)
         Disturb(rng, nodes, std::to_string(pass) + "-" + std::to_string(d));
     }
