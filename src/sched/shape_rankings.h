@@ -31,7 +31,7 @@ struct NodeCapacity;
 class ShapeRankings {
  public:
   // An offer the shape could use, with what market::CompareEstimates reads of the job's
-  // estimate on it (40 bytes, not the whole estimate's 120: a fleet's worth per shape is kept).
+  // estimate on it (40 bytes; 120 with the whole estimate: a fleet's worth per shape is kept).
   struct Entry {
     uint32_t node = 0;   // position in the nodes given to Sync
     uint32_t offer = 0;  // index into that node's Offers()
@@ -58,7 +58,8 @@ class ShapeRankings {
   // Brings the kept offers in line with `nodes`, the pass's nodes, and the model its estimates
   // are made with: once per pass, before Ranked. A node whose offers object is not the one kept
   // for its position is noted, and ranked again in each shape when the shape is next asked for;
-  // a different model, node count, or too many changes since clears everything.
+  // a different model, node count, or too many changes since drops every ranking (the shapes
+  // stay known, so each is ranked afresh on its next ask).
   void Sync(const std::vector<std::shared_ptr<const NodeCapacity>>& nodes,
             const market::CostModel& model);
 
