@@ -445,6 +445,13 @@ TEST(SchedulerTest, SharedShapesGiveTheSamePlanAsScanningEveryNode) {
   }
 }
 
+// The nodes as a pass shares them.
+std::vector<std::shared_ptr<const NodeCapacity>> Shared(const std::vector<NodeCapacity>& nodes) {
+  std::vector<std::shared_ptr<const NodeCapacity>> shared;
+  for (const auto& n : nodes) shared.push_back(std::make_shared<const NodeCapacity>(n));
+  return shared;
+}
+
 // A submit's own pass holds one job: its shape's only job, found by a single scan rather than a
 // heap. The same placement as the original scan, and the never-fits probe (CouldEverRun) says
 // "could ever run" exactly when that pass does not answer "never fits".
@@ -454,8 +461,7 @@ TEST(SchedulerTest, AJobAloneGetsTheOriginalPlanAndTheProbeAgrees) {
   for (int round = 0; round < 30; ++round) {
     int node_count = 1 + static_cast<int>(rng() % 40);
     std::vector<NodeCapacity> nodes = RandomFleet(rng, node_count);
-    std::vector<std::shared_ptr<const NodeCapacity>> shared;
-    for (const auto& n : nodes) shared.push_back(std::make_shared<const NodeCapacity>(n));
+    const auto shared = Shared(nodes);
     std::vector<JobRequest> queue = RandomQueue(rng, 40, node_count);
     for (size_t i = 0; i < queue.size(); ++i) {
       Plan fast = Schedule(nodes, {&queue[i]}, {}, {.share_shapes = true});
@@ -886,12 +892,6 @@ void Disturb(std::mt19937& rng, std::vector<NodeCapacity>& nodes, const std::str
     nodes.insert(nodes.begin() + static_cast<std::ptrdiff_t>(rng() % nodes.size()),
                  std::move(more[0]));
   }
-}
-
-std::vector<std::shared_ptr<const NodeCapacity>> Shared(const std::vector<NodeCapacity>& nodes) {
-  std::vector<std::shared_ptr<const NodeCapacity>> shared;
-  for (const auto& n : nodes) shared.push_back(std::make_shared<const NodeCapacity>(n));
-  return shared;
 }
 
 // A shape's ranking kept between passes (ShapeRankings) is an optimisation only: over a stream

@@ -85,7 +85,8 @@ void ShapeRankings::Sync(const std::vector<std::shared_ptr<const NodeCapacity>>&
     offers_[i] = nodes[i]->offers;
     changes_.emplace_back(generation_, static_cast<uint32_t>(i));
   }
-  // Past a quarter of the nodes, ranking a shape afresh costs no more than repairing it.
+  // Past as many changes as a quarter of the nodes (a node changed twice counts twice), ranking a
+  // shape afresh costs no more than repairing it.
   if (changes_.size() > std::max<size_t>(64, offers_.size() / 4)) Clear();
 }
 

@@ -120,6 +120,34 @@ TEST(ShapeRankingsTest, ANodeJoiningOrAnotherModelRanksAfresh) {
   EXPECT_EQ(asked, 3);
 }
 
+TEST(ShapeRankingsTest, ManyChangedNodesRankAfreshAndAnEntryStaysSmall) {
+  std::vector<std::shared_ptr<const NodeCapacity>> nodes;
+  for (int i = 0; i < 100; ++i) nodes.push_back(CpuNode("n" + std::to_string(i), 0.1 + i * 0.01));
+  ShapeRankings rankings;
+  rankings.Sync(nodes, {});
+  int asked = 0;
+  Counted usable{&nodes, &asked};
+  rankings.Ranked("cpu", market::Objective::kCost, usable);
+  rankings.Ranked("cpu", market::Objective::kCost, usable);
+  // 10 changed nodes are repaired one by one; 65 more (past max(64, 100 / 4) changes since the
+  // last reset) rank every node afresh.
+  for (int i = 0; i < 10; ++i) nodes[i] = CpuNode("n" + std::to_string(i), 0.05);
+  rankings.Sync(nodes, {});
+  asked = 0;
+  ASSERT_NE(rankings.Ranked("cpu", market::Objective::kCost, usable), nullptr);
+  EXPECT_EQ(asked, 10);
+  for (int i = 10; i < 75; ++i) nodes[i] = CpuNode("n" + std::to_string(i), 0.05);
+  rankings.Sync(nodes, {});
+  asked = 0;
+  const auto entries = rankings.Ranked("cpu", market::Objective::kCost, usable);
+  ASSERT_NE(entries, nullptr);
+  EXPECT_EQ(asked, 100);
+  EXPECT_EQ(entries->size(), 100u);
+  EXPECT_EQ(rankings.entries(), 100u);
+  // What the design notes and the memory bound count on.
+  EXPECT_EQ(sizeof(ShapeRankings::Entry), 40u);
+}
+
 TEST(ShapeRankingsTest, TheLeastRecentlyAskedShapeGoesFirstWhenFull) {
   std::vector<std::shared_ptr<const NodeCapacity>> nodes = {CpuNode("a", 0.30), CpuNode("b", 0.10),
                                                             CpuNode("c", 0.20)};
