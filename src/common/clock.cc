@@ -16,6 +16,12 @@ int64_t RealClock::MonotonicMillis() const {
       .count();
 }
 
+int64_t RealClock::MonotonicMicros() const {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 RealClock* RealClock::Get() {
   static RealClock clock;
   return &clock;

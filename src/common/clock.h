@@ -14,6 +14,9 @@ class Clock {
   virtual int64_t NowMillis() const = 0;
   // Milliseconds on a monotonic clock (used for timeouts and latency).
   virtual int64_t MonotonicMillis() const = 0;
+  // The same monotonic clock in microseconds, for durations shorter than a millisecond (how long
+  // a lock was held). A clock without the resolution answers in whole milliseconds.
+  virtual int64_t MonotonicMicros() const { return MonotonicMillis() * 1000; }
 };
 
 // The process's real clock. Thread-safe.
@@ -21,6 +24,7 @@ class RealClock final : public Clock {
  public:
   int64_t NowMillis() const override;
   int64_t MonotonicMillis() const override;
+  int64_t MonotonicMicros() const override;
   static RealClock* Get();
 };
 
@@ -30,11 +34,19 @@ class FakeClock final : public Clock {
   explicit FakeClock(int64_t start_millis = 1'700'000'000'000) : now_(start_millis) {}
   int64_t NowMillis() const override { return now_.load(); }
   int64_t MonotonicMillis() const override { return now_.load(); }
+  // Counted: only timers read it (the core's lock, common/timed_mutex.h), so a test can see
+  // that a thread has asked for a lock before it lets the holder go.
+  int64_t MonotonicMicros() const override {
+    ++micros_reads_;
+    return now_.load() * 1000;
+  }
   void Advance(int64_t millis) { now_ += millis; }
   void Set(int64_t millis) { now_ = millis; }
+  int64_t micros_reads() const { return micros_reads_.load(); }
 
  private:
   std::atomic<int64_t> now_;
+  mutable std::atomic<int64_t> micros_reads_{0};
 };
 
 }  // namespace sluice
