@@ -4,6 +4,7 @@
 
 #include "common/crypto.h"
 #include "common/text.h"
+#include "common/timed_mutex.h"
 #include "market/explain.h"
 #include "market/offer.h"
 #include "market/query.h"
@@ -172,6 +173,17 @@ HttpResponse Api::Metrics() {
       "sluice_placement_passes_total{search=\"full\"} " +
       std::to_string(passes.full) + "\nsluice_placement_passes_total{search=\"incremental\"} " +
       std::to_string(passes.incremental) + "\n";
+  out += PrometheusHistogram(
+      "sluice_core_lock_wait_seconds",
+      "Time a request, agent message batch, placement pass or tick waited for the core's lock.",
+      {{"", core_->LockWaits()}});
+  auto holds = core_->LockHoldsByHolder();
+  for (auto& [holder, snapshot] : holds) holder = "holder=\"" + holder + "\"";
+  out += PrometheusHistogram(
+      "sluice_core_lock_hold_seconds",
+      "Time one holder kept the core's lock (everything else waits meanwhile), by holder: "
+      "request, agent_messages, placement, tick, heartbeat.",
+      holds);
   const store::StoreCounters sc = core_->StoreCounters();
   out +=
       "# HELP sluice_store_wal_checkpoints_total SQLite WAL checkpoints, by where they ran: "

@@ -61,6 +61,25 @@ TEST(ApiLimitsTest, TenThousandRefusedRequestsCostACounterNotTheDatabase) {
       << metrics->body;
   EXPECT_NE(metrics->body.find("sluice_store_wal_checkpoint_failures_total 0\n"), std::string::npos)
       << metrics->body;
+  // How long the core's lock was waited for and held: histograms, the holds by holder, with
+  // the requests above counted (each took the lock at least once).
+  for (const char* name : {"sluice_core_lock_wait_seconds", "sluice_core_lock_hold_seconds"}) {
+    EXPECT_NE(metrics->body.find(std::string("# TYPE ") + name + " histogram\n"), std::string::npos)
+        << name << "\n"
+        << metrics->body;
+  }
+  EXPECT_NE(metrics->body.find("sluice_core_lock_wait_seconds_bucket{le=\"+Inf\"} "),
+            std::string::npos);
+  for (const char* holder : {"request", "agent_messages", "placement", "tick", "heartbeat"}) {
+    EXPECT_NE(metrics->body.find(std::string("sluice_core_lock_hold_seconds_bucket{holder=\"") +
+                                 holder + "\",le=\"+Inf\"} "),
+              std::string::npos)
+        << holder;
+  }
+  const std::string requests = "sluice_core_lock_hold_seconds_count{holder=\"request\"} ";
+  const size_t at = metrics->body.find(requests);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GT(std::stoll(metrics->body.substr(at + requests.size())), 0);
   for (const char* name : {"sluice_store_commits_total ", "sluice_store_failed_commits_total ",
                            "sluice_store_pages_written_total "}) {
     EXPECT_NE(metrics->body.find(name), std::string::npos) << name << "\n" << metrics->body;

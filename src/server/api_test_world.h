@@ -138,12 +138,7 @@ class World {
   std::string Enrol(const std::string& provider, const std::string& name,
                     std::shared_ptr<RecordingLink> link = nullptr) {
     if (!link) link = link1_ = std::make_shared<RecordingLink>();
-    proto::Hello h;
-    h.name = name;
-    h.inventory.hostname = name;
-    h.inventory.cpu_cores = 4;
-    h.inventory.memory_mib = 8192;
-    h.inventory.gpu_source = "none";
+    proto::Hello h = CpuHello(name);
     h.price_per_cpu_hour = 0.1;
     auto node = core_->AgentHello(link, h, AgentIdentity{ids_[provider], "join-x", ""});
     EXPECT_TRUE(node.ok()) << node.status().ToString();

@@ -18,7 +18,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
                                            const proto::Hello& hello, const AgentIdentity& who) {
   // A claim the probe contradicts is refused before anything is registered (issue 5 item 3).
   SLUICE_RETURN_IF_ERROR(CheckClaims(hello.claims, hello.inventory));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   int64_t now = clock_->NowMillis();
   std::string node_id = hello.node_id;
   // Which node this connection may speak for, decided before anything changes: a refused hello

@@ -235,7 +235,7 @@ Status ServerCore::PreemptLocked(const std::string& attempt_id, const std::strin
 Result<std::vector<std::string>> ServerCore::ReclaimNode(const std::string& node,
                                                          const std::vector<int>& gpus,
                                                          const std::string& cause) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   SLUICE_ASSIGN_OR_RETURN(const NodeState* found, NodeByIdOrNameLocked(node));
   if (gpus.empty()) {
     // Taken back whole: out of the market until its provider resumes it or the cool-down passes.

@@ -17,7 +17,7 @@ constexpr int kEventPage = 5000;
 Result<std::string> ServerCore::AuditBundle(const std::string& job_id) {
   SigningIdentity identity;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<TimedMutex> lock(mu_);
     identity = signing_;
   }
   if (identity.key_pem.empty()) {

@@ -331,7 +331,7 @@ void ServerCore::SettleStorageLocked(Edit& edit) {
 }
 
 Status ServerCore::SettleMeters() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   return SettleMetersLocked();
 }
 
@@ -378,7 +378,7 @@ std::string ServerCore::CreditRefusalLocked(const std::string& account_id) const
 }
 
 int64_t ServerCore::BalanceOf(const std::string& account_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   auto it = money_.balances.find(account_id);
   return it != money_.balances.end() ? it->second : 0;
 }
@@ -386,7 +386,7 @@ int64_t ServerCore::BalanceOf(const std::string& account_id) {
 Result<store::LedgerTxn> ServerCore::TopUp(const std::string& account_id, int64_t amount,
                                            const std::string& memo) {
   if (amount <= 0) return Status::InvalidArgument("amount: a top-up must be more than $0");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   Edit edit;
   store::LedgerTxn txn = ledger::TopUpTxn(account_id, amount, clock_->NowMillis(), memo);
   for (const auto& e : txn.entries) edit.balance_deltas[e.account] += e.amount_micros;
@@ -401,7 +401,7 @@ Result<store::LedgerTxn> ServerCore::TopUp(const std::string& account_id, int64_
 }
 
 void ServerCore::CreditChanged(const std::string& account_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   Edit edit;
   RequeueExhaustedLocked(
       edit, [&](const store::JobRecord& j) { return PayerLocked(j.owner) == account_id; });
@@ -421,7 +421,7 @@ Result<JobCost> ServerCore::CostOfJob(const std::string& job_id) {
   by_resource.job_id = job_id;
   by_resource.by = "resource";
   SLUICE_ASSIGN_OR_RETURN(auto rows, store_->Costs(by_resource));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   JobCost cost;
   const int64_t now = clock_->NowMillis();
   for (auto& m : meters) {
@@ -453,7 +453,7 @@ Result<std::vector<store::CostRow>> ServerCore::Costs(const store::CostQuery& qu
 }
 
 Result<LedgerReport> ServerCore::CheckLedger() {
-  std::lock_guard<std::mutex> lock(mu_);  // no commit may land between the two reads
+  std::lock_guard<TimedMutex> lock(mu_);  // no commit may land between the two reads
   LedgerReport report;
   SLUICE_ASSIGN_OR_RETURN(report.check, store_->CheckLedger());
   const auto& c = report.check;

@@ -226,12 +226,7 @@ class History {
   }
 
   proto::Hello HelloFor(const std::string& name, const NodeAgent& n) const {
-    proto::Hello h;
-    h.name = name;
-    h.inventory.hostname = name;
-    h.inventory.cpu_cores = 4;
-    h.inventory.memory_mib = 8192;
-    h.inventory.gpu_source = "none";
+    proto::Hello h = testing::CpuHello(name);
     h.price_per_cpu_hour = n.price;
     h.interruptible_price_per_cpu_hour = n.interruptible_price;
     return h;

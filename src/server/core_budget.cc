@@ -141,7 +141,7 @@ Result<store::JobRecord> ServerCore::SetJobBudget(const std::string& job_id,
   if (max_total_cost && (!(*max_total_cost > 0) || *max_total_cost > 1e9)) {
     return Status::InvalidArgument("max_total_cost: must be more than 0 and at most 1e9 USD");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
   if (st::IsTerminal(it->second.record.state)) {
@@ -167,7 +167,7 @@ Result<store::JobRecord> ServerCore::SetJobBudget(const std::string& job_id,
 }
 
 Status ServerCore::EnforceBudgets() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   return EnforceBudgetsLocked();
 }
 

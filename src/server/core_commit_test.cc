@@ -46,12 +46,7 @@ class CoreCommitTest : public ::testing::Test {
 
   // What a 4-CPU machine's agent says at hello.
   static proto::Hello CpuHello(const std::string& name = "box") {
-    proto::Hello h;
-    h.name = name;
-    h.inventory.hostname = name;
-    h.inventory.cpu_cores = 4;
-    h.inventory.memory_mib = 8192;
-    h.inventory.gpu_source = "none";
+    proto::Hello h = testing::CpuHello(name);
     h.price_per_cpu_hour = 0.05;
     h.interruptible_price_per_cpu_hour = 0.02;
     return h;

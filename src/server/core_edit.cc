@@ -194,7 +194,7 @@ void ServerCore::DegradedLocked(const char* kind, const std::string& what, const
 }
 
 Json ServerCore::StateDump() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   Json nodes = Json::object();
   for (const auto& [id, ns] : nodes_) {
     NodeView view;
@@ -265,7 +265,7 @@ Json ServerCore::StateDump() {
 }
 
 std::map<std::string, int64_t> ServerCore::DegradedCounts() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   return degraded_;
 }
 

@@ -140,7 +140,7 @@ Status ServerCore::CheckReportNonceLocked(const NodeState& node, const std::stri
 }
 
 Result<st::NodeRecord> ServerCore::RevokeNode(const std::string& node) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   SLUICE_ASSIGN_OR_RETURN(NodeState * found, NodeByIdOrNameLocked(node));
   NodeState& ns = *found;
   const std::string id = ns.record.id;

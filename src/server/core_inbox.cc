@@ -22,7 +22,7 @@ constexpr size_t kInboxBatch = 256;
 }  // namespace
 
 void ServerCore::StartInbox() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   if (inbox_thread_.joinable()) return;
   inbox_thread_ = std::thread([this] {
     while (inbox_.Wait()) HandleWaitingAgentMessages();
@@ -64,8 +64,10 @@ bool ServerCore::AnswerHeartbeatNow(const std::string& node_id, const AgentLink*
                                     const std::function<void(const Status&)>& done) {
   if (!inbox_running_.load(std::memory_order_acquire)) return false;
   // Never wait for the lock on an io thread: a busy core gets the heartbeat through the inbox.
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  if (!lock.owns_lock() || inbox_.WaitingFrom(node_id) != 0) return false;
+  std::unique_lock<TimedMutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  mu_.HoldingFor(kHeldForHeartbeat);
+  if (inbox_.WaitingFrom(node_id) != 0) return false;
   auto nit = nodes_.find(node_id);
   if (nit == nodes_.end() || nit->second.link.get() != link) return false;  // the inbox says why
   NodeState& ns = nit->second;
@@ -140,7 +142,8 @@ void ServerCore::HandleWaitingAgentMessages() {
     {
       // Taken under mu_, not before it: AnswerHeartbeatNow relies on no entry being taken and
       // not yet handled while it holds mu_.
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<TimedMutex> lock(mu_);
+      mu_.HoldingFor(kHeldForAgentMessages);
       entries = inbox_.Take(kInboxBatch);
       if (entries.empty()) return;
       outcomes = HandleEntriesLocked(entries);

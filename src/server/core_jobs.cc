@@ -61,7 +61,7 @@ Result<EstimatePage> ServerCore::Estimate(const spec::JobSpec& spec, std::option
   const market::MarketRequest& req = page.request;
   std::vector<market::Offer> candidates;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<TimedMutex> lock(mu_);
     for (auto& o : AgentOffersLocked()) {
       if (market::Matches(req.query, o)) candidates.push_back(std::move(o));
     }
@@ -88,7 +88,7 @@ Result<EstimatePage> ServerCore::Estimate(const spec::JobSpec& spec, std::option
 }
 
 Status ServerCore::DeleteJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Status::NotFound("no job " + id);
   if (!st::IsTerminal(it->second.record.state)) {
@@ -120,7 +120,7 @@ std::vector<JobRecord> ServerCore::ListJobs(std::optional<st::JobState> state, s
 }
 
 Result<JobDetail> ServerCore::GetJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Status::NotFound("no job " + id);
   JobDetail d;
@@ -131,7 +131,7 @@ Result<JobDetail> ServerCore::GetJob(const std::string& id) {
 }
 
 Result<JobRecord> ServerCore::CancelJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Status::NotFound("no job " + id);
   const JobRecord& live = it->second.record;

@@ -14,7 +14,7 @@ namespace sluice::server {
 using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 
 std::vector<NodeView> ServerCore::ListNodes() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   const auto& caps = CapacityLocked();
   std::map<std::string_view, const sched::NodeCapacity*> cap_of;
   for (const auto& c : caps) cap_of[c->node_id] = c.get();
@@ -40,7 +40,7 @@ std::vector<NodeView> ServerCore::ListNodes() {
 }
 
 std::vector<market::Offer> ServerCore::ListOffers() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   std::vector<market::Offer> out = AgentOffersLocked();
   for (const auto& [provider, offers] : catalog_offers_) {
     out.insert(out.end(), offers.begin(), offers.end());
@@ -73,7 +73,7 @@ OfferPage ServerCore::SearchOffers(const market::Query& query,
   std::vector<market::Offer> agent;
   std::vector<market::OfferRef> catalog;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<TimedMutex> lock(mu_);
     for (auto& o : AgentOffersLocked()) {
       if (market::Matches(query, o)) agent.push_back(std::move(o));
     }
@@ -110,7 +110,7 @@ Result<market::CatalogImport> ServerCore::ImportCatalog(const std::string& sourc
                                      "exactly that provider");
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   WriteBatch batch;
   batch.catalogs.push_back({imported.provider, source_name, csv, clock_->NowMillis()});
   SLUICE_RETURN_IF_ERROR(store_->Write(batch));

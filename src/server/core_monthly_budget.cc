@@ -122,7 +122,7 @@ Result<store::BudgetRecord> ServerCore::SetMonthlyBudget(const std::string& scop
   if (monthly_micros && *monthly_micros <= 0) {
     return Status::InvalidArgument("monthly: must be more than $0");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   Edit edit;
   store::BudgetRecord r;
   r.scope = scope;
@@ -155,7 +155,7 @@ Result<store::BudgetRecord> ServerCore::SetMonthlyBudget(const std::string& scop
 }
 
 std::vector<BudgetView> ServerCore::ListBudgets() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   std::vector<BudgetView> out;
   for (const auto& [scope, b] : money_.budgets) {
     out.push_back({b, ScopeNameLocked(scope), MonthLocked(), ScopeSpentLocked(scope)});
@@ -166,7 +166,7 @@ std::vector<BudgetView> ServerCore::ListBudgets() {
 Result<std::vector<store::BudgetAlert>> ServerCore::BudgetAlerts(bool undelivered) {
   std::string since;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<TimedMutex> lock(mu_);
     // This month and the last: what an alert list or a late webhook is about.
     const int64_t a_month_ago = clock_->NowMillis() - 31LL * 24 * 3600 * 1000;
     since = Utc(a_month_ago, "%Y-%m");
@@ -175,7 +175,7 @@ Result<std::vector<store::BudgetAlert>> ServerCore::BudgetAlerts(bool undelivere
 }
 
 Status ServerCore::RecordAlertDelivery(const store::BudgetAlert& alert) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   store::WriteBatch batch;
   batch.budget_alerts.push_back(alert);
   return store_->Write(batch);

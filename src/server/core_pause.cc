@@ -26,7 +26,7 @@ void ServerCore::PauseNodeLocked(Edit& edit, const std::string& node_id, const s
 }
 
 Result<store::NodeRecord> ServerCore::ResumeNode(const std::string& node) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   SLUICE_ASSIGN_OR_RETURN(const NodeState* found, NodeByIdOrNameLocked(node));
   if (found->record.paused_until_ms == 0) return found->record;
   const std::string id = found->record.id;

@@ -90,16 +90,17 @@ Status ServerCore::ScheduleNewJobLocked(const std::string& job_id) {
 }
 
 void ServerCore::StartScheduler() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   if (scheduler_.joinable()) return;
   scheduler_ = std::thread([this] { SchedulerLoop(); });
 }
 
 void ServerCore::SchedulerLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<TimedMutex> lock(mu_);
   while (true) {
     scheduler_wake_.wait(lock, [this] { return schedule_due_ || scheduler_stop_; });
     if (scheduler_stop_) return;
+    mu_.HoldingFor(kHeldForPlacement);
     auto started = std::chrono::steady_clock::now();
     if (Status s = ScheduleLocked(); !s.ok()) DegradedLocked("schedule", "a scheduling pass", s);
     // Then as long again (at least 1 ms) with the lock free: the agents' messages are handled
@@ -500,7 +501,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
 }
 
 ServerCore::PassCounts ServerCore::PlacementPasses() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   return passes_;
 }
 

@@ -92,7 +92,7 @@ bool ServerCore::ApplyReliabilityLocked(const ReliabilityHistory& h) {
 // RequestReportLocked is in core_identity.cc: every request carries a nonce.
 
 Result<st::NodeRecord> ServerCore::VerifyNode(const std::string& node) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   SLUICE_ASSIGN_OR_RETURN(NodeState * found, NodeByIdOrNameLocked(node));
   if (!found->link) {
     return Status::FailedPrecondition("node " + found->record.name + " is " +

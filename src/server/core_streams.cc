@@ -46,7 +46,7 @@ void ServerCore::PublishLocked(const WriteBatch& batch) {
 Result<std::vector<st::LogLine>> ServerCore::ReadLogs(const std::string& job_id, int64_t after_id,
                                                       int limit) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<TimedMutex> lock(mu_);
     if (!jobs_.count(job_id)) return Status::NotFound("no job " + job_id);
   }
   return store_->ReadLogs(job_id, after_id, limit);
@@ -54,7 +54,7 @@ Result<std::vector<st::LogLine>> ServerCore::ReadLogs(const std::string& job_id,
 
 Result<uint64_t> ServerCore::Subscribe(const std::string& job_id, bool events, bool logs,
                                        StreamSink sink) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
   // Replay under mu_: nothing new can be committed meanwhile, so replay + live has no gap and
@@ -93,7 +93,7 @@ Result<uint64_t> ServerCore::Subscribe(const std::string& job_id, bool events, b
 }
 
 void ServerCore::Unsubscribe(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   subscribers_.erase(id);
 }
 

@@ -13,7 +13,7 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
                                             const SubmitOptions& opts, bool* replayed) {
   if (replayed != nullptr) *replayed = false;
   SLUICE_ASSIGN_OR_RETURN(market::MarketRequest market, market::CompileJob(spec));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   const int64_t now = clock_->NowMillis();
   if (!opts.idempotency_key.empty()) {
     // Looked up under mu_, and the key is written in the job's own commit: two submissions with
@@ -113,7 +113,7 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
 std::vector<st::JobRecord> ServerCore::ListJobs(
     std::optional<st::JobState> state, size_t limit,
     const std::function<bool(const st::JobRecord&)>& visible) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   std::vector<const JobState*> all;
   for (const auto& [id, js] : jobs_) {
     if (state && js.record.state != *state) continue;
@@ -132,7 +132,7 @@ std::vector<st::JobRecord> ServerCore::ListJobs(
 }
 
 Result<ServerCore::JobAccess> ServerCore::JobAccessOf(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Status::NotFound("no job " + id);
   JobAccess a;
@@ -167,13 +167,13 @@ Result<ServerCore::NodeState*> ServerCore::NodeByIdOrNameLocked(const std::strin
 }
 
 Result<st::NodeRecord> ServerCore::FindNode(const std::string& id_or_name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   SLUICE_ASSIGN_OR_RETURN(NodeState * found, NodeByIdOrNameLocked(id_or_name));
   return found->record;
 }
 
 bool ServerCore::NodeNeedsBlob(const std::string& node_id, const std::string& digest) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   for (const auto& aid : AttemptsOnLocked(node_id)) {
     auto live = active_attempts_.find(aid);
     if (live == active_attempts_.end()) continue;  // the index and the map change together
@@ -192,7 +192,7 @@ bool ServerCore::NodeNeedsBlob(const std::string& node_id, const std::string& di
 }
 
 std::set<std::string> ServerCore::ReferencedBlobs() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   std::set<std::string> used;
   for (const auto& [id, js] : jobs_) {
     if (!js.record.workdir_blob.empty()) used.insert(js.record.workdir_blob);
@@ -217,7 +217,7 @@ std::set<std::string> ServerCore::ReferencedBlobs() {
 }
 
 int ServerCore::ActiveJobsOf(const std::string& account_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   int n = 0;
   for (const auto& [id, js] : jobs_) {
     n += js.record.owner == account_id && !st::IsTerminal(js.record.state);

@@ -65,13 +65,8 @@ class NodeIdentityTest : public ::testing::Test {
   }
   AgentIdentity Join() { return Who(join_secret_); }
   proto::Hello CpuHello(const std::string& name, std::string node_id = "") {
-    proto::Hello h;
+    proto::Hello h = testing::CpuHello(name);
     h.node_id = std::move(node_id);
-    h.name = name;
-    h.inventory.hostname = name;
-    h.inventory.cpu_cores = 4;
-    h.inventory.memory_mib = 8192;
-    h.inventory.gpu_source = "none";
     return h;
   }
   Json ReportMsg(const std::string& nonce) {

@@ -31,7 +31,7 @@ ServerCore::~ServerCore() {
   }
   if (inbox_thread_.joinable()) inbox_thread_.join();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<TimedMutex> lock(mu_);
     scheduler_stop_ = true;
   }
   scheduler_wake_.notify_all();
@@ -39,7 +39,7 @@ ServerCore::~ServerCore() {
 }
 
 Status ServerCore::Load() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   SLUICE_ASSIGN_OR_RETURN(auto nodes, store_->LoadNodes());
   int64_t now_mono = clock_->MonotonicMillis();
   for (auto& n : nodes) {
@@ -202,7 +202,8 @@ void ServerCore::Tick() {
 }
 
 void ServerCore::ApplyReliability(const ReliabilityHistory& history) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
+  mu_.HoldingFor(kHeldForTick);
   // A query may name reliability (`reliability>=0.99`): a waiting job may fit now.
   if (ApplyReliabilityLocked(history) && !queued_.empty()) {
     if (Status s = RequestScheduleLocked(); !s.ok())
@@ -211,7 +212,8 @@ void ServerCore::ApplyReliability(const ReliabilityHistory& history) {
 }
 
 bool ServerCore::TickState() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
+  mu_.HoldingFor(kHeldForTick);
   for (auto it = subscribers_.begin(); it != subscribers_.end();) {
     it = it->second.sink(Json()) ? std::next(it) : subscribers_.erase(it);
   }
@@ -325,7 +327,7 @@ bool ServerCore::TickState() {
 }
 
 Status ServerCore::RecordAudit(st::AuditEntry entry) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<TimedMutex> lock(mu_);
   if (entry.ts_ms == 0) entry.ts_ms = clock_->NowMillis();
   WriteBatch batch;
   batch.audit.push_back(std::move(entry));

@@ -32,6 +32,7 @@
 #include "common/inventory.h"
 #include "common/json.h"
 #include "common/status.h"
+#include "common/timed_mutex.h"
 #include "market/catalog.h"
 #include "market/explain.h"
 #include "market/job_market.h"
@@ -263,6 +264,20 @@ class ServerCore {
     int64_t incremental = 0;
   };
   PassCounts PlacementPasses();
+  // How long callers waited for the core's lock, and how long each holder kept it (a request, an
+  // inbox batch, a placement pass, a tick, a heartbeat); no lock: the histograms are read with
+  // atomics.
+  // /v1/metrics exports them as sluice_core_lock_wait_seconds and sluice_core_lock_hold_seconds.
+  DurationHistogram::Snapshot LockWaits() const { return mu_.Waits(); }
+  DurationHistogram::Snapshot LockHolds() const { return mu_.Holds(); }
+  // The holds by holder: request, agent_messages, placement, tick, heartbeat.
+  std::vector<std::pair<std::string, DurationHistogram::Snapshot>> LockHoldsByHolder() const {
+    std::vector<std::pair<std::string, DurationHistogram::Snapshot>> out;
+    for (size_t i = 0; i < mu_.holders().size(); ++i) {
+      out.emplace_back(mu_.holders()[i], mu_.Holds(i));
+    }
+    return out;
+  }
   // The store's own work (WAL checkpoints); no lock: the store counts with atomics.
   store::StoreCounters StoreCounters() { return store_->Counters(); }
 
@@ -535,7 +550,17 @@ class ServerCore {
   const Clock* const clock_;
   const CoreOptions options_;
 
-  std::mutex mu_;
+  // The one lock over the core's state; it keeps how long callers waited and holders held it
+  // (LockWaits, LockHolds: /v1/metrics).
+  // Its holds are kept per holder, named in the order of LockHolder.
+  enum LockHolder : size_t {
+    kHeldForRequest,        // API requests, hellos, anything not named below
+    kHeldForAgentMessages,  // an inbox batch (HandleWaitingAgentMessages)
+    kHeldForPlacement,      // a scheduler pass (SchedulerLoop)
+    kHeldForTick,           // the tick and the reliability refresh it applies
+    kHeldForHeartbeat,      // a heartbeat answered on an io thread (AnswerHeartbeatNow)
+  };
+  TimedMutex mu_{clock_, {"request", "agent_messages", "placement", "tick", "heartbeat"}};
   // Guarded by mu_.
   TimeOrderedIds ids_{clock_};  // jobs' and attempts' ids
   std::map<std::string, NodeState> nodes_;
@@ -585,7 +610,7 @@ class ServerCore {
   // The scheduler thread (StartScheduler): a pass is due; the thread is to stop.
   bool schedule_due_ = false;
   bool scheduler_stop_ = false;
-  std::condition_variable scheduler_wake_;
+  std::condition_variable_any scheduler_wake_;  // waits with mu_, a TimedMutex
   std::thread scheduler_;
   AgentInbox inbox_;
   std::thread inbox_thread_;

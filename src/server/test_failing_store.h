@@ -17,7 +17,10 @@ class FailingStore : public store::Store {
   std::function<bool(const store::WriteBatch&)> fail_if;
   int failed = 0;  // writes refused so far
   int writes = 0;  // writes let through so far
+  // Called before every write, failed or not: a test's slow disk (advancing a FakeClock).
+  std::function<void(const store::WriteBatch&)> on_write;
   Status Write(const store::WriteBatch& b) override {
+    if (on_write) on_write(b);
     if (fail || (fail_if && fail_if(b))) {
       ++failed;
       return Status::Unavailable("injected store failure");

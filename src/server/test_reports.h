@@ -5,10 +5,22 @@
 
 #include <string>
 
+#include "common/agent_protocol.h"
 #include "common/conformance.h"
 #include "common/inventory.h"
 
 namespace sluice::server::testing {
+
+// What a 4-CPU, 8 GiB machine's agent says at hello (no prices: a test adds what it needs).
+inline proto::Hello CpuHello(const std::string& name) {
+  proto::Hello h;
+  h.name = name;
+  h.inventory.hostname = name;
+  h.inventory.cpu_cores = 4;
+  h.inventory.memory_mib = 8192;
+  h.inventory.gpu_source = "none";
+  return h;
+}
 
 inline conformance::Report PassingReport(const Inventory& inv) {
   using conformance::Check;
