@@ -50,6 +50,12 @@ std::vector<std::string> Order(const std::vector<ShapeRankings::Entry>& entries,
   return ids;
 }
 
+// The "cpu" shape asked for twice (a shape is ranked on its second ask): its ranking.
+ShapeRankings::Entries RankCpu(ShapeRankings& rankings, const Counted& usable) {
+  rankings.Ranked("cpu", market::Objective::kCost, usable);
+  return rankings.Ranked("cpu", market::Objective::kCost, usable);
+}
+
 TEST(ShapeRankingsTest, AShapeIsRankedOnItsSecondAskBestEstimateFirst) {
   std::vector<std::shared_ptr<const NodeCapacity>> nodes = {CpuNode("a", 0.30), CpuNode("b", 0.10),
                                                             CpuNode("c", 0.20), CpuNode("d", 0.10)};
@@ -77,8 +83,7 @@ TEST(ShapeRankingsTest, OnlyANodeWhoseOffersChangedIsRankedAgain) {
   rankings.Sync(nodes, {});
   int asked = 0;
   Counted usable{&nodes, &asked};
-  rankings.Ranked("cpu", market::Objective::kCost, usable);
-  const auto held = rankings.Ranked("cpu", market::Objective::kCost, usable);
+  const auto held = RankCpu(rankings, usable);
   ASSERT_NE(held, nullptr);
   // Node a's provider cuts its price; node c's attempts change (a new capacity object, the same
   // offers): only a is asked about again, and it moves first.
@@ -103,8 +108,7 @@ TEST(ShapeRankingsTest, ANodeJoiningOrAnotherModelRanksAfresh) {
   rankings.Sync(nodes, {});
   int asked = 0;
   Counted usable{&nodes, &asked};
-  rankings.Ranked("cpu", market::Objective::kCost, usable);
-  rankings.Ranked("cpu", market::Objective::kCost, usable);
+  RankCpu(rankings, usable);
   nodes.insert(nodes.begin() + 1, CpuNode("b", 0.10));  // c's position moves
   rankings.Sync(nodes, {});
   asked = 0;
@@ -127,8 +131,7 @@ TEST(ShapeRankingsTest, ManyChangedNodesRankAfreshAndAnEntryStaysSmall) {
   rankings.Sync(nodes, {});
   int asked = 0;
   Counted usable{&nodes, &asked};
-  rankings.Ranked("cpu", market::Objective::kCost, usable);
-  rankings.Ranked("cpu", market::Objective::kCost, usable);
+  RankCpu(rankings, usable);
   // 10 changed nodes are repaired one by one; 65 more (past max(64, 100 / 4) changes since the
   // last reset) rank every node afresh.
   for (int i = 0; i < 10; ++i) nodes[i] = CpuNode("n" + std::to_string(i), 0.05);
