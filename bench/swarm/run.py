@@ -30,6 +30,7 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import resource
 import shutil
 import ssl
@@ -73,6 +74,29 @@ def proc_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
 
 
+def proc_thread_cpu_s(pid):
+    """CPU seconds per thread name of a process ({comm: utime + stime}, threads of one name
+    summed): the server names its threads (sluice-inbox, sluice-sched, sluice-io, ...)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue  # the thread ended between the listing and the read
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
+def thread_cpu_summary(before, after, span_s):
+    """Each thread name's share of one core between two proc_thread_cpu_s(), busiest first."""
+    rows = sorted(((after[n] - before.get(n, 0.0)) / span_s * 100, n) for n in after)
+    return ", ".join(f"{n} {pct:.0f} %" for pct, n in reversed(rows) if pct >= 0.5) or "none"
+
+
 def frame(text):
     """A masked client text frame."""
     payload = text.encode()
@@ -88,7 +112,10 @@ def frame(text):
         head += struct.pack(">Q", n)
     mask = os.urandom(4)
     head += mask
-    return bytes(head) + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    # XOR as one big integer: a byte-by-byte generator cost more than the rest of a small
+    # message's send, and the swarm shares the machine's two cores with the server it measures.
+    key = int.from_bytes((mask * (n // 4 + 1))[:n], "little")
+    return bytes(head) + (int.from_bytes(payload, "little") ^ key).to_bytes(n, "little")
 
 
 async def read_frame(reader):
@@ -345,8 +372,66 @@ class Api:
 JOB = {"spec": {"name": "swarm", "run": "true", "resources": {"cpus": 1, "memory_gb": 1}}}
 
 
+LOCK_LINE = re.compile(r'^sluice_core_lock_(wait|hold)_seconds_(bucket|sum)'
+                       r'(?:\{(?:holder="([a-z_]+)",?)?(?:le="([^"]+)")?\})? (\S+)$')
+
+
+def lock_histograms(api):
+    """The core's lock times from the metrics page: {(kind, holder): {"le": [(bound s, cumulative
+    count)], "sum": seconds}} with kind "wait" or "hold" (waits have holder ""), and "at" (when
+    read); no (kind, holder) keys from a server without them."""
+    status, body = api.call("GET", "/v1/metrics")
+    out = {"at": time.monotonic()}
+    for line in body.decode().splitlines() if status == 200 else []:
+        m = LOCK_LINE.match(line)
+        if not m:
+            continue
+        kind, what, holder, le, value = m.groups()
+        h = out.setdefault((kind, holder or ""), {"le": [], "sum": 0.0})
+        if what == "bucket":
+            h["le"].append((float(le), int(value)))
+        else:
+            h["sum"] = float(value)
+    return out
+
+
+def lock_summary(before, after):
+    """What the core's lock did between two lock_histograms(): the share of the time it was held,
+    how many holds and waits, how many over 25 ms, the bucket of the longest, and per holder
+    that held it over 25 ms the same."""
+    keys = [k for k in after if k != "at" and k in before]
+    if not keys:
+        return "no lock times on the metrics page"
+    span = max(after["at"] - before["at"], 1e-9)
+
+    def delta(k):
+        d = [(le, a - b) for (le, a), (_, b) in zip(after[k]["le"], before[k]["le"])]
+        return d, after[k]["sum"] - before[k]["sum"]
+
+    def describe(d, what):
+        total = d[-1][1]
+        over = total - next(n for le, n in d if le >= 0.025)
+        longest = next((le for le, n in d if n == total), float("inf"))
+        lower = max((le for le, n in d if n < total), default=0.0)
+        return total, over, f"{total} {what}, {over} over 25 ms, longest in ({lower:g}, {longest:g}] s"
+
+    holds = [(k[1], *delta(k)) for k in keys if k[0] == "hold"]
+    merged = [(le, sum(d[i][1] for _, d, _ in holds)) for i, (le, _) in enumerate(holds[0][1])]
+    held = sum(x for _, _, x in holds) / span
+    parts = [f"held {100 * held:.0f} % of the time; " + describe(merged, "holds")[2]]
+    for k in keys:
+        if k[0] == "wait":
+            parts.append(describe(delta(k)[0], "waits")[2])
+    for holder, d, secs in sorted(holds, key=lambda h: -h[2]):
+        total, over, text = describe(d, "holds")
+        if over and holder:  # a server without holder labels has one series: the total above
+            parts.append(f"{holder}: {100 * secs / span:.0f} % of the time, {text}")
+    return "; ".join(parts)
+
+
 def submit_latencies(api, n):
     xs = []
+    locks0 = lock_histograms(api)
     start, wall0 = time.perf_counter(), time.time()  # the wall clock, to line up with server logs
     slow = []  # (ms, seconds into the sample): when the tail happens says what causes it
     for _ in range(n):
@@ -360,6 +445,7 @@ def submit_latencies(api, n):
     log(f"slowest submits (ms @ s into the sample that began at {time.strftime('%H:%M:%S', time.gmtime(wall0))}"
         f".{int(wall0 * 1000) % 1000:03d} UTC): " +
         " ".join(f"{ms:.1f}@{at:.2f}" for ms, at in slow[:6]))
+    log(f"the core's lock during that sample: {lock_summary(locks0, lock_histograms(api))}")
     return xs
 
 
@@ -461,10 +547,12 @@ async def queued_placements(args, swarm, port, admin_token, pid):
         f"{held} placed and held, {queued} queued")
     api = Api(port, admin_token)
     store0 = store_counters(api)
+    locks0 = lock_histograms(api)
     t0 = time.monotonic()
     # Who is busy during the drain: the server, or this process playing the agents (both share
     # the machine's cores).
     server_cpu0, own_cpu0 = proc_cpu_s(pid), sum(os.times()[:2])
+    threads0 = proc_thread_cpu_s(pid)
     swarm.release()
     at_release = swarm.started
     while swarm.started - start0 < args.queued:
@@ -473,9 +561,11 @@ async def queued_placements(args, swarm, port, admin_token, pid):
             break
     drain_s = time.monotonic() - t0
     server_cpu = (proc_cpu_s(pid) - server_cpu0) / drain_s * 100
+    threads = thread_cpu_summary(threads0, proc_thread_cpu_s(pid), drain_s)
     own_cpu = (sum(os.times()[:2]) - own_cpu0) / drain_s * 100
     placed = swarm.started - at_release
     store1 = store_counters(api)
+    locks = lock_summary(locks0, lock_histograms(api))
     commits = store1["commits"] - store0["commits"]
     pages = store1["pages_written"] - store0["pages_written"]
     twice = sum(1 for n in swarm.assigned_jobs.values() if n > 1)
@@ -488,8 +578,8 @@ async def queued_placements(args, swarm, port, admin_token, pid):
             log(f"  {e.get('kind', '')}: {e.get('message', '')}")
     return {"shapes": shapes, "submit_s": submit_s, "held": held, "queued": queued,
             "placed": placed, "drain_s": drain_s, "rate": placed / drain_s, "twice": twice,
-            "server_cpu_pct": server_cpu, "swarm_cpu_pct": own_cpu,
-            "commits": commits, "pages": pages,
+            "server_cpu_pct": server_cpu, "swarm_cpu_pct": own_cpu, "threads": threads,
+            "commits": commits, "pages": pages, "locks": locks,
             "complete": swarm.started - start0 >= args.queued}
 
 
@@ -811,6 +901,8 @@ async def run(args, server, port, join_token, admin_token):
               f"process playing the agents {deep['swarm_cpu_pct']:.0f} %; store commits "
               f"{deep['commits']} ({deep['commits'] / max(deep['placed'], 1):.2f} per placement, "
               f"{deep['pages'] / max(deep['commits'], 1):.1f} pages written each)")
+        print(f"  the server's threads during the release, share of one core: {deep['threads']}")
+        print(f"  the core's lock during the release: {deep['locks']}")
     if dead:
         print(f"dead nodes: {dead['silenced']} agents silenced (socket left open): "
               f"{dead['detected']} detected, {dead['lost']} shown lost; delay from the last "

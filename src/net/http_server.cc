@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/text.h"
+#include "common/thread_name.h"
 #include "net/net_internal.h"
 #include "net/tls_internal.h"
 #include "net/tls_socket_stream.h"
@@ -995,6 +996,7 @@ class HttpServer::Impl {
     int n = std::max(1, opt.threads);
     for (int i = 0; i < n; ++i) {
       threads_.emplace_back([this] {
+        NameThisThread("sluice-io");
         for (;;) {
           try {
             ioc_.run();

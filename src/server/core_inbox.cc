@@ -6,6 +6,7 @@
 #include <future>
 #include <variant>
 
+#include "common/thread_name.h"
 #include "server/core_internal.h"
 #include "server/server_core.h"
 
@@ -25,6 +26,7 @@ void ServerCore::StartInbox() {
   std::lock_guard<TimedMutex> lock(mu_);
   if (inbox_thread_.joinable()) return;
   inbox_thread_ = std::thread([this] {
+    NameThisThread("sluice-inbox");
     while (inbox_.Wait()) HandleWaitingAgentMessages();
   });
   inbox_running_.store(true, std::memory_order_release);

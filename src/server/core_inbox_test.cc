@@ -2,8 +2,11 @@
 // read them when nothing of their node waits, and in their node's order when something does
 // (docs/design-notes.md "Agent messages: one commit for many").
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "server/core_test_fixture.h"
@@ -121,6 +124,30 @@ TEST_F(CoreInboxThreadTest, AHeartbeatOnAReplacedLinkIsRefusedAsBefore) {
   EXPECT_EQ(out.status->code(), StatusCode::kFailedPrecondition) << out.status->ToString();
   EXPECT_TRUE(a.link->OfType("lease").empty());
   EXPECT_TRUE(fresh->OfType("lease").empty());
+}
+
+// The names `top -H`, `perf` and bench/swarm tell the core's threads apart by.
+TEST_F(CoreInboxThreadTest, TheInboxAndSchedulerThreadsCarryTheirNames) {
+  core_->StartScheduler();
+  auto names = [] {
+    std::set<std::string> out;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream comm(task.path() / "comm");
+      std::string name;
+      if (std::getline(comm, name)) out.insert(name);
+    }
+    return out;
+  };
+  // A thread names itself once it runs: wait for both, with a deadline.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  std::set<std::string> seen = names();
+  while (!(seen.count("sluice-inbox") && seen.count("sluice-sched")) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+    seen = names();
+  }
+  EXPECT_TRUE(seen.count("sluice-inbox"));
+  EXPECT_TRUE(seen.count("sluice-sched"));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/thread_name.h"
 #include "ledger/metering.h"
 #include "server/core_internal.h"
 #include "server/node_trust.h"
@@ -92,7 +93,10 @@ Status ServerCore::ScheduleNewJobLocked(const std::string& job_id) {
 void ServerCore::StartScheduler() {
   std::lock_guard<TimedMutex> lock(mu_);
   if (scheduler_.joinable()) return;
-  scheduler_ = std::thread([this] { SchedulerLoop(); });
+  scheduler_ = std::thread([this] {
+    NameThisThread("sluice-sched");
+    SchedulerLoop();
+  });
 }
 
 void ServerCore::SchedulerLoop() {

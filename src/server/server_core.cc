@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/inventory.h"
+#include "common/thread_name.h"
 #include "server/accounts.h"
 #include "server/core_internal.h"
 #include "server/node_trust.h"
@@ -197,7 +198,10 @@ void ServerCore::Tick() {
   if (!options_.reliability_in_background) {
     ApplyReliability(ReadReliabilityHistory());
   } else if (!reliability_read_.valid()) {
-    reliability_read_ = std::async(std::launch::async, [this] { return ReadReliabilityHistory(); });
+    reliability_read_ = std::async(std::launch::async, [this] {
+      NameThisThread("sluice-history");
+      return ReadReliabilityHistory();
+    });
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/clock.h"
+#include "common/thread_name.h"
 #include "ledger/micros.h"
 #include "net/http_client.h"
 #include "net/http_types.h"
@@ -124,6 +125,7 @@ Json AlertToJson(const store::BudgetAlert& a, const std::string& scope_name) {
 
 void WebhookSender::Start() {
   thread_ = std::thread([this] {
+    NameThisThread("sluice-webhook");
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       lock.unlock();

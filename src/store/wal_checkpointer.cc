@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "common/thread_name.h"
 #include "store/sqlite_query.h"
 
 namespace sluice::store {
@@ -28,7 +29,10 @@ Result<std::unique_ptr<WalCheckpointer>> WalCheckpointer::Start(
   std::unique_ptr<WalCheckpointer> c(new WalCheckpointer(writer, own, options));
   // Replaces the automatic checkpoint, which is itself a WAL hook.
   sqlite3_wal_hook(writer, &WalCheckpointer::OnCommit, c.get());
-  c->thread_ = std::thread([p = c.get()] { p->Run(); });
+  c->thread_ = std::thread([p = c.get()] {
+    NameThisThread("sluice-walckpt");
+    p->Run();
+  });
   return c;
 }
 
