@@ -80,7 +80,9 @@ struct MoneyState {
   std::map<std::string, store::MeterRecord> open_meters;
   std::map<std::string, int64_t> balances;
   std::map<std::string, int64_t> lease_renewed_mono;
-  int64_t last_settle_mono = 0;
+  int64_t last_settle_mono = 0;  // when the last settlement round began
+  // A round in progress (SettleRoundStepLocked): the id of the next meter to settle.
+  std::optional<std::string> settle_next;
   int64_t last_budget_check_mono = 0;
   // What each job was charged (a cache filled from the store on first use and kept with
   // committed charges).

@@ -12,6 +12,7 @@
 #include "common/crypto.h"
 #include "server/server_core.h"
 #include "server/test_agent_link.h"
+#include "server/test_failing_store.h"
 #include "server/test_reports.h"
 
 namespace sluice::server {
@@ -27,17 +28,20 @@ class ServerCoreTest : public ::testing::Test {
   }
   void TearDown() override {
     core_.reset();
+    failing_.reset();
     store_.reset();
     std::filesystem::remove_all(dir_);
   }
   // (Re)opens store and core on the same database: a server restart.
   void Open() {
     core_.reset();
+    failing_.reset();
     store_.reset();
     auto s = store::OpenSqliteStore((dir_ / "sluice.db").string());
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(*s);
-    core_ = std::make_unique<ServerCore>(store_.get(), &clock_, opt_);
+    failing_ = std::make_unique<testing::FailingStore>(store_.get());
+    core_ = std::make_unique<ServerCore>(failing_.get(), &clock_, opt_);
     ASSERT_TRUE(core_->Load().ok());
   }
   // A GPU machine needs a driver to be verified.
@@ -105,6 +109,9 @@ class ServerCoreTest : public ::testing::Test {
   FakeClock clock_;
   std::filesystem::path dir_;
   std::unique_ptr<store::Store> store_;
+  // The core writes through it: a test makes chosen commits fail (it passes everything through
+  // until told otherwise).
+  std::unique_ptr<testing::FailingStore> failing_;
   std::unique_ptr<ServerCore> core_;
 };
 

@@ -97,6 +97,9 @@ struct CoreOptions {
   // are settled into the ledger (their end settles the rest at once).
   int platform_fee_bps = 0;
   int64_t settle_interval_ms = 60000;
+  // The tick settles at most this many meters per tick, the rest on the ticks that follow (a
+  // round): one commit of every meter of a big fleet held the core's lock for seconds.
+  size_t settle_slice = 512;
   // A node its provider reclaimed (whole), or under a spot-termination notice, takes no new work
   // for this long unless its provider resumes it first (issue 15 item 5).
   int64_t reclaim_cooldown_ms = 30LL * 60 * 1000;

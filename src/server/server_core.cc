@@ -268,9 +268,8 @@ bool ServerCore::TickState() {
       DegradedLocked("budget", "stopping attempts at their budget or credit", s);
     }
   }
-  if (options_.settle_interval_ms > 0 &&
-      now - money_.last_settle_mono >= options_.settle_interval_ms) {
-    if (Status s = SettleMetersLocked(); !s.ok()) {
+  if (options_.settle_interval_ms > 0) {
+    if (Status s = SettleRoundStepLocked(); !s.ok()) {
       DegradedLocked("settle", "settling running attempts' meters", s);
     }
   }

@@ -318,8 +318,15 @@ class ServerCore {
   // Metering (core_billing.cc): opens a meter for each attempt the edit starts and closes (and
   // bills) the meter of each it ends, into the edit's own batch. Called by CommitLocked first.
   void MeterLocked(Edit& edit);
-  // Bills `meter` up to `until_ms` into the edit (a ledger transaction and its cost delta).
+  // Settles every open meter up to now, in one commit (SettleMeters); ends any round.
   Status SettleMetersLocked();
+  // The tick's settlement: a round bills every open meter, settle_slice of them per tick in id
+  // order, and begins every settle_interval_ms (docs/design-notes.md "Metering and the ledger").
+  Status SettleRoundStepLocked();
+  // Settles up to `limit` open meters from the first whose id is not below `from`, then, if that
+  // reached the last, the stored bytes; commits. Returns the id of the next meter to settle.
+  Result<std::optional<std::string>> SettleSliceLocked(const std::string& from, size_t limit);
+  // Bills `meter` up to `until_ms` into the edit (a ledger transaction and its cost delta).
   // `credit_micros` of it is credited back at once (an SLA credit, for `credit_reason`).
   store::MeterRecord SettleIntoLocked(Edit& edit, const store::MeterRecord& meter, int64_t until_ms,
                                       int64_t lost_micros, int64_t credit_micros = 0,
