@@ -1,0 +1,238 @@
+// bench_settle: what billing a busy fleet costs the server core's lock (issue 12: nothing slow
+// under the lock; docs/design-notes.md "Metering and the ledger").
+//
+// Two worlds are built side by side, each a ServerCore on its own SQLite store with a fake
+// clock: `--nodes` verified 64-CPU nodes running `--attempts` one-CPU jobs between them, so
+// that many meters are open. Then, in rounds that alternate between the worlds, the clock moves
+// on by the settle interval and every node heartbeats (its lease renewed); then
+//
+//   * the baseline world bills every open meter in one commit (ServerCore::SettleMeters, what
+//     the tick did before settlement went in slices), timed;
+//   * the other world ticks, 200 ms of fake time apart, until its settlement round has billed
+//     every meter, settle_slice meters a tick; each tick is timed.
+//
+// Each call runs under the core's lock, so its wall time is how long everything else (heartbeats,
+// exits, submits) would have waited. Prints the longest wait in each world and its ratio, and the
+// round's total time against the one commit's.
+//
+//   bench_settle [--nodes N] [--attempts A] [--rounds K] [--slice S]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/crypto.h"
+#include "server/server_core.h"
+#include "server/test_agent_link.h"
+#include "server/test_reports.h"
+#include "store/store.h"
+
+namespace fs = std::filesystem;
+using sluice::FakeClock;
+using sluice::Json;
+using sluice::server::CoreOptions;
+using sluice::server::ServerCore;
+using sluice::server::testing::RecordingLink;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kIntervalMs = 30'000;
+constexpr int64_t kTickMs = 200;  // the server's tick (server_command.cc)
+constexpr int kCores = 64;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "bench_settle: %s\n", what.c_str());
+  std::exit(1);
+}
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+struct World {
+  std::string name;
+  fs::path dir;
+  FakeClock clock;
+  std::unique_ptr<sluice::store::Store> store;
+  std::unique_ptr<ServerCore> core;
+  std::vector<std::string> nodes;
+  std::vector<std::shared_ptr<RecordingLink>> links;
+  std::vector<double> longest_ms;  // per round: the longest single call under the lock
+  std::vector<double> total_ms;    // per round: all of the round's calls together
+  std::vector<size_t> calls;       // per round: how many calls (ticks) billed it
+
+  // The interval passes; every node's agent heartbeats, as live agents would have.
+  void Live() {
+    clock.Advance(kIntervalMs);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      auto s = core->AgentMessage(nodes[i], links[i].get(), Json{{"type", "heartbeat"}});
+      if (!s.ok()) Die(name + ": heartbeat: " + s.ToString());
+    }
+  }
+};
+
+void Build(World& w, size_t nodes, size_t attempts, size_t slice) {
+  w.dir = fs::temp_directory_path() / ("sluice-bench-settle-" + sluice::RandomHex(6));
+  fs::create_directories(w.dir);
+  auto st = sluice::store::OpenSqliteStore((w.dir / "sluice.db").string());
+  if (!st.ok()) Die("store: " + st.status().ToString());
+  w.store = std::move(*st);
+  CoreOptions options;
+  options.settle_interval_ms = kIntervalMs;
+  options.settle_slice = slice;
+  options.heartbeat_grace_ms = 2 * kIntervalMs;
+  options.lease_ms = 2 * kIntervalMs;
+  options.budget_check_interval_ms = 0;  // only the settlement is measured
+  w.core = std::make_unique<ServerCore>(w.store.get(), &w.clock, options);
+  if (auto s = w.core->Load(); !s.ok()) Die("load: " + s.ToString());
+  for (size_t i = 0; i < nodes; ++i) {
+    sluice::proto::Hello h;
+    h.name = "node-" + std::to_string(i);
+    h.inventory.hostname = h.name;
+    h.inventory.cpu_cores = kCores;
+    h.inventory.memory_mib = 512 * 1024;
+    h.inventory.gpu_source = "none";
+    h.price_per_cpu_hour = 0.05;
+    auto link = std::make_shared<RecordingLink>();
+    auto node = w.core->AgentHello(link, h);
+    if (!node.ok()) Die("hello: " + node.status().ToString());
+    auto s = w.core->AgentMessage(
+        *node, link.get(),
+        Json{{"type", "conformance"},
+             {"report",
+              sluice::conformance::ToJson(sluice::server::testing::PassingReport(h.inventory))},
+             {"nonce", link->Nonce()}});
+    if (!s.ok()) Die("conformance: " + s.ToString());
+    w.nodes.push_back(*node);
+    w.links.push_back(std::move(link));
+  }
+  sluice::spec::JobSpec spec;
+  spec.name = "bench";
+  spec.run = "true";
+  spec.resources.cpus = 1;
+  spec.resources.memory_gb = 1;
+  for (size_t k = 0; k < attempts; ++k) {
+    auto job = w.core->SubmitJob(spec, "");
+    if (!job.ok()) Die("submit: " + job.status().ToString());
+  }
+  // Every assignment started, as the agents would.
+  size_t started = 0;
+  for (size_t i = 0; i < w.nodes.size(); ++i) {
+    std::vector<std::string> atts;
+    {
+      std::lock_guard<std::mutex> lock(w.links[i]->mu);
+      for (const auto& m : w.links[i]->sent) {
+        if (m.value("type", "") == "assign") atts.push_back(m.value("attempt_id", ""));
+      }
+      w.links[i]->sent.clear();
+    }
+    for (const auto& att : atts) {
+      auto s = w.core->AgentMessage(w.nodes[i], w.links[i].get(),
+                                    Json{{"type", "started"}, {"attempt_id", att}});
+      if (!s.ok()) Die("started: " + s.ToString());
+      ++started;
+    }
+  }
+  if (started != attempts) {
+    Die("placed " + std::to_string(started) + " of " + std::to_string(attempts) +
+        " jobs: give more --nodes");
+  }
+  w.core->Tick();  // the first tick's once-a-minute work, out of the way of the timed ones
+}
+
+// The baseline: every meter billed in one commit.
+void SettleAtOnce(World& w) {
+  w.Live();
+  const auto start = Clock::now();
+  if (auto s = w.core->SettleMeters(); !s.ok()) Die(w.name + ": settle: " + s.ToString());
+  const double ms = Ms(Clock::now() - start);
+  w.longest_ms.push_back(ms);
+  w.total_ms.push_back(ms);
+  w.calls.push_back(1);
+}
+
+// Ticks until the round has billed every meter (a tick that commits nothing ends it).
+void SettleInSlices(World& w) {
+  w.Live();
+  double longest = 0, total = 0;
+  size_t ticks = 0;
+  for (;;) {
+    const int64_t commits = w.store->Counters().commits;
+    const auto start = Clock::now();
+    w.core->Tick();
+    const double ms = Ms(Clock::now() - start);
+    if (w.store->Counters().commits == commits) break;  // the round is over
+    longest = std::max(longest, ms);
+    total += ms;
+    ++ticks;
+    w.clock.Advance(kTickMs);
+    if (ticks > 100000) Die(w.name + ": the round does not end");
+  }
+  w.longest_ms.push_back(longest);
+  w.total_ms.push_back(total);
+  w.calls.push_back(ticks);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+size_t Arg(int argc, char** argv, const char* flag, size_t fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], flag) == 0) return std::strtoull(argv[i + 1], nullptr, 10);
+  }
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf(
+          "usage: bench_settle [--nodes N] [--attempts A] [--rounds K] [--slice S]\n"
+          "  the longest hold of the core's lock while A running attempts on N 64-CPU nodes are\n"
+          "  billed S meters a tick, against all of them in one commit (the baseline); medians\n"
+          "  of K rounds\n");
+      return 0;
+    }
+  }
+  const size_t attempts = Arg(argc, argv, "--attempts", 10000);
+  const size_t nodes = Arg(argc, argv, "--nodes", (attempts + kCores - 1) / kCores);
+  const size_t rounds = std::max<size_t>(1, Arg(argc, argv, "--rounds", 5));
+  const size_t slice = std::max<size_t>(1, Arg(argc, argv, "--slice", 512));
+
+  World once, sliced;
+  once.name = "one commit";
+  sliced.name = "slices of " + std::to_string(slice);
+  const auto setup = Clock::now();
+  Build(once, nodes, attempts, slice);
+  Build(sliced, nodes, attempts, slice);
+  std::printf("set up %zu nodes running %zu attempts, twice, in %.1f s\n", nodes, attempts,
+              std::chrono::duration<double>(Clock::now() - setup).count());
+  for (size_t r = 0; r < rounds; ++r) {
+    SettleAtOnce(once);
+    SettleInSlices(sliced);
+  }
+  const double once_longest = Median(once.longest_ms), sliced_longest = Median(sliced.longest_ms);
+  const double once_total = Median(once.total_ms), sliced_total = Median(sliced.total_ms);
+  std::printf("%-16s longest hold %8.1f ms  (baseline); the round %8.1f ms in 1 commit\n",
+              once.name.c_str(), once_longest, once_total);
+  std::printf(
+      "%-16s longest hold %8.1f ms  %.3fx the baseline; the round %8.1f ms over %zu ticks "
+      "(%.2fx the baseline's time)\n",
+      sliced.name.c_str(), sliced_longest, sliced_longest / once_longest, sliced_total,
+      sliced.calls.empty() ? 0 : sliced.calls.back(), sliced_total / once_total);
+  for (World* w : {&once, &sliced}) {
+    w->core.reset();
+    w->store.reset();
+    fs::remove_all(w->dir);
+  }
+  return 0;
+}
