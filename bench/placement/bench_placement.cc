@@ -27,18 +27,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "../flags.h"
 #include "common/clock.h"
 #include "common/crypto.h"
 #include "server/server_core.h"
-#include "server/test_agent_link.h"
-#include "server/test_reports.h"
+#include "server/test_fleet.h"
 #include "store/store.h"
 
 namespace fs = std::filesystem;
@@ -51,10 +49,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_placement: %s\n", what.c_str());
-  std::exit(1);
-}
+[[noreturn]] void Die(const std::string& what) { sluice::bench::Die("bench_placement", what); }
 
 // Job k of a queue of `shapes` shapes (they differ in memory only; all take a whole node).
 sluice::spec::JobSpec Spec(size_t k = 0, size_t shapes = 1) {
@@ -87,18 +82,8 @@ struct World {
   // The attempt the core last assigned to node i, started as its agent would (queued behind
   // the node's other messages when the core holds them: --batch).
   void StartLast(size_t i) {
-    RecordingLink& link = *links[i];
-    std::string att;
-    {
-      std::lock_guard<std::mutex> lock(link.mu);
-      for (auto it = link.sent.rbegin(); it != link.sent.rend(); ++it) {
-        if (it->value("type", "") == "assign") {
-          att = it->value("attempt_id", "");
-          break;
-        }
-      }
-      link.sent.clear();  // 60,000 assigns kept would measure the link, not the core
-    }
+    const std::vector<std::string> assigned = sluice::server::testing::TakeAssigned(*links[i]);
+    const std::string att = assigned.empty() ? "" : assigned.back();
     if (att.empty() || att == running[i]) Die(name + ": node " + nodes[i] + " was assigned no job");
     running[i] = att;
     Post(i, sluice::proto::Started{att}, "started");
@@ -133,15 +118,8 @@ void Build(World& w, size_t nodes, size_t queued, size_t shapes, bool hold) {
     h.inventory.memory_mib = 8192;
     h.inventory.gpu_source = "none";
     auto link = std::make_shared<RecordingLink>();
-    auto node = w.core->AgentHello(link, h);
-    if (!node.ok()) Die("hello: " + node.status().ToString());
-    auto s = w.core->AgentMessage(
-        *node, link.get(),
-        Json{{"type", "conformance"},
-             {"report",
-              sluice::conformance::ToJson(sluice::server::testing::PassingReport(h.inventory))},
-             {"nonce", link->Nonce()}});
-    if (!s.ok()) Die("conformance: " + s.ToString());
+    auto node = sluice::server::testing::EnrolNode(*w.core, link, h);
+    if (!node.ok()) Die("enrol: " + node.status().ToString());
     w.nodes.push_back(*node);
     w.links.push_back(std::move(link));
     w.running.emplace_back();
@@ -194,36 +172,29 @@ void Release(World& w, size_t& next, size_t count, size_t batch) {
   w.pages += after.pages_written - before.pages_written;
 }
 
-size_t Arg(int argc, char** argv, const char* flag, size_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], flag) == 0) return std::strtoull(argv[i + 1], nullptr, 10);
-  }
-  return fallback;
-}
+using sluice::bench::FlagValue;
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf(
-          "usage: bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] "
-          "[--rounds K] [--submits M] [--shapes H] [--batch B]\n"
-          "  placements/s of the server core with Q jobs queued behind N full nodes, against "
-          "the same with S queued (the baseline); the jobs are of H shapes (default 1); B jobs "
-          "exit "
-          "together (default 1)\n");
-      return 0;
-    }
+  if (sluice::bench::WantsHelp(argc, argv)) {
+    std::printf(
+        "usage: bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] "
+        "[--rounds K] [--submits M] [--shapes H] [--batch B]\n"
+        "  placements/s of the server core with Q jobs queued behind N full nodes, against "
+        "the same with S queued (the baseline); the jobs are of H shapes (default 1); B jobs "
+        "exit "
+        "together (default 1)\n");
+    return 0;
   }
-  const size_t nodes = Arg(argc, argv, "--nodes", 2000);
-  const size_t queued = Arg(argc, argv, "--queued", 50000);
-  const size_t shallow = Arg(argc, argv, "--shallow", 100);
-  const size_t rounds = Arg(argc, argv, "--rounds", 5);
-  const size_t releases = std::min<size_t>(Arg(argc, argv, "--releases", 500), shallow);
-  const size_t submits = Arg(argc, argv, "--submits", 100);
-  const size_t shapes = std::max<size_t>(1, Arg(argc, argv, "--shapes", 1));
-  const size_t batch = std::max<size_t>(1, Arg(argc, argv, "--batch", 1));
+  const size_t nodes = FlagValue(argc, argv, "--nodes", 2000);
+  const size_t queued = FlagValue(argc, argv, "--queued", 50000);
+  const size_t shallow = FlagValue(argc, argv, "--shallow", 100);
+  const size_t rounds = FlagValue(argc, argv, "--rounds", 5);
+  const size_t releases = std::min<size_t>(FlagValue(argc, argv, "--releases", 500), shallow);
+  const size_t submits = FlagValue(argc, argv, "--submits", 100);
+  const size_t shapes = std::max<size_t>(1, FlagValue(argc, argv, "--shapes", 1));
+  const size_t batch = std::max<size_t>(1, FlagValue(argc, argv, "--batch", 1));
   if (nodes == 0 || releases == 0 || rounds == 0)
     Die("--nodes, --releases and --rounds must be > 0");
   if (releases * rounds > shallow) Die("--shallow must be at least --releases × --rounds");

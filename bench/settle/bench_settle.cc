@@ -19,18 +19,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "../flags.h"
 #include "common/clock.h"
 #include "common/crypto.h"
 #include "server/server_core.h"
-#include "server/test_agent_link.h"
-#include "server/test_reports.h"
+#include "server/test_fleet.h"
 #include "store/store.h"
 
 namespace fs = std::filesystem;
@@ -47,10 +45,7 @@ constexpr int64_t kIntervalMs = 30'000;
 constexpr int64_t kTickMs = 200;  // the server's tick (server_command.cc)
 constexpr int kCores = 64;
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_settle: %s\n", what.c_str());
-  std::exit(1);
-}
+[[noreturn]] void Die(const std::string& what) { sluice::bench::Die("bench_settle", what); }
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -99,15 +94,8 @@ void Build(World& w, size_t nodes, size_t attempts, size_t slice) {
     h.inventory.gpu_source = "none";
     h.price_per_cpu_hour = 0.05;
     auto link = std::make_shared<RecordingLink>();
-    auto node = w.core->AgentHello(link, h);
-    if (!node.ok()) Die("hello: " + node.status().ToString());
-    auto s = w.core->AgentMessage(
-        *node, link.get(),
-        Json{{"type", "conformance"},
-             {"report",
-              sluice::conformance::ToJson(sluice::server::testing::PassingReport(h.inventory))},
-             {"nonce", link->Nonce()}});
-    if (!s.ok()) Die("conformance: " + s.ToString());
+    auto node = sluice::server::testing::EnrolNode(*w.core, link, h);
+    if (!node.ok()) Die("enrol: " + node.status().ToString());
     w.nodes.push_back(*node);
     w.links.push_back(std::move(link));
   }
@@ -123,15 +111,7 @@ void Build(World& w, size_t nodes, size_t attempts, size_t slice) {
   // Every assignment started, as the agents would.
   size_t started = 0;
   for (size_t i = 0; i < w.nodes.size(); ++i) {
-    std::vector<std::string> atts;
-    {
-      std::lock_guard<std::mutex> lock(w.links[i]->mu);
-      for (const auto& m : w.links[i]->sent) {
-        if (m.value("type", "") == "assign") atts.push_back(m.value("attempt_id", ""));
-      }
-      w.links[i]->sent.clear();
-    }
-    for (const auto& att : atts) {
+    for (const auto& att : sluice::server::testing::TakeAssigned(*w.links[i])) {
       auto s = w.core->AgentMessage(w.nodes[i], w.links[i].get(),
                                     Json{{"type", "started"}, {"attempt_id", att}});
       if (!s.ok()) Die("started: " + s.ToString());
@@ -183,30 +163,23 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-size_t Arg(int argc, char** argv, const char* flag, size_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], flag) == 0) return std::strtoull(argv[i + 1], nullptr, 10);
-  }
-  return fallback;
-}
+using sluice::bench::FlagValue;
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf(
-          "usage: bench_settle [--nodes N] [--attempts A] [--rounds K] [--slice S]\n"
-          "  the longest hold of the core's lock while A running attempts on N 64-CPU nodes are\n"
-          "  billed S meters a tick, against all of them in one commit (the baseline); medians\n"
-          "  of K rounds\n");
-      return 0;
-    }
+  if (sluice::bench::WantsHelp(argc, argv)) {
+    std::printf(
+        "usage: bench_settle [--nodes N] [--attempts A] [--rounds K] [--slice S]\n"
+        "  the longest hold of the core's lock while A running attempts on N 64-CPU nodes are\n"
+        "  billed S meters a tick, against all of them in one commit (the baseline); medians\n"
+        "  of K rounds\n");
+    return 0;
   }
-  const size_t attempts = Arg(argc, argv, "--attempts", 10000);
-  const size_t nodes = Arg(argc, argv, "--nodes", (attempts + kCores - 1) / kCores);
-  const size_t rounds = std::max<size_t>(1, Arg(argc, argv, "--rounds", 5));
-  const size_t slice = std::max<size_t>(1, Arg(argc, argv, "--slice", 512));
+  const size_t attempts = FlagValue(argc, argv, "--attempts", 10000);
+  const size_t nodes = FlagValue(argc, argv, "--nodes", (attempts + kCores - 1) / kCores);
+  const size_t rounds = std::max<size_t>(1, FlagValue(argc, argv, "--rounds", 5));
+  const size_t slice = std::max<size_t>(1, FlagValue(argc, argv, "--slice", 512));
 
   World once, sliced;
   once.name = "one commit";
