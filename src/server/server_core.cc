@@ -329,6 +329,14 @@ bool ServerCore::TickState() {
   return refresh_reliability;
 }
 
+std::vector<std::pair<std::string, DurationHistogram::Snapshot>> ServerCore::LockHoldsByHolder()
+    const {
+  std::vector<std::pair<std::string, DurationHistogram::Snapshot>> out;
+  for (size_t i = 0; i < mu_.holders().size(); ++i)
+    out.emplace_back(mu_.holders()[i], mu_.Holds(i));
+  return out;
+}
+
 Status ServerCore::RecordAudit(st::AuditEntry entry) {
   std::lock_guard<TimedMutex> lock(mu_);
   if (entry.ts_ms == 0) entry.ts_ms = clock_->NowMillis();

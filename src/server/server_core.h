@@ -264,20 +264,12 @@ class ServerCore {
     int64_t incremental = 0;
   };
   PassCounts PlacementPasses();
-  // How long callers waited for the core's lock, and how long each holder kept it (a request, an
-  // inbox batch, a placement pass, a tick, a heartbeat); no lock: the histograms are read with
-  // atomics.
+  // How long callers waited for the core's lock, and how long each holder kept it (request,
+  // agent_messages, placement, tick, heartbeat); no lock: the histograms are read with atomics.
   // /v1/metrics exports them as sluice_core_lock_wait_seconds and sluice_core_lock_hold_seconds.
   DurationHistogram::Snapshot LockWaits() const { return mu_.Waits(); }
   DurationHistogram::Snapshot LockHolds() const { return mu_.Holds(); }
-  // The holds by holder: request, agent_messages, placement, tick, heartbeat.
-  std::vector<std::pair<std::string, DurationHistogram::Snapshot>> LockHoldsByHolder() const {
-    std::vector<std::pair<std::string, DurationHistogram::Snapshot>> out;
-    for (size_t i = 0; i < mu_.holders().size(); ++i) {
-      out.emplace_back(mu_.holders()[i], mu_.Holds(i));
-    }
-    return out;
-  }
+  std::vector<std::pair<std::string, DurationHistogram::Snapshot>> LockHoldsByHolder() const;
   // The store's own work (WAL checkpoints); no lock: the store counts with atomics.
   store::StoreCounters StoreCounters() { return store_->Counters(); }
 
@@ -318,13 +310,10 @@ class ServerCore {
   // Metering (core_billing.cc): opens a meter for each attempt the edit starts and closes (and
   // bills) the meter of each it ends, into the edit's own batch. Called by CommitLocked first.
   void MeterLocked(Edit& edit);
-  // Settles every open meter up to now, in one commit (SettleMeters); ends any round.
+  // Settlement (core_billing.cc): every open meter in one commit (SettleMeters), ending any round;
+  // the tick's round, settle_slice meters a tick; one slice from `from` (the next id, or none).
   Status SettleMetersLocked();
-  // The tick's settlement: a round bills every open meter, settle_slice of them per tick in id
-  // order, and begins every settle_interval_ms (docs/design-notes.md "Metering and the ledger").
   Status SettleRoundStepLocked();
-  // Settles up to `limit` open meters from the first whose id is not below `from`, then, if that
-  // reached the last, the stored bytes; commits. Returns the id of the next meter to settle.
   Result<std::optional<std::string>> SettleSliceLocked(const std::string& from, size_t limit);
   // Bills `meter` up to `until_ms` into the edit (a ledger transaction and its cost delta).
   // `credit_micros` of it is credited back at once (an SLA credit, for `credit_reason`).
