@@ -12,8 +12,9 @@
 //     every meter, settle_slice meters a tick; each tick is timed.
 //
 // Each call runs under the core's lock, so its wall time is how long everything else (heartbeats,
-// exits, submits) would have waited. Prints the longest wait in each world and its ratio, and the
-// round's total time against the one commit's.
+// exits, submits) would have waited; once a minute a tick also reads the reliability history off
+// the lock, which is timed with it (against the slices, never for them). Prints the longest wait in
+// each world and its ratio, and the round's total time against the one commit's.
 //
 //   bench_settle [--nodes N] [--attempts A] [--rounds K] [--slice S]
 #include <algorithm>
