@@ -111,12 +111,7 @@ void Build(World& w, size_t nodes, size_t queued, size_t shapes, bool hold) {
   w.core = std::make_unique<ServerCore>(w.store.get(), &w.clock, options);
   if (auto s = w.core->Load(); !s.ok()) Die("load: " + s.ToString());
   for (size_t i = 0; i < nodes; ++i) {
-    sluice::proto::Hello h;
-    h.name = "node-" + std::to_string(i);
-    h.inventory.hostname = h.name;
-    h.inventory.cpu_cores = 4;
-    h.inventory.memory_mib = 8192;
-    h.inventory.gpu_source = "none";
+    const sluice::proto::Hello h = sluice::server::testing::CpuHello("node-" + std::to_string(i));
     auto link = std::make_shared<RecordingLink>();
     auto node = sluice::server::testing::EnrolNode(*w.core, link, h);
     if (!node.ok()) Die("enrol: " + node.status().ToString());

@@ -87,12 +87,9 @@ void Build(World& w, size_t nodes, size_t attempts, size_t slice) {
   w.core = std::make_unique<ServerCore>(w.store.get(), &w.clock, options);
   if (auto s = w.core->Load(); !s.ok()) Die("load: " + s.ToString());
   for (size_t i = 0; i < nodes; ++i) {
-    sluice::proto::Hello h;
-    h.name = "node-" + std::to_string(i);
-    h.inventory.hostname = h.name;
+    sluice::proto::Hello h = sluice::server::testing::CpuHello("node-" + std::to_string(i));
     h.inventory.cpu_cores = kCores;
     h.inventory.memory_mib = 512 * 1024;
-    h.inventory.gpu_source = "none";
     h.price_per_cpu_hour = 0.05;
     auto link = std::make_shared<RecordingLink>();
     auto node = sluice::server::testing::EnrolNode(*w.core, link, h);

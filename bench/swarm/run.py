@@ -67,27 +67,29 @@ def proc_rss_kib(pid):
     return 0
 
 
+def stat_cpu_s(path):
+    """(comm, utime + stime in seconds) from a /proc stat file (a process's or a thread's)."""
+    with open(path) as f:
+        text = f.read()
+    fields = text.rsplit(")", 1)[1].split()
+    return (text[text.index("(") + 1:text.rindex(")")],
+            (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+
+
 def proc_cpu_s(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    return stat_cpu_s(f"/proc/{pid}/stat")[1]
 
 
 def proc_thread_cpu_s(pid):
-    """CPU seconds per thread name of a process ({comm: utime + stime}, threads of one name
-    summed): the server names its threads (sluice-inbox, sluice-sched, sluice-io, ...)."""
-    ticks = os.sysconf("SC_CLK_TCK")
+    """CPU seconds per thread name of a process ({comm: seconds}, threads of one name summed):
+    the server names its threads (sluice-inbox, sluice-sched, sluice-io, ...)."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                text = f.read()
+            name, cpu = stat_cpu_s(f"/proc/{pid}/task/{tid}/stat")
         except OSError:
             continue  # the thread ended between the listing and the read
-        name = text[text.index("(") + 1:text.rindex(")")]
-        fields = text.rsplit(")", 1)[1].split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+        out[name] = out.get(name, 0.0) + cpu
     return out
 
 

@@ -15,6 +15,7 @@
 #include "server/server_core.h"
 #include "server/test_agent_link.h"
 #include "server/test_failing_store.h"
+#include "server/test_fleet.h"
 #include "server/test_reports.h"
 
 namespace sluice::server {
@@ -53,15 +54,9 @@ class CoreCommitTest : public ::testing::Test {
   }
   // A verified CPU node, registered as a real agent would (hello, then the conformance report).
   std::string Node(const std::string& name = "box") {
-    proto::Hello h = CpuHello(name);
-    auto node = core_->AgentHello(link_, h);
+    auto node = testing::EnrolNode(*core_, link_, CpuHello(name));
     EXPECT_TRUE(node.ok()) << node.status().ToString();
-    Status s = core_->AgentMessage(*node, link_.get(),
-                                   Json{{"type", "conformance"},
-                                        {"report", ToJson(testing::PassingReport(h.inventory))},
-                                        {"nonce", link_->Nonce()}});
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    return *node;
+    return node.ok() ? *node : "";
   }
   spec::JobSpec Spec(bool interruptible = false) {
     spec::JobSpec s;

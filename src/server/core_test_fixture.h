@@ -13,6 +13,7 @@
 #include "server/server_core.h"
 #include "server/test_agent_link.h"
 #include "server/test_failing_store.h"
+#include "server/test_fleet.h"
 #include "server/test_reports.h"
 
 namespace sluice::server {
@@ -50,13 +51,8 @@ class ServerCoreTest : public ::testing::Test {
     h.inventory.cuda_version = "12.4";
   }
   proto::Hello CpuHello(std::string node_id = "") {
-    proto::Hello h;
-    h.node_id = node_id;
-    h.name = "box";
-    h.inventory.hostname = "box";
-    h.inventory.cpu_cores = 4;
-    h.inventory.memory_mib = 8192;
-    h.inventory.gpu_source = "none";
+    proto::Hello h = testing::CpuHello("box");
+    h.node_id = std::move(node_id);
     return h;
   }
   spec::JobSpec Spec(int cpus = 1, int gpus = 0) {
@@ -71,16 +67,9 @@ class ServerCoreTest : public ::testing::Test {
   // Registers like a real agent: hello, then, when the server asks for it (a node verified and
   // unchanged is not asked), the conformance report that gets it verified.
   Result<std::string> Hello(const std::shared_ptr<AgentLink>& link, const proto::Hello& h) {
-    auto node = core_->AgentHello(link, h);
-    if (!node.ok()) return node;
-    auto* rec = dynamic_cast<RecordingLink*>(link.get());
-    if (rec == nullptr || rec->Nonce().empty()) return node;
-    Status s = core_->AgentMessage(*node, link.get(),
-                                   Json{{"type", "conformance"},
-                                        {"report", ToJson(testing::PassingReport(h.inventory))},
-                                        {"nonce", rec->Nonce()}});
-    if (!s.ok()) return s;
-    return node;
+    auto rec = std::dynamic_pointer_cast<RecordingLink>(link);
+    if (rec == nullptr) return core_->AgentHello(link, h);  // a link that cannot answer
+    return testing::EnrolNode(*core_, rec, h);
   }
   Json Msg(std::string type, std::string attempt) {
     return Json{{"type", type}, {"attempt_id", attempt}};
