@@ -21,6 +21,28 @@ void ServerCore::CloseUptimeLocked(NodeState& node, WriteBatch& batch) {
   node.online_since_ms = 0;
 }
 
+// The stored spans are what survives a crash (kill -9): scores read the live open spans from
+// memory (ApplyReliabilityLocked), so a round that takes a few ticks changes no score. Nothing
+// in memory changes but the round's position, applied after its slice commits.
+Status ServerCore::UptimeRoundStepLocked() {
+  const int64_t wall = clock_->NowMillis();
+  WriteBatch batch;
+  auto it = nodes_.lower_bound(*uptime_next_);
+  for (const size_t limit = std::max<size_t>(1, options_.uptime_slice);
+       it != nodes_.end() && batch.uptime.size() < limit; ++it) {
+    const NodeState& ns = it->second;
+    if (ns.online_since_ms > 0) batch.uptime.push_back({it->first, ns.online_since_ms, wall});
+  }
+  std::optional<std::string> next;
+  if (it != nodes_.end()) next = it->first;
+  if (Status s = CommitLocked(batch); !s.ok()) {
+    uptime_next_.reset();  // the round ends; the next minute's begins from the first node
+    return s;
+  }
+  uptime_next_ = std::move(next);
+  return Status::Ok();
+}
+
 ServerCore::ReliabilityHistory ServerCore::ReadReliabilityHistory() const {
   ReliabilityHistory h;
   h.now = clock_->NowMillis();

@@ -274,23 +274,24 @@ bool ServerCore::TickState() {
     }
   }
   bool refresh_reliability = false;
-  // Once a minute: extend the open uptime spans, ask for scheduled re-verification, and
-  // recompute reliability scores.
+  // Once a minute: ask for scheduled re-verification, begin a round that extends the stored
+  // uptime spans (a slice a tick: UptimeRoundStepLocked), and recompute reliability scores.
   if (now - reliability_refreshed_mono_ >= 60000 || reliability_refreshed_mono_ == 0) {
     reliability_refreshed_mono_ = now;
     int64_t wall = clock_->NowMillis();
-    WriteBatch batch;
     for (auto& [id, ns] : nodes_) {
-      if (ns.online_since_ms > 0) batch.uptime.push_back({id, ns.online_since_ms, wall});
       if (options_.reverify_interval_ms > 0 && ns.link && !ns.awaiting_report &&
           ns.record.verification == kVerified &&
           wall - ns.record.verified_ms >= options_.reverify_interval_ms) {
         RequestReportLocked(ns, "scheduled");
       }
     }
-    if (Status s = CommitLocked(batch); !s.ok())
-      DegradedLocked("uptime", "extending uptime spans", s);
+    if (!uptime_next_) uptime_next_ = std::string();  // a round still going goes on
     refresh_reliability = true;
+  }
+  if (uptime_next_) {
+    if (Status s = UptimeRoundStepLocked(); !s.ok())
+      DegradedLocked("uptime", "extending uptime spans", s);
   }
   // A cooldown that ended may let a waiting job go back to that node.
   bool expired = false;

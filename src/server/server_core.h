@@ -448,6 +448,9 @@ class ServerCore {
   Status LoseNodeLocked(const std::string& node_id, const std::string& why);
   // Closes the node's open uptime span at now (it went offline).
   void CloseUptimeLocked(NodeState& node, store::WriteBatch& batch);
+  // The minute's round of stored uptime spans extended to now: one slice of uptime_slice online
+  // nodes from uptime_next_, one commit; the round ends past the last node or on a failure.
+  Status UptimeRoundStepLocked();
   // Recomputes every node's reliability score from the store's 30-day window. The tick reads
   // the window without the lock (ReadReliabilityHistory) and applies it under it.
   struct ReliabilityHistory {
@@ -595,9 +598,10 @@ class ServerCore {
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
   int64_t reliability_refreshed_mono_ = 0;
-  int64_t loaded_mono_ = 0;                           // when Load ran
-  int64_t last_hello_mono_ = 0;                       // the last hello applied
-  int64_t last_tick_mono_ = 0;                        // for CoreOptions::stall_credit_after_ms
+  std::optional<std::string> uptime_next_;  // an uptime round's next node (UptimeRoundStepLocked)
+  int64_t loaded_mono_ = 0;                 // when Load ran
+  int64_t last_hello_mono_ = 0;             // the last hello applied
+  int64_t last_tick_mono_ = 0;              // for CoreOptions::stall_credit_after_ms
   std::unordered_map<std::string, int> owned_nodes_;  // CountNodeLocked
   mutable core_state::CapacityView view_;             // CapacityLocked's
   VerificationQueue verification_;                    // whose conformance suites run now
