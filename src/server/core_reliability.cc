@@ -1,7 +1,6 @@
 // Reliability (issue 5): uptime spans, the 30-day reliability score, and on-demand
 // verification. Members of ServerCore.
 #include <algorithm>
-#include <map>
 
 #include "server/core_internal.h"
 #include "server/node_trust.h"
@@ -43,63 +42,35 @@ Status ServerCore::UptimeRoundStepLocked() {
   return Status::Ok();
 }
 
-ServerCore::ReliabilityHistory ServerCore::ReadReliabilityHistory() const {
-  ReliabilityHistory h;
-  h.now = clock_->NowMillis();
-  h.since = h.now - market::kReliabilityWindowMs;
+ReliabilityHistory ServerCore::ReadReliabilityHistory() const {
+  const int64_t now = clock_->NowMillis();
+  const int64_t since = now - market::kReliabilityWindowMs;
   // Unreadable history scores nodes on what could be read; the next refresh tries again.
-  if (auto uptime = store_->LoadUptime(h.since); uptime.ok()) h.uptime = *std::move(uptime);
-  if (auto attempts = store_->AttemptsSince(h.since); attempts.ok()) {
-    h.attempts = *std::move(attempts);
-  }
-  return h;
+  std::vector<store::UptimeSpan> uptime;
+  if (auto read = store_->LoadUptime(since); read.ok()) uptime = *std::move(read);
+  std::vector<store::AttemptRecord> attempts;
+  if (auto read = store_->AttemptsSince(since); read.ok()) attempts = *std::move(read);
+  return SummarizeHistory(since, now, uptime, attempts);
 }
 
 void ServerCore::RefreshReliabilityLocked() { ApplyReliabilityLocked(ReadReliabilityHistory()); }
 
 bool ServerCore::ApplyReliabilityLocked(const ReliabilityHistory& h) {
-  const int64_t now = h.now;
-  const int64_t since = h.since;
-  std::map<std::string, market::ReliabilityInputs> in;
-  for (const auto& [id, ns] : nodes_) {
-    in[id].window_ms = now - std::max(since, ns.record.registered_ms);
-  }
-  // Spans may overlap (an open span rewritten while a closed copy exists after a restart), so
-  // they are merged per node before they are summed.
-  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> spans;
-  for (const auto& u : h.uptime) spans[u.node_id].emplace_back(u.start_ms, u.end_ms);
-  for (const auto& [id, ns] : nodes_) {
-    if (ns.online_since_ms > 0) spans[id].emplace_back(ns.online_since_ms, now);
-  }
-  for (auto& [id, list] : spans) {
-    if (!in.count(id)) continue;
-    std::sort(list.begin(), list.end());
-    int64_t covered_to = since;
-    for (auto [a, b] : list) {
-      a = std::max(a, covered_to);
-      b = std::min(b, now);
-      if (b > a) {
-        in[id].online_ms += b - a;
-        covered_to = b;
-      }
-    }
-  }
-  for (const auto& a : h.attempts) {
-    auto it = in.find(a.node_id);
-    if (it == in.end()) continue;
-    it->second.starts++;
-    bool never_started = a.started_ms == 0;
-    if (never_started && (a.state == AttemptState::kFailed || a.state == AttemptState::kLost)) {
-      it->second.start_failures++;
-    } else if (!never_started && !StoppedByMoney(a.cause) &&
-               (a.state == AttemptState::kPreempted || a.state == AttemptState::kLost)) {
-      // (A stop by the job's own budget or credit is not the node's doing.)
-      it->second.preemptions++;
-    }
-  }
   bool changed = false;
+  // Both maps are in node-id order: one pass over the two, no lookups.
+  auto hist = h.nodes.begin();
   for (auto& [id, ns] : nodes_) {
-    market::Reliability r = market::ComputeReliability(in[id]);
+    while (hist != h.nodes.end() && hist->first < id) ++hist;
+    const NodeHistory* node = hist != h.nodes.end() && hist->first == id ? &hist->second : nullptr;
+    market::ReliabilityInputs in;
+    in.window_ms = h.now - std::max(h.since, ns.record.registered_ms);
+    in.online_ms = OnlineMs(h, node, ns.online_since_ms);
+    if (node != nullptr) {
+      in.starts = node->starts;
+      in.start_failures = node->start_failures;
+      in.preemptions = node->preemptions;
+    }
+    market::Reliability r = market::ComputeReliability(in);
     if (r.score != ns.reliability.score) {
       ns.idle.reset();  // offers carry the score
       NodeChangedLocked(id);

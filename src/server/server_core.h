@@ -45,6 +45,7 @@
 #include "server/core_state.h"
 #include "server/core_types.h"
 #include "server/queue_index.h"
+#include "server/reliability_history.h"
 #include "server/time_ordered_ids.h"
 #include "server/verification_queue.h"
 #include "spec/job_spec.h"
@@ -452,13 +453,7 @@ class ServerCore {
   // nodes from uptime_next_, one commit; the round ends past the last node or on a failure.
   Status UptimeRoundStepLocked();
   // Recomputes every node's reliability score from the store's 30-day window. The tick reads
-  // the window without the lock (ReadReliabilityHistory) and applies it under it.
-  struct ReliabilityHistory {
-    int64_t now = 0;
-    int64_t since = 0;
-    std::vector<store::UptimeSpan> uptime;
-    std::vector<store::AttemptRecord> attempts;
-  };
+  // and summarizes the window without the lock (ReadReliabilityHistory) and applies it under it.
   ReliabilityHistory ReadReliabilityHistory() const;  // store reads only; mu_ not needed
   // True when a node's score changed (its offers, and so placement, with it).
   bool ApplyReliabilityLocked(const ReliabilityHistory& history);
