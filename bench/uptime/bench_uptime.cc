@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "../flags.h"
+#include "../timing.h"
 #include "common/clock.h"
 #include "common/crypto.h"
 #include "server/server_core.h"
@@ -42,6 +43,8 @@ using sluice::server::CoreOptions;
 using sluice::server::ServerCore;
 using sluice::server::testing::RecordingLink;
 using Clock = std::chrono::steady_clock;
+using sluice::bench::Median;
+using sluice::bench::Ms;
 
 namespace {
 
@@ -49,8 +52,6 @@ constexpr int64_t kMinuteMs = 60'000;
 constexpr int64_t kTickMs = 200;  // the server's tick (server_command.cc)
 
 [[noreturn]] void Die(const std::string& what) { sluice::bench::Die("bench_uptime", what); }
-
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 struct World {
   std::string name;
@@ -146,11 +147,6 @@ void Round(World& w) {
   w.longest_ms.push_back(longest);
   w.total_ms.push_back(total);
   w.ticks.push_back(ticks);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 using sluice::bench::FlagValue;
