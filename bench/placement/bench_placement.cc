@@ -27,24 +27,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "../core_world.h"
 #include "../flags.h"
-#include "common/clock.h"
-#include "common/crypto.h"
 #include "server/server_core.h"
 #include "server/test_fleet.h"
-#include "store/store.h"
 
-namespace fs = std::filesystem;
-using sluice::FakeClock;
 using sluice::Json;
 using sluice::server::CoreOptions;
 using sluice::server::ServerCore;
-using sluice::server::testing::RecordingLink;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -62,14 +55,7 @@ sluice::spec::JobSpec Spec(size_t k = 0, size_t shapes = 1) {
 }
 
 // One core with its fleet: node i's agent is links[i].
-struct World {
-  std::string name;
-  fs::path dir;
-  FakeClock clock;
-  std::unique_ptr<sluice::store::Store> store;
-  std::unique_ptr<ServerCore> core;
-  std::vector<std::string> nodes;
-  std::vector<std::shared_ptr<RecordingLink>> links;
+struct World : sluice::bench::CoreWorld {
   std::vector<std::string> running;  // node i's running attempt
   size_t queued = 0;                 // jobs still waiting
   double seconds = 0;                // timed
@@ -101,22 +87,11 @@ struct World {
 };
 
 void Build(World& w, size_t nodes, size_t queued, size_t shapes, bool hold) {
-  w.dir = fs::temp_directory_path() / ("sluice-bench-placement-" + sluice::RandomHex(6));
-  fs::create_directories(w.dir);
-  auto st = sluice::store::OpenSqliteStore((w.dir / "sluice.db").string());
-  if (!st.ok()) Die("store: " + st.status().ToString());
-  w.store = std::move(*st);
   CoreOptions options;
   options.hold_agent_messages = hold;  // --batch: messages wait for World::Handle
-  w.core = std::make_unique<ServerCore>(w.store.get(), &w.clock, options);
-  if (auto s = w.core->Load(); !s.ok()) Die("load: " + s.ToString());
+  w.Open("bench_placement", options);
   for (size_t i = 0; i < nodes; ++i) {
-    const sluice::proto::Hello h = sluice::server::testing::CpuHello("node-" + std::to_string(i));
-    auto link = std::make_shared<RecordingLink>();
-    auto node = sluice::server::testing::EnrolNode(*w.core, link, h);
-    if (!node.ok()) Die("enrol: " + node.status().ToString());
-    w.nodes.push_back(*node);
-    w.links.push_back(std::move(link));
+    w.Enrol(sluice::server::testing::CpuHello("node-" + std::to_string(i)));
     w.running.emplace_back();
   }
   // One job per node, placed and started; then the queue.
@@ -227,10 +202,5 @@ int main(int argc, char** argv) {
               base.name.c_str(), base.submitted, base_submits);
   std::printf("%-20s %8zu submits     %9.0f submits/s     %.2fx the baseline\n", deep.name.c_str(),
               deep.submitted, deep_submits, deep_submits / base_submits);
-  for (World* w : {&base, &deep}) {
-    w->core.reset();
-    w->store.reset();
-    fs::remove_all(w->dir);
-  }
   return 0;
 }

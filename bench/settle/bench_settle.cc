@@ -20,25 +20,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "../core_world.h"
 #include "../flags.h"
 #include "../timing.h"
-#include "common/clock.h"
-#include "common/crypto.h"
 #include "server/server_core.h"
 #include "server/test_fleet.h"
-#include "store/store.h"
 
-namespace fs = std::filesystem;
-using sluice::FakeClock;
 using sluice::Json;
 using sluice::server::CoreOptions;
 using sluice::server::ServerCore;
-using sluice::server::testing::RecordingLink;
 using Clock = std::chrono::steady_clock;
 using sluice::bench::Median;
 using sluice::bench::Ms;
@@ -51,14 +44,7 @@ constexpr int kCores = 64;
 
 [[noreturn]] void Die(const std::string& what) { sluice::bench::Die("bench_settle", what); }
 
-struct World {
-  std::string name;
-  fs::path dir;
-  FakeClock clock;
-  std::unique_ptr<sluice::store::Store> store;
-  std::unique_ptr<ServerCore> core;
-  std::vector<std::string> nodes;
-  std::vector<std::shared_ptr<RecordingLink>> links;
+struct World : sluice::bench::CoreWorld {
   std::vector<double> longest_ms;  // per round: the longest single call under the lock
   std::vector<double> total_ms;    // per round: all of the round's calls together
   std::vector<size_t> calls;       // per round: how many calls (ticks) billed it
@@ -74,29 +60,19 @@ struct World {
 };
 
 void Build(World& w, size_t nodes, size_t attempts, size_t slice) {
-  w.dir = fs::temp_directory_path() / ("sluice-bench-settle-" + sluice::RandomHex(6));
-  fs::create_directories(w.dir);
-  auto st = sluice::store::OpenSqliteStore((w.dir / "sluice.db").string());
-  if (!st.ok()) Die("store: " + st.status().ToString());
-  w.store = std::move(*st);
   CoreOptions options;
   options.settle_interval_ms = kIntervalMs;
   options.settle_slice = slice;
   options.heartbeat_grace_ms = 2 * kIntervalMs;
   options.lease_ms = 2 * kIntervalMs;
   options.budget_check_interval_ms = 0;  // only the settlement is measured
-  w.core = std::make_unique<ServerCore>(w.store.get(), &w.clock, options);
-  if (auto s = w.core->Load(); !s.ok()) Die("load: " + s.ToString());
+  w.Open("bench_settle", options);
   for (size_t i = 0; i < nodes; ++i) {
     sluice::proto::Hello h = sluice::server::testing::CpuHello("node-" + std::to_string(i));
     h.inventory.cpu_cores = kCores;
     h.inventory.memory_mib = 512 * 1024;
     h.price_per_cpu_hour = 0.05;
-    auto link = std::make_shared<RecordingLink>();
-    auto node = sluice::server::testing::EnrolNode(*w.core, link, h);
-    if (!node.ok()) Die("enrol: " + node.status().ToString());
-    w.nodes.push_back(*node);
-    w.links.push_back(std::move(link));
+    w.Enrol(h);
   }
   sluice::spec::JobSpec spec;
   spec.name = "bench";
@@ -196,10 +172,5 @@ int main(int argc, char** argv) {
       "(%.2fx the baseline's time)\n",
       sliced.name.c_str(), sliced_longest, sliced_longest / once_longest, sliced_total,
       sliced.calls.empty() ? 0 : sliced.calls.back(), sliced_total / once_total);
-  for (World* w : {&once, &sliced}) {
-    w->core.reset();
-    w->store.reset();
-    fs::remove_all(w->dir);
-  }
   return 0;
 }

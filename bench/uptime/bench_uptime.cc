@@ -23,25 +23,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "../core_world.h"
 #include "../flags.h"
 #include "../timing.h"
-#include "common/clock.h"
-#include "common/crypto.h"
 #include "server/server_core.h"
 #include "server/test_fleet.h"
-#include "store/store.h"
 
-namespace fs = std::filesystem;
-using sluice::FakeClock;
 using sluice::Json;
 using sluice::server::CoreOptions;
 using sluice::server::ServerCore;
-using sluice::server::testing::RecordingLink;
 using Clock = std::chrono::steady_clock;
 using sluice::bench::Median;
 using sluice::bench::Ms;
@@ -53,14 +46,7 @@ constexpr int64_t kTickMs = 200;  // the server's tick (server_command.cc)
 
 [[noreturn]] void Die(const std::string& what) { sluice::bench::Die("bench_uptime", what); }
 
-struct World {
-  std::string name;
-  fs::path dir;
-  FakeClock clock;
-  std::unique_ptr<sluice::store::Store> store;
-  std::unique_ptr<ServerCore> core;
-  std::vector<std::string> nodes;
-  std::vector<std::shared_ptr<RecordingLink>> links;
+struct World : sluice::bench::CoreWorld {
   std::vector<double> longest_ms;  // per round: the longest tick
   std::vector<double> total_ms;    // per round: all of its ticks together
   std::vector<size_t> ticks;       // per round: how many ticks committed spans
@@ -68,11 +54,6 @@ struct World {
 };
 
 void Build(World& w, size_t nodes, size_t slice) {
-  w.dir = fs::temp_directory_path() / ("sluice-bench-uptime-" + sluice::RandomHex(6));
-  fs::create_directories(w.dir);
-  auto st = sluice::store::OpenSqliteStore((w.dir / "sluice.db").string());
-  if (!st.ok()) Die("store: " + st.status().ToString());
-  w.store = std::move(*st);
   CoreOptions options;
   options.uptime_slice = slice;
   options.reliability_in_background = true;  // as the server reads it (server_command.cc)
@@ -80,15 +61,9 @@ void Build(World& w, size_t nodes, size_t slice) {
   options.lease_ms = 3 * kMinuteMs;
   options.settle_interval_ms = 0;  // only the uptime round is measured
   options.budget_check_interval_ms = 0;
-  w.core = std::make_unique<ServerCore>(w.store.get(), &w.clock, options);
-  if (auto s = w.core->Load(); !s.ok()) Die("load: " + s.ToString());
+  w.Open("bench_uptime", options);
   for (size_t i = 0; i < nodes; ++i) {
-    auto link = std::make_shared<RecordingLink>();
-    auto node = sluice::server::testing::EnrolNode(
-        *w.core, link, sluice::server::testing::CpuHello("node-" + std::to_string(i)));
-    if (!node.ok()) Die("enrol: " + node.status().ToString());
-    w.nodes.push_back(*node);
-    w.links.push_back(std::move(link));
+    w.Enrol(sluice::server::testing::CpuHello("node-" + std::to_string(i)));
   }
 }
 
@@ -202,10 +177,5 @@ int main(int argc, char** argv) {
                 all.insert(all.end(), sliced.apply_ms.begin(), sliced.apply_ms.end());
                 return all;
               }()));
-  for (World* w : {&once, &sliced}) {
-    w->core.reset();
-    w->store.reset();
-    fs::remove_all(w->dir);
-  }
   return 0;
 }
