@@ -15,6 +15,7 @@
 #include "flags.h"
 #include "server/server_core.h"
 #include "server/test_fleet.h"
+#include "spec/job_spec.h"
 #include "store/store.h"
 
 namespace sluice::bench {
@@ -57,6 +58,40 @@ struct CoreWorld {
     if (!node.ok()) Fail("enrol: " + node.status().ToString());
     nodes.push_back(*node);
     links.push_back(std::move(link));
+  }
+
+  // A busy fleet: `node_count` nodes of `cores` CPUs (priced $0.05 a CPU-hour) running `attempts`
+  // one-CPU jobs between them, every assignment started as its agent would.
+  void EnrolBusyFleet(size_t node_count, size_t attempts, int cores) {
+    for (size_t i = 0; i < node_count; ++i) {
+      proto::Hello h = server::testing::CpuHello("node-" + std::to_string(i));
+      h.inventory.cpu_cores = cores;
+      h.inventory.memory_mib = 512 * 1024;
+      h.price_per_cpu_hour = 0.05;
+      Enrol(h);
+    }
+    spec::JobSpec spec;
+    spec.name = "bench";
+    spec.run = "true";
+    spec.resources.cpus = 1;
+    spec.resources.memory_gb = 1;
+    for (size_t k = 0; k < attempts; ++k) {
+      auto job = core->SubmitJob(spec, "");
+      if (!job.ok()) Fail("submit: " + job.status().ToString());
+    }
+    size_t started = 0;
+    for (size_t i = 0; i < node_count; ++i) {
+      for (const auto& att : server::testing::TakeAssigned(*links[i])) {
+        auto s = core->AgentMessage(nodes[i], links[i].get(),
+                                    Json{{"type", "started"}, {"attempt_id", att}});
+        if (!s.ok()) Fail("started: " + s.ToString());
+        ++started;
+      }
+    }
+    if (started != attempts) {
+      Fail("placed " + std::to_string(started) + " of " + std::to_string(attempts) +
+           " jobs: give more nodes");
+    }
   }
 
   [[noreturn]] void Fail(const std::string& what) const { Die(program_.c_str(), what); }

@@ -67,36 +67,7 @@ void Build(World& w, size_t nodes, size_t attempts, size_t slice) {
   options.lease_ms = 2 * kIntervalMs;
   options.budget_check_interval_ms = 0;  // only the settlement is measured
   w.Open("bench_settle", options);
-  for (size_t i = 0; i < nodes; ++i) {
-    sluice::proto::Hello h = sluice::server::testing::CpuHello("node-" + std::to_string(i));
-    h.inventory.cpu_cores = kCores;
-    h.inventory.memory_mib = 512 * 1024;
-    h.price_per_cpu_hour = 0.05;
-    w.Enrol(h);
-  }
-  sluice::spec::JobSpec spec;
-  spec.name = "bench";
-  spec.run = "true";
-  spec.resources.cpus = 1;
-  spec.resources.memory_gb = 1;
-  for (size_t k = 0; k < attempts; ++k) {
-    auto job = w.core->SubmitJob(spec, "");
-    if (!job.ok()) Die("submit: " + job.status().ToString());
-  }
-  // Every assignment started, as the agents would.
-  size_t started = 0;
-  for (size_t i = 0; i < w.nodes.size(); ++i) {
-    for (const auto& att : sluice::server::testing::TakeAssigned(*w.links[i])) {
-      auto s = w.core->AgentMessage(w.nodes[i], w.links[i].get(),
-                                    Json{{"type", "started"}, {"attempt_id", att}});
-      if (!s.ok()) Die("started: " + s.ToString());
-      ++started;
-    }
-  }
-  if (started != attempts) {
-    Die("placed " + std::to_string(started) + " of " + std::to_string(attempts) +
-        " jobs: give more --nodes");
-  }
+  w.EnrolBusyFleet(nodes, attempts, kCores);
   w.core->Tick();  // the first tick's once-a-minute work, out of the way of the timed ones
 }
 

@@ -150,6 +150,37 @@ TEST_F(BudgetTest, AJobIsStoppedBeforeItsBudgetAndResumesWhenItIsRaised) {
   EXPECT_EQ(link_->Last("assign", "checkpoint"), kCheckpoint);
 }
 
+// The per-second check works from what Load rebuilt: a restarted server still stops a running
+// job at its budget, with the seconds before the restart counted, and a finished job deleted
+// meanwhile leaves nothing behind for it to trip on.
+TEST_F(BudgetTest, ARestartedServerStillStopsARunningJobAtItsBudget) {
+  Connect();
+  auto done = core_->SubmitJob(Spec(4), "");
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  const std::string first = Run(done->id);
+  Exit(first);
+  ASSERT_EQ(State(done->id), "succeeded");
+  auto job = core_->SubmitJob(BudgetSpec(0.10), "");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const std::string att = Run(job->id);
+  for (int s = 1; s <= 30; ++s) Second(s);
+  Reopen();  // the server restarts with the attempt running
+  link_ = std::make_shared<RecordingLink>();
+  proto::Hello h = CpuHello(node_);
+  h.price_per_cpu_hour = kCpuPrice;
+  h.attempts.push_back({att, true, std::nullopt, 0, "", false});  // still running here
+  // As the node it was (its credential proves it), unchanged: no suite is asked for.
+  auto again = core_->AgentHello(link_, h, AgentIdentity{"", "", node_});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_EQ(*again, node_);
+  ASSERT_TRUE(core_->DeleteJob(done->id).ok());
+  int took = 0;
+  ASSERT_TRUE(RunUntilStopped(att, 200, &took)) << "never stopped after the restart";
+  // 80 s of budget in all (as in the test above), 30 of them before the restart.
+  EXPECT_GE(took, 48);
+  EXPECT_LE(took, 51);
+}
+
 TEST_F(BudgetTest, TheBillNeverPassesTheBudgetEvenWhenTheAgentIgnoresTheStop) {
   Connect();
   auto job = core_->SubmitJob(BudgetSpec(0.10), "");
