@@ -1,7 +1,7 @@
 // One server core for a bench: its own SQLite store in a fresh temp dir, a fake clock, and the
 // fleet it enrols (node i's agent is links[i]). The benches that time the core in-process
-// (bench/placement, bench/settle, bench/uptime) build their worlds on it. Header-only,
-// bench-only; a failure exits with `program: what` (bench/flags.h's Die).
+// (bench/placement, bench/settle, bench/uptime, bench/budget) build their worlds on it.
+// Header-only, bench-only; a failure exits with `program: what` (bench/flags.h's Die).
 #pragma once
 
 #include <filesystem>
