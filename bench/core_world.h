@@ -4,8 +4,12 @@
 // Header-only, bench-only; a failure exits with `program: what` (bench/flags.h's Die).
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -17,8 +21,17 @@
 #include "server/test_fleet.h"
 #include "spec/job_spec.h"
 #include "store/store.h"
+#include "timing.h"
 
 namespace sluice::bench {
+
+// What the ticks of one round held the core's lock (each tick runs under it): a round of work the
+// tick does in slices (settlement, uptime), or a baseline's one call.
+struct RoundTimes {
+  double longest_ms = 0;  // the longest tick
+  double total_ms = 0;    // all of them together
+  size_t ticks = 0;       // how many ticks committed
+};
 
 struct CoreWorld {
   std::string name;
@@ -28,6 +41,7 @@ struct CoreWorld {
   std::unique_ptr<server::ServerCore> core;
   std::vector<std::string> nodes;
   std::vector<std::shared_ptr<server::testing::RecordingLink>> links;
+  std::vector<RoundTimes> rounds;  // kept by TickThroughRound (or a bench's own baseline)
 
   CoreWorld() = default;
   CoreWorld(const CoreWorld&) = delete;
@@ -92,6 +106,42 @@ struct CoreWorld {
       Fail("placed " + std::to_string(started) + " of " + std::to_string(attempts) +
            " jobs: give more nodes");
     }
+  }
+
+  // Ticks `tick_ms` of fake time apart until a tick commits nothing: the round is over. `timed`
+  // runs one tick and returns its wall time, or nothing for a tick the figures leave out (it
+  // still counts toward the round's end); without it, each core->Tick() is timed. Keeps the
+  // figures in `rounds`.
+  RoundTimes TickThroughRound(int64_t tick_ms,
+                              const std::function<std::optional<double>()>& timed = {}) {
+    RoundTimes r;
+    for (;;) {
+      const int64_t commits = store->Counters().commits;
+      std::optional<double> ms;
+      if (timed) {
+        ms = timed();
+      } else {
+        const auto start = std::chrono::steady_clock::now();
+        core->Tick();
+        ms = Ms(std::chrono::steady_clock::now() - start);
+      }
+      if (store->Counters().commits == commits) break;
+      if (ms) {
+        r.longest_ms = std::max(r.longest_ms, *ms);
+        r.total_ms += *ms;
+      }
+      ++r.ticks;
+      clock.Advance(tick_ms);
+      if (r.ticks > 100000) Fail(name + ": the round does not end");
+    }
+    rounds.push_back(r);
+    return r;
+  }
+  // The median over `rounds` of one of their figures.
+  double MedianOf(double RoundTimes::*figure) const {
+    std::vector<double> v;
+    for (const RoundTimes& r : rounds) v.push_back(r.*figure);
+    return Median(std::move(v));
   }
 
   [[noreturn]] void Fail(const std::string& what) const { Die(program_.c_str(), what); }

@@ -31,9 +31,7 @@
 
 using sluice::Json;
 using sluice::server::CoreOptions;
-using sluice::server::ServerCore;
 using Clock = std::chrono::steady_clock;
-using sluice::bench::Median;
 using sluice::bench::Ms;
 
 namespace {
@@ -45,10 +43,6 @@ constexpr int kCores = 64;
 [[noreturn]] void Die(const std::string& what) { sluice::bench::Die("bench_settle", what); }
 
 struct World : sluice::bench::CoreWorld {
-  std::vector<double> longest_ms;  // per round: the longest single call under the lock
-  std::vector<double> total_ms;    // per round: all of the round's calls together
-  std::vector<size_t> calls;       // per round: how many calls (ticks) billed it
-
   // The interval passes; every node's agent heartbeats, as live agents would have.
   void Live() {
     clock.Advance(kIntervalMs);
@@ -77,31 +71,13 @@ void SettleAtOnce(World& w) {
   const auto start = Clock::now();
   if (auto s = w.core->SettleMeters(); !s.ok()) Die(w.name + ": settle: " + s.ToString());
   const double ms = Ms(Clock::now() - start);
-  w.longest_ms.push_back(ms);
-  w.total_ms.push_back(ms);
-  w.calls.push_back(1);
+  w.rounds.push_back({ms, ms, 1});
 }
 
 // Ticks until the round has billed every meter (a tick that commits nothing ends it).
 void SettleInSlices(World& w) {
   w.Live();
-  double longest = 0, total = 0;
-  size_t ticks = 0;
-  for (;;) {
-    const int64_t commits = w.store->Counters().commits;
-    const auto start = Clock::now();
-    w.core->Tick();
-    const double ms = Ms(Clock::now() - start);
-    if (w.store->Counters().commits == commits) break;  // the round is over
-    longest = std::max(longest, ms);
-    total += ms;
-    ++ticks;
-    w.clock.Advance(kTickMs);
-    if (ticks > 100000) Die(w.name + ": the round does not end");
-  }
-  w.longest_ms.push_back(longest);
-  w.total_ms.push_back(total);
-  w.calls.push_back(ticks);
+  w.TickThroughRound(kTickMs);
 }
 
 using sluice::bench::FlagValue;
@@ -134,14 +110,17 @@ int main(int argc, char** argv) {
     SettleAtOnce(once);
     SettleInSlices(sliced);
   }
-  const double once_longest = Median(once.longest_ms), sliced_longest = Median(sliced.longest_ms);
-  const double once_total = Median(once.total_ms), sliced_total = Median(sliced.total_ms);
+  using sluice::bench::RoundTimes;
+  const double once_longest = once.MedianOf(&RoundTimes::longest_ms);
+  const double sliced_longest = sliced.MedianOf(&RoundTimes::longest_ms);
+  const double once_total = once.MedianOf(&RoundTimes::total_ms);
+  const double sliced_total = sliced.MedianOf(&RoundTimes::total_ms);
   std::printf("%-16s longest hold %8.1f ms  (baseline); the round %8.1f ms in 1 commit\n",
               once.name.c_str(), once_longest, once_total);
   std::printf(
       "%-16s longest hold %8.1f ms  %.3fx the baseline; the round %8.1f ms over %zu ticks "
       "(%.2fx the baseline's time)\n",
       sliced.name.c_str(), sliced_longest, sliced_longest / once_longest, sliced_total,
-      sliced.calls.empty() ? 0 : sliced.calls.back(), sliced_total / once_total);
+      sliced.rounds.empty() ? 0 : sliced.rounds.back().ticks, sliced_total / once_total);
   return 0;
 }

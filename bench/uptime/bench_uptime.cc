@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,6 @@
 
 using sluice::Json;
 using sluice::server::CoreOptions;
-using sluice::server::ServerCore;
 using Clock = std::chrono::steady_clock;
 using sluice::bench::Median;
 using sluice::bench::Ms;
@@ -47,10 +47,7 @@ constexpr int64_t kTickMs = 200;  // the server's tick (server_command.cc)
 [[noreturn]] void Die(const std::string& what) { sluice::bench::Die("bench_uptime", what); }
 
 struct World : sluice::bench::CoreWorld {
-  std::vector<double> longest_ms;  // per round: the longest tick
-  std::vector<double> total_ms;    // per round: all of its ticks together
-  std::vector<size_t> ticks;       // per round: how many ticks committed spans
-  std::vector<double> apply_ms;    // each tick that applied a reliability read
+  std::vector<double> apply_ms;  // each tick that applied a reliability read
 };
 
 void Build(World& w, size_t nodes, size_t slice) {
@@ -96,32 +93,20 @@ void Round(World& w) {
     auto s = w.core->AgentMessage(w.nodes[i], w.links[i].get(), Json{{"type", "heartbeat"}});
     if (!s.ok()) Die(w.name + ": heartbeat: " + s.ToString());
   }
-  double longest = 0, total = 0, ms = 0;
-  size_t ticks = 0;
   bool applied = false;
-  for (;;) {
-    const int64_t commits = w.store->Counters().commits;
-    const bool apply = TimedTick(w, ms);
-    applied = applied || apply;
-    if (w.store->Counters().commits == commits) break;  // the round is over
-    if (!apply) {
-      longest = std::max(longest, ms);
-      total += ms;
-    }
-    ++ticks;
-    w.clock.Advance(kTickMs);
-    if (ticks > 100000) Die(w.name + ": the round does not end");
-  }
-  if (ticks == 0) Die(w.name + ": the minute's tick committed nothing");
+  double ms = 0;
+  const sluice::bench::RoundTimes r = w.TickThroughRound(kTickMs, [&]() -> std::optional<double> {
+    if (!TimedTick(w, ms)) return ms;
+    applied = true;
+    return std::nullopt;  // timed apart, in apply_ms
+  });
+  if (r.ticks == 0) Die(w.name + ": the minute's tick committed nothing");
   // The read runs on its own thread: wait for a tick to apply it, so the next round begins
   // without it.
   for (const auto deadline = Clock::now() + std::chrono::seconds(60); !applied;) {
     if (Clock::now() > deadline) Die(w.name + ": the reliability read never ended");
     applied = TimedTick(w, ms);
   }
-  w.longest_ms.push_back(longest);
-  w.total_ms.push_back(total);
-  w.ticks.push_back(ticks);
 }
 
 using sluice::bench::FlagValue;
@@ -153,24 +138,25 @@ int main(int argc, char** argv) {
   Round(once);
   Round(sliced);
   for (World* w : {&once, &sliced}) {
-    w->longest_ms.clear();
-    w->total_ms.clear();
-    w->ticks.clear();
+    w->rounds.clear();
     w->apply_ms.clear();
   }
   for (size_t r = 0; r < rounds; ++r) {
     Round(once);
     Round(sliced);
   }
-  const double once_longest = Median(once.longest_ms), sliced_longest = Median(sliced.longest_ms);
-  const double once_total = Median(once.total_ms), sliced_total = Median(sliced.total_ms);
+  using sluice::bench::RoundTimes;
+  const double once_longest = once.MedianOf(&RoundTimes::longest_ms);
+  const double sliced_longest = sliced.MedianOf(&RoundTimes::longest_ms);
+  const double once_total = once.MedianOf(&RoundTimes::total_ms);
+  const double sliced_total = sliced.MedianOf(&RoundTimes::total_ms);
   std::printf("%-16s longest tick %8.1f ms  (baseline); the round %8.1f ms over %zu tick(s)\n",
-              once.name.c_str(), once_longest, once_total, once.ticks.back());
+              once.name.c_str(), once_longest, once_total, once.rounds.back().ticks);
   std::printf(
       "%-16s longest tick %8.1f ms  %.3fx the baseline; the round %8.1f ms over %zu ticks "
       "(%.2fx the baseline's time)\n",
       sliced.name.c_str(), sliced_longest, sliced_longest / once_longest, sliced_total,
-      sliced.ticks.back(), sliced_total / once_total);
+      sliced.rounds.back().ticks, sliced_total / once_total);
   std::printf("the reliability scores' apply (a tick of its own, both worlds): median %.1f ms\n",
               Median([&] {
                 std::vector<double> all = once.apply_ms;

@@ -2,7 +2,7 @@
 // reliability score (issue 5; docs/design-notes.md, the reliability notes under "Trust").
 // A refresh reads the window from the store and summarizes it on a thread of its own; under the
 // lock the core then only adds each node's open span (kept in memory) and scores it. At 10,000
-// nodes, building the summary under the lock held it about 28 ms a minute (bench/uptime).
+// nodes, building the summary under the lock held it 32-58 ms a minute (bench/uptime).
 // Pure: no I/O, no clock.
 #pragma once
 
