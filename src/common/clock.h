@@ -35,10 +35,13 @@ class FakeClock final : public Clock {
   int64_t NowMillis() const override { return now_.load(); }
   int64_t MonotonicMillis() const override { return now_.load(); }
   // Counted: only timers read it (the core's lock, common/timed_mutex.h), so a test can see
-  // that a thread has asked for a lock before it lets the holder go.
+  // that a thread has asked for a lock before it lets the holder go. The count moves only after
+  // the time is read: a test that sees it move and then advances the clock cannot have its
+  // advance land in the read it waited for (CI once saw exactly that race under ASan).
   int64_t MonotonicMicros() const override {
+    const int64_t micros = now_.load() * 1000;
     ++micros_reads_;
-    return now_.load() * 1000;
+    return micros;
   }
   void Advance(int64_t millis) { now_ += millis; }
   void Set(int64_t millis) { now_ = millis; }
