@@ -56,10 +56,10 @@ HttpResponse Api::ListJobs(const HttpRequest& req, const Principal& who) {
              std::find(teams.begin(), teams.end(), j.team) != teams.end();
     };
   }
+  auto jobs = core_->ListJobs(state, static_cast<size_t>(*limit), visible);
+  if (!jobs.ok()) return ErrorResponse(jobs.status());
   Json arr = Json::array();
-  for (const auto& j : core_->ListJobs(state, static_cast<size_t>(*limit), visible)) {
-    arr.push_back(JobToJson(j));
-  }
+  for (const auto& j : *jobs) arr.push_back(JobToJson(j));
   return JsonResponse(200, Json{{"jobs", arr}});
 }
 
@@ -204,10 +204,8 @@ HttpResponse Api::Metrics() {
   counter("sluice_store_pages_written_total",
           "Database pages the store's commits wrote (to the WAL); per commit, their I/O.",
           static_cast<uint64_t>(sc.pages_written));
-  std::map<std::string, int> jobs;
-  for (const auto& j : core_->ListJobs(std::nullopt, SIZE_MAX)) {
-    ++jobs[std::string(store::Name(j.state))];
-  }
+  std::map<std::string, int64_t> jobs;
+  for (const auto& [state, n] : core_->JobCounts()) jobs[std::string(store::Name(state))] = n;
   out += "# HELP sluice_jobs Jobs by state.\n# TYPE sluice_jobs gauge\n";
   for (const auto& [state, n] : jobs) {
     out += "sluice_jobs{state=\"" + state + "\"} " + std::to_string(n) + "\n";

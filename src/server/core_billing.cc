@@ -202,8 +202,11 @@ std::set<std::string> ServerCore::CheckpointBlobsLocked(const std::string& manif
 
 int64_t ServerCore::StoredBytesLocked(const std::string& job_id) {
   auto job = jobs_.find(job_id);
-  if (job == jobs_.end() || blobs_ == nullptr) return 0;
-  std::string key = job->second.record.workdir_blob;
+  const FinishedJob* done = job == jobs_.end() ? finished_.jobs.Find(job_id) : nullptr;
+  if ((job == jobs_.end() && done == nullptr) || blobs_ == nullptr) return 0;
+  const std::string& workdir =
+      done != nullptr ? done->workdir_blob : job->second.record.workdir_blob;
+  std::string key = workdir;
   auto kept = checkpoints_.find(job_id);
   if (kept != checkpoints_.end()) {
     for (const auto& c : kept->second) key += "," + c.manifest;
@@ -212,7 +215,7 @@ int64_t ServerCore::StoredBytesLocked(const std::string& job_id) {
   if (cached != money_.stored_bytes.end() && cached->second.first == key)
     return cached->second.second;
   std::set<std::string> blobs;
-  if (!job->second.record.workdir_blob.empty()) blobs.insert(job->second.record.workdir_blob);
+  if (!workdir.empty()) blobs.insert(workdir);
   if (kept != checkpoints_.end()) {
     for (const auto& c : kept->second) blobs.merge(CheckpointBlobsLocked(c.manifest));
   }
@@ -292,6 +295,9 @@ void ServerCore::SettleStorageLocked(Edit& edit) {
   for (const auto& [id, js] : jobs_) {
     if (!js.record.workdir_blob.empty()) jobs.insert(id);
   }
+  for (const auto& [id, f] : finished_.jobs.all()) {
+    if (!f.workdir_blob.empty()) jobs.insert(id);
+  }
   for (const auto& job : jobs) {
     const int64_t bytes = StoredBytesLocked(job);
     const int64_t price =
@@ -318,7 +324,9 @@ void ServerCore::SettleStorageLocked(Edit& edit) {
     store::MeterRecord m;
     m.attempt_id = "storage:" + job + ":" + std::to_string(now);
     m.job_id = job;
-    m.payer = PayerLocked(jobs_.at(job).record.owner);
+    auto live = jobs_.find(job);  // a job with bytes stored is in jobs_ or finished_
+    m.payer = PayerLocked(live != jobs_.end() ? live->second.record.owner
+                                              : finished_.jobs.Find(job)->owner);
     m.provider = ledger::kPlatformAccount;
     m.resource = "storage";
     m.units = static_cast<int>(std::min<int64_t>(bytes >> 20, INT32_MAX));  // MiB

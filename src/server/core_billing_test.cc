@@ -85,7 +85,9 @@ class History {
   void Finish() {
     for (int round = 0; round < 200 && !Idle(); ++round) {
       // What no budget left room for will never run: cancelled, so the history can end.
-      for (const auto& j : core_->ListJobs(store::JobState::kQueued, 100000)) {
+      auto queued = core_->ListJobs(store::JobState::kQueued, 100000);
+      ASSERT_TRUE(queued.ok()) << queued.status().ToString();
+      for (const auto& j : *queued) {
         if (j.reason.find("max_total_cost") != std::string::npos) {
           ASSERT_TRUE(core_->CancelJob(j.id).ok());
         }
@@ -429,7 +431,9 @@ class History {
     }
   }
   bool Idle() {
-    for (const auto& j : core_->ListJobs(std::nullopt, 100000)) {
+    auto jobs = core_->ListJobs(std::nullopt, 100000);
+    EXPECT_TRUE(jobs.ok()) << jobs.status().ToString();
+    for (const auto& j : jobs.ok() ? *jobs : std::vector<store::JobRecord>{}) {
       // A job its budget stopped waits for a raise that never comes here: it is done.
       if (j.state == store::JobState::kBudgetExhausted) continue;
       if (!store::IsTerminal(j.state) && j.state != store::JobState::kQueued) return false;

@@ -142,12 +142,7 @@ Result<store::JobRecord> ServerCore::SetJobBudget(const std::string& job_id,
     return Status::InvalidArgument("max_total_cost: must be more than 0 and at most 1e9 USD");
   }
   std::lock_guard<TimedMutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
-  if (st::IsTerminal(it->second.record.state)) {
-    return Status::FailedPrecondition("job " + job_id + " already " +
-                                      std::string(st::Name(it->second.record.state)));
-  }
+  SLUICE_RETURN_IF_ERROR(UnfinishedJobLocked(job_id).status());
   Edit edit;
   JobState& js = StagedJobLocked(edit, job_id);
   js.spec.max_total_cost = max_total_cost;

@@ -80,6 +80,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
   // Assignment, never erase-and-insert, for entries that stay: callers may be iterating the
   // live maps (the tick over nodes, a reclaim over attempts).
   for (auto& [id, js] : edit.jobs) {
+    if (store::IsTerminal(js.record.state)) finished_.retiring.push_back(id);  // at the tick
     jobs_[id] = std::move(js);
     IndexJobLocked(id);
   }
@@ -125,7 +126,10 @@ void ServerCore::ApplyLocked(Edit& edit) {
     // Each budgeted scope's spend this month, kept with the committed charges.
     for (const auto& d : edit.batch.cost_deltas) {
       auto job = jobs_.find(d.job_id);
-      const std::string team = job != jobs_.end() ? job->second.record.team : "";
+      const FinishedJob* done = job == jobs_.end() ? finished_.jobs.Find(d.job_id) : nullptr;
+      const std::string team = job != jobs_.end() ? job->second.record.team
+                               : done != nullptr  ? done->team
+                                                  : "";
       for (const auto& scope : BudgetScopesLocked(d.payer, team)) {
         auto cached = money_.month_spent.find(scope);
         if (cached != money_.month_spent.end() && d.day.rfind(cached->second.first, 0) == 0) {
@@ -148,6 +152,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
     }
     if (att) {
       attempts_by_node_[att->node_id].insert(id);
+      if (!active_attempts_.count(id)) ++finished_.active_attempts[att->job_id];
       active_attempts_[id] = std::move(*att);
     } else {
       if (auto live = active_attempts_.find(id); live != active_attempts_.end()) {
@@ -155,6 +160,12 @@ void ServerCore::ApplyLocked(Edit& edit) {
         if (on != attempts_by_node_.end()) {
           on->second.erase(id);
           if (on->second.empty()) attempts_by_node_.erase(on);
+        }
+        const std::string& job = live->second.job_id;
+        auto count = finished_.active_attempts.find(job);
+        if (count != finished_.active_attempts.end() && --count->second <= 0) {
+          finished_.active_attempts.erase(count);
+          finished_.retiring.push_back(job);  // its job may have finished before this attempt
         }
       }
       active_attempts_.erase(id);
@@ -226,6 +237,16 @@ Json ServerCore::StateDump() {
                     {"order", js.order},
                     {"never_fits", js.never_fits}};
   }
+  Json finished = Json::object();
+  for (const auto& [id, f] : finished_.jobs.all()) {
+    finished[id] = Json{{"state", store::Name(f.state)},
+                        {"owner", f.owner},
+                        {"team", f.team},
+                        {"workdir_blob", f.workdir_blob},
+                        {"checkpoint", f.checkpoint}};
+  }
+  Json per_job = Json::object();  // keys in order, whatever the map's
+  for (const auto& [id, n] : finished_.active_attempts) per_job[id] = n;
   Json attempts = Json::object();
   for (const auto& [id, att] : active_attempts_) attempts[id] = AttemptToJson(att);
   Json checkpoints = Json::object();
@@ -237,7 +258,9 @@ Json ServerCore::StateDump() {
   }
   return Json{{"nodes", std::move(nodes)},
               {"jobs", std::move(jobs)},
+              {"finished_jobs", std::move(finished)},
               {"active_attempts", std::move(attempts)},
+              {"active_attempts_per_job", std::move(per_job)},
               {"max_log_seq", max_log_seq_},
               {"log_bytes", log_bytes_},
               {"checkpoints", std::move(checkpoints)},

@@ -90,8 +90,9 @@ Result<EstimatePage> ServerCore::Estimate(const spec::JobSpec& spec, std::option
 Status ServerCore::DeleteJob(const std::string& id) {
   std::lock_guard<TimedMutex> lock(mu_);
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return Status::NotFound("no job " + id);
-  if (!st::IsTerminal(it->second.record.state)) {
+  const FinishedJob* done = it == jobs_.end() ? finished_.jobs.Find(id) : nullptr;
+  if (it == jobs_.end() && done == nullptr) return Status::NotFound("no job " + id);
+  if (it != jobs_.end() && !st::IsTerminal(it->second.record.state)) {
     return Status::FailedPrecondition("job " + id + " is " +
                                       std::string(st::Name(it->second.record.state)) +
                                       "; cancel it first (sluice cancel " + id + ")");
@@ -100,31 +101,36 @@ Status ServerCore::DeleteJob(const std::string& id) {
   batch.deleted_jobs.push_back(id);
   SLUICE_RETURN_IF_ERROR(store_->Write(batch));
   std::vector<std::string> manifests;
-  for (const auto& c : checkpoints_[id]) manifests.push_back(c.manifest);
-  const std::string workdir = it->second.record.workdir_blob;
+  if (auto kept = checkpoints_.find(id); kept != checkpoints_.end()) {
+    for (const auto& c : kept->second) manifests.push_back(c.manifest);
+  }
+  const std::string workdir =
+      it != jobs_.end() ? it->second.record.workdir_blob : done->workdir_blob;
   checkpoints_.erase(id);
   avoid_.erase(id);
-  jobs_.erase(it);
+  if (it != jobs_.end()) jobs_.erase(it);
+  finished_.jobs.Erase(id);
   IndexJobLocked(id);
   CollectBlobsLocked(manifests);
   if (!workdir.empty() && blobs_ != nullptr) {
-    bool shared = false;
-    for (const auto& [other, js] : jobs_) shared |= js.record.workdir_blob == workdir;
-    if (!shared) (void)blobs_->Delete(workdir);
+    std::set<std::string> workdirs;
+    JobBlobsLocked(workdirs, nullptr);
+    if (!workdirs.count(workdir)) (void)blobs_->Delete(workdir);
   }
   return Status::Ok();
 }
 
-std::vector<JobRecord> ServerCore::ListJobs(std::optional<st::JobState> state, size_t limit) {
+Result<std::vector<JobRecord>> ServerCore::ListJobs(std::optional<st::JobState> state,
+                                                    size_t limit) {
   return ListJobs(state, limit, nullptr);
 }
 
 Result<JobDetail> ServerCore::GetJob(const std::string& id) {
   std::lock_guard<TimedMutex> lock(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return Status::NotFound("no job " + id);
+  SLUICE_ASSIGN_OR_RETURN(auto job, JobRecordLocked(id));
+  if (!job) return Status::NotFound("no job " + id);
   JobDetail d;
-  d.job = it->second.record;
+  d.job = *std::move(job);
   SLUICE_ASSIGN_OR_RETURN(d.attempts, store_->AttemptsForJob(id));
   SLUICE_ASSIGN_OR_RETURN(d.events, store_->ReadEvents(id, 0, 10000));
   return d;
@@ -132,13 +138,8 @@ Result<JobDetail> ServerCore::GetJob(const std::string& id) {
 
 Result<JobRecord> ServerCore::CancelJob(const std::string& id) {
   std::lock_guard<TimedMutex> lock(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return Status::NotFound("no job " + id);
-  const JobRecord& live = it->second.record;
-  if (st::IsTerminal(live.state)) {
-    return Status::FailedPrecondition("job " + id + " already " +
-                                      std::string(st::Name(live.state)));
-  }
+  SLUICE_ASSIGN_OR_RETURN(JobState * unfinished, UnfinishedJobLocked(id));
+  const JobRecord& live = unfinished->record;
   if (live.cancel_requested) return live;  // idempotent
   Edit edit;
   JobRecord& job = StagedJobLocked(edit, id).record;
@@ -147,8 +148,8 @@ Result<JobRecord> ServerCore::CancelJob(const std::string& id) {
     job.finished_ms = clock_->NowMillis();
     job.reason = "cancelled by user";
     edit.batch.jobs.push_back(job);
-    edit.batch.events.push_back(EventLocked(
-        id, "cancelled", "cancelled while " + std::string(st::Name(it->second.record.state))));
+    edit.batch.events.push_back(
+        EventLocked(id, "cancelled", "cancelled while " + std::string(st::Name(live.state))));
   } else {
     job.cancel_requested = true;
     edit.batch.jobs.push_back(job);

@@ -71,7 +71,8 @@ struct Side {
     for (int i = 0; i < kNodes; ++i) node_index[nodes[static_cast<size_t>(i)]] = i;
     std::vector<std::string> out;
     for (const auto& id : jobs) {
-      const Json& j = dump["jobs"][id];
+      // A finished job has left memory (the tick retires it): its record is the store's.
+      Json j = dump["jobs"].contains(id) ? dump["jobs"][id] : FinishedJob(id);
       std::string att = j["record"]["attempt_id"].get<std::string>();
       std::string on = "-";
       if (!att.empty() && dump["active_attempts"].contains(att)) {
@@ -102,10 +103,23 @@ struct Side {
     }
     return out;
   }
+  // A finished job as Jobs() reads one from the dump, from its stored record.
+  Json FinishedJob(const std::string& id) {
+    auto d = core->GetJob(id);
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    if (!d.ok()) return Json{{"record", {{"attempt_id", ""}, {"reason", ""}, {"state", "?"}}}};
+    EXPECT_TRUE(store::IsTerminal(d->job.state)) << id << " left memory unfinished";
+    return Json{{"record",
+                 {{"attempt_id", d->job.attempt_id},
+                  {"reason", d->job.reason},
+                  {"state", store::Name(d->job.state)}}},
+                {"never_fits", false}};
+  }
   // The active attempt on node i of the earliest submitted job, or "".
   std::string OldestOn(int i) {
     Json dump = core->StateDump();
     for (const auto& id : jobs) {
+      if (!dump["jobs"].contains(id)) continue;  // finished, and no attempt of it active
       std::string att = dump["jobs"][id]["record"]["attempt_id"].get<std::string>();
       if (!att.empty() && dump["active_attempts"].contains(att) &&
           dump["active_attempts"][att]["node_id"] == nodes[static_cast<size_t>(i)]) {

@@ -24,6 +24,7 @@
 #include "sched/scheduler.h"
 #include "sched/shape_rankings.h"
 #include "server/core_types.h"
+#include "server/finished_jobs.h"
 #include "spec/job_spec.h"
 #include "store/store.h"
 
@@ -98,6 +99,15 @@ struct MoneyState {
   std::string budget_month;
   // StoredBytesLocked's cache: job -> (what it keeps, as a key; bytes). Derived, not state.
   std::map<std::string, std::pair<std::string, int64_t>> stored_bytes;
+};
+// Finished jobs out of memory (issue 12 item 3; docs/design-notes.md "Finished jobs"): what
+// stays of each (FinishedJobs), each job's active attempts (a finished job stays whole while
+// one still runs: its exit needs the job), and the jobs that finished or lost an attempt since
+// the last tick (ServerCore::RetireFinishedLocked looks at those, not at every job).
+struct FinishedState {
+  FinishedJobs jobs;
+  std::unordered_map<std::string, int> active_attempts;
+  std::vector<std::string> retiring;
 };
 // CapacityLocked's view of the fleet (docs/design-notes.md "Placement at scale"): the nodes in
 // it in id order, each one's place, the nodes changed since it was brought up to date, whether it

@@ -47,7 +47,9 @@ Result<std::vector<st::LogLine>> ServerCore::ReadLogs(const std::string& job_id,
                                                       int limit) {
   {
     std::lock_guard<TimedMutex> lock(mu_);
-    if (!jobs_.count(job_id)) return Status::NotFound("no job " + job_id);
+    if (!jobs_.count(job_id) && finished_.jobs.Find(job_id) == nullptr) {
+      return Status::NotFound("no job " + job_id);
+    }
   }
   return store_->ReadLogs(job_id, after_id, limit);
 }
@@ -55,8 +57,8 @@ Result<std::vector<st::LogLine>> ServerCore::ReadLogs(const std::string& job_id,
 Result<uint64_t> ServerCore::Subscribe(const std::string& job_id, bool events, bool logs,
                                        StreamSink sink) {
   std::lock_guard<TimedMutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return Status::NotFound("no job " + job_id);
+  SLUICE_ASSIGN_OR_RETURN(auto job, JobRecordLocked(job_id));
+  if (!job) return Status::NotFound("no job " + job_id);
   // Replay under mu_: nothing new can be committed meanwhile, so replay + live has no gap and
   // no duplicate.
   if (events) {
@@ -83,8 +85,8 @@ Result<uint64_t> ServerCore::Subscribe(const std::string& job_id, bool events, b
       if (batch.size() < 1000) break;
     }
   }
-  if (st::IsTerminal(it->second.record.state)) {
-    sink(EndItemLocked(it->second.record));
+  if (st::IsTerminal(job->state)) {
+    sink(EndItemLocked(*job));
     return uint64_t{0};
   }
   uint64_t id = next_subscriber_++;

@@ -27,14 +27,14 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
                                      "` was used for a different submission (job " + prior->job_id +
                                      "); use a new key for a new job");
       }
-      auto it = jobs_.find(prior->job_id);
-      if (it == jobs_.end()) {
+      SLUICE_ASSIGN_OR_RETURN(auto earlier, JobRecordLocked(prior->job_id));
+      if (!earlier) {
         return Status::FailedPrecondition("Idempotency-Key `" + opts.idempotency_key +
                                           "` submitted job " + prior->job_id +
                                           ", which has since been deleted");
       }
       if (replayed != nullptr) *replayed = true;
-      return it->second.record;
+      return *std::move(earlier);
     }
   }
   if (!CanSpendLocked(opts.owner)) {
@@ -110,35 +110,17 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
   return jobs_[id].record;
 }
 
-std::vector<st::JobRecord> ServerCore::ListJobs(
-    std::optional<st::JobState> state, size_t limit,
-    const std::function<bool(const st::JobRecord&)>& visible) {
-  std::lock_guard<TimedMutex> lock(mu_);
-  std::vector<const JobState*> all;
-  for (const auto& [id, js] : jobs_) {
-    if (state && js.record.state != *state) continue;
-    if (visible && !visible(js.record)) continue;
-    all.push_back(&js);
-  }
-  // Newest first: what a person looking at `sluice jobs` wants.
-  std::sort(all.begin(), all.end(),
-            [](const JobState* a, const JobState* b) { return a->order > b->order; });
-  std::vector<st::JobRecord> out;
-  for (const auto* js : all) {
-    if (out.size() >= limit) break;
-    out.push_back(js->record);
-  }
-  return out;
-}
-
 Result<ServerCore::JobAccess> ServerCore::JobAccessOf(const std::string& id) {
   std::lock_guard<TimedMutex> lock(mu_);
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return Status::NotFound("no job " + id);
+  const FinishedJob* done = it == jobs_.end() ? finished_.jobs.Find(id) : nullptr;
+  if (it == jobs_.end() && done == nullptr) return Status::NotFound("no job " + id);
   JobAccess a;
-  a.owner = it->second.record.owner;
-  a.team = it->second.record.team;
-  if (it->second.attempts == 0 && it->second.record.attempt_id.empty()) return a;
+  a.owner = done != nullptr ? done->owner : it->second.record.owner;
+  a.team = done != nullptr ? done->team : it->second.record.team;
+  if (done == nullptr && it->second.attempts == 0 && it->second.record.attempt_id.empty()) {
+    return a;
+  }
   SLUICE_ASSIGN_OR_RETURN(auto attempts, store_->AttemptsForJob(id));
   for (const auto& att : attempts) {
     auto n = nodes_.find(att.node_id);
@@ -194,16 +176,10 @@ bool ServerCore::NodeNeedsBlob(const std::string& node_id, const std::string& di
 std::set<std::string> ServerCore::ReferencedBlobs() {
   std::lock_guard<TimedMutex> lock(mu_);
   std::set<std::string> used;
-  for (const auto& [id, js] : jobs_) {
-    if (!js.record.workdir_blob.empty()) used.insert(js.record.workdir_blob);
-    if (!js.record.checkpoint.empty()) used.insert(js.record.checkpoint);
-  }
   std::set<std::string> manifests;
+  JobBlobsLocked(used, &manifests);  // every job's, finished ones' too
   for (const auto& [job, kept] : checkpoints_) {
     for (const auto& c : kept) manifests.insert(c.manifest);
-  }
-  for (const auto& [id, js] : jobs_) {
-    if (!js.record.checkpoint.empty()) manifests.insert(js.record.checkpoint);
   }
   for (const auto& [aid, att] : active_attempts_) {
     if (!att.checkpoint_restored.empty()) manifests.insert(att.checkpoint_restored);

@@ -65,7 +65,10 @@ Status ServerCore::Load() {
   loaded_mono_ = now_mono;
   view_.stale = true;
   SLUICE_ASSIGN_OR_RETURN(auto jobs, store_->LoadJobs());
-  for (auto& j : jobs) {
+  // Finished jobs stay out of memory (core_finished.cc) unless an attempt of theirs is active:
+  // decided once the active attempts are loaded.
+  std::vector<st::JobRecord> finished;
+  auto resident = [&](st::JobRecord j) -> Status {
     JobState js;
     auto spec = spec::JobSpecFromJson(j.spec.Parse());
     if (spec.ok()) js.spec = *spec;
@@ -88,6 +91,14 @@ Status ServerCore::Load() {
     const std::string id = js.record.id;
     jobs_[id] = std::move(js);
     IndexJobLocked(id);
+    return Status::Ok();
+  };
+  for (auto& j : jobs) {
+    if (st::IsTerminal(j.state)) {
+      finished.push_back(std::move(j));
+    } else {
+      SLUICE_RETURN_IF_ERROR(resident(std::move(j)));
+    }
   }
   SLUICE_ASSIGN_OR_RETURN(auto checkpoints, store_->LoadCheckpoints());
   for (auto& c : checkpoints) checkpoints_[c.job_id].push_back(std::move(c));
@@ -103,7 +114,15 @@ Status ServerCore::Load() {
     SLUICE_ASSIGN_OR_RETURN(int64_t seq, store_->MaxLogSeq(a.id));
     max_log_seq_[a.id] = seq;
     attempts_by_node_[a.node_id].insert(a.id);
+    ++finished_.active_attempts[a.job_id];
     active_attempts_[a.id] = std::move(a);
+  }
+  for (auto& j : finished) {
+    if (finished_.active_attempts.count(j.id)) {
+      SLUICE_RETURN_IF_ERROR(resident(std::move(j)));
+    } else {
+      finished_.jobs.Add(j);
+    }
   }
   SLUICE_ASSIGN_OR_RETURN(auto meters, store_->LoadMeters(""));
   for (auto& m : meters) money_.open_meters[m.attempt_id] = std::move(m);
@@ -171,9 +190,7 @@ void ServerCore::CollectBlobsLocked(const std::vector<std::string>& manifests) {
       for (auto& chunk : ManifestChunks(*blobs_, c.manifest)) used.insert(std::move(chunk));
     }
   }
-  for (const auto& [id, js] : jobs_) {
-    if (!js.record.workdir_blob.empty()) used.insert(js.record.workdir_blob);
-  }
+  JobBlobsLocked(used, nullptr);  // every job's workdir, finished ones' too
   for (const auto& m : manifests) {
     if (used.count(m) != 0) continue;
     for (const auto& chunk : ManifestChunks(*blobs_, m)) {
@@ -218,6 +235,7 @@ void ServerCore::ApplyReliability(const ReliabilityHistory& history) {
 bool ServerCore::TickState() {
   std::lock_guard<TimedMutex> lock(mu_);
   mu_.HoldingFor(kHeldForTick);
+  RetireFinishedLocked();
   for (auto it = subscribers_.begin(); it != subscribers_.end();) {
     it = it->second.sink(Json()) ? std::next(it) : subscribers_.erase(it);
   }

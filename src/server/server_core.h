@@ -89,9 +89,11 @@ class ServerCore {
   // spec's.
   Result<EstimatePage> Estimate(const spec::JobSpec& spec, std::optional<double> hours,
                                 std::optional<market::Objective> objective, size_t limit);
-  std::vector<store::JobRecord> ListJobs(std::optional<store::JobState> state, size_t limit);
-  // Newest first, only those `visible` accepts (a tenant's view), at most `limit`.
-  std::vector<store::JobRecord> ListJobs(
+  Result<std::vector<store::JobRecord>> ListJobs(std::optional<store::JobState> state,
+                                                 size_t limit);
+  // Newest submission first (submitted_ms, then id), only those `visible` accepts (a tenant's
+  // view), at most `limit`. Finished jobs are read from the store, outside the lock.
+  Result<std::vector<store::JobRecord>> ListJobs(
       std::optional<store::JobState> state, size_t limit,
       const std::function<bool(const store::JobRecord&)>& visible);
   // The job's owner, team and the nodes its attempts ran on (for access checks); NotFound.
@@ -111,6 +113,8 @@ class ServerCore {
   std::set<std::string> ReferencedBlobs();
   // Jobs (not finished) of an account, for quotas.
   int ActiveJobsOf(const std::string& account_id);
+  // How many jobs are in each state, finished ones included (the sluice_jobs gauge).
+  std::map<store::JobState, int64_t> JobCounts();
   Result<JobDetail> GetJob(const std::string& id);
   Result<store::JobRecord> CancelJob(const std::string& id);
   // Deletes a finished job with its attempts, events, logs and checkpoints, and frees the blobs
@@ -298,6 +302,16 @@ class ServerCore {
   void ApplyLocked(Edit& edit);
   // Files `job_id` in the queue index as jobs_ now holds it (or drops it, when gone).
   void IndexJobLocked(const std::string& job_id);
+  // Finished jobs (core_finished.cc): whether a job in jobs_ is finished with no attempt active;
+  // moves those of finished_.retiring out of jobs_ (the tick calls it: no caller is then inside
+  // a walk of jobs_); a job's record, from jobs_ or else the store (nullopt: no such job); every
+  // job's workdir and, with `checkpoints`, latest checkpoint, finished jobs' too.
+  bool RetirableLocked(const std::string& id, const JobState& js) const;
+  void RetireFinishedLocked();
+  Result<std::optional<store::JobRecord>> JobRecordLocked(const std::string& id);
+  // A job not finished, in jobs_: else NotFound, or FailedPrecondition "job J already S".
+  Result<JobState*> UnfinishedJobLocked(const std::string& id);
+  void JobBlobsLocked(std::set<std::string>& workdirs, std::set<std::string>* checkpoints) const;
   // A failure nobody waits for (the tick, a disconnect): logged with `what` failed, and counted
   // under `kind` (a fixed name: schedule, node_loss, uptime, disconnect, audit), never silent.
   void DegradedLocked(const char* kind, const std::string& what, const Status& status);
@@ -558,7 +572,8 @@ class ServerCore {
   // Guarded by mu_.
   TimeOrderedIds ids_{clock_};  // jobs' and attempts' ids
   std::map<std::string, NodeState> nodes_;
-  std::map<std::string, JobState> jobs_;
+  std::map<std::string, JobState> jobs_;  // not finished, or finished with an attempt active
+  core_state::FinishedState finished_;    // the rest (core_state.h)
   // The queued jobs by id (IndexJobLocked keeps it): placement and the tick walk the queue, not
   // every job ever submitted. The pointers are into jobs_, whose entries stay put until erased.
   std::map<std::string, JobState*> queued_;

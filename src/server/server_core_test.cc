@@ -97,7 +97,9 @@ TEST_F(ServerCoreTest, JobThatCanNeverFitIsRefusedWithWhyUnlessQueued) {
   EXPECT_NE(refused.status().message().find("`gpus>=2` rules out 1"), std::string::npos)
       << refused.status().message();
   EXPECT_NE(refused.status().message().find("sluice run --queue"), std::string::npos);
-  EXPECT_TRUE(core_->ListJobs(std::nullopt, 10).empty());
+  auto listed = core_->ListJobs(std::nullopt, 10);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_TRUE(listed->empty());
   // Asked to queue anyway: it waits with the reason.
   auto job = core_->SubmitJob(Spec(1, 2), "", /*queue_unschedulable=*/true);
   ASSERT_TRUE(job.ok());

@@ -52,6 +52,11 @@ class FailingStore : public store::Store {
   Result<std::optional<store::JobRecord>> GetJob(const std::string& id) override {
     return inner_->GetJob(id);
   }
+  Result<std::vector<store::JobRecord>> ListFinishedJobs(std::optional<store::JobState> s,
+                                                         const std::optional<store::JobCursor>& b,
+                                                         int l) override {
+    return inner_->ListFinishedJobs(s, b, l);
+  }
   Result<std::vector<store::AttemptRecord>> AttemptsForJob(const std::string& id) override {
     return inner_->AttemptsForJob(id);
   }

@@ -157,6 +157,12 @@ struct JobRecord {
   bool operator==(const JobRecord&) const = default;
 };
 
+// A position in the list of jobs by submission (Store::ListFinishedJobs).
+struct JobCursor {
+  int64_t submitted_ms = 0;
+  std::string id;
+};
+
 struct AttemptRecord {
   std::string id;  // "att-..."
   std::string job_id;

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -143,6 +144,11 @@ constexpr const char* kSelectNodes =
   "owner, team FROM jobs "
 constexpr const char* kSelectJobs = SLUICE_JOB_COLUMNS "ORDER BY submitted_ms, rowid";
 constexpr const char* kSelectJob = SLUICE_JOB_COLUMNS "WHERE id = ?";
+// Newest first, after a cursor; `state = ?` is skipped when the first parameter is 0.
+constexpr const char* kSelectFinishedJobs = SLUICE_JOB_COLUMNS
+    "WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND (? = 0 OR state = ?) "
+    "AND (submitted_ms < ? OR (submitted_ms = ? AND id < ?)) "
+    "ORDER BY submitted_ms DESC, id DESC LIMIT ?";
 #undef SLUICE_JOB_COLUMNS
 #define SLUICE_ATTEMPT_COLUMNS                                                             \
   "SELECT id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, created_ms, " \
@@ -481,6 +487,18 @@ class SqliteStore final : public Store {
                             Select(kSelectJob, "get job", ReadJob, [&](Query& q) { q.Text(id); }));
     if (jobs.empty()) return std::optional<JobRecord>();
     return std::optional<JobRecord>(std::move(jobs.front()));
+  }
+  Result<std::vector<JobRecord>> ListFinishedJobs(std::optional<JobState> state,
+                                                  const std::optional<JobCursor>& before,
+                                                  int limit) override {
+    if (state && !IsTerminal(*state)) return std::vector<JobRecord>();
+    std::lock_guard<std::mutex> lock(mu_);
+    return Select(kSelectFinishedJobs, "list finished jobs", ReadJob, [&](Query& q) {
+      q.Int(state ? 1 : 0).Text(state ? Name(*state) : std::string_view());
+      const int64_t ms = before ? before->submitted_ms : INT64_MAX;
+      q.Int(ms).Int(ms).Text(before ? std::string_view(before->id) : std::string_view());
+      q.Int(std::max(0, limit));
+    });
   }
   Result<std::vector<AttemptRecord>> AttemptsForJob(const std::string& job_id) override {
     std::lock_guard<std::mutex> lock(mu_);

@@ -49,6 +49,13 @@ class Store {
   // Every job, oldest submission first. Used at startup to rebuild the core's state.
   virtual Result<std::vector<JobRecord>> LoadJobs() = 0;
   virtual Result<std::optional<JobRecord>> GetJob(const std::string& id) = 0;
+  // Finished jobs (IsTerminal), newest submission first (submitted_ms, then id, both
+  // descending), strictly after `before` in that order (nullopt: from the newest), at most
+  // `limit`, of `state` only when it is set. The server keeps finished jobs here, not in memory
+  // (docs/design-notes.md "Finished jobs"), and pages through them with this.
+  virtual Result<std::vector<JobRecord>> ListFinishedJobs(std::optional<JobState> state,
+                                                          const std::optional<JobCursor>& before,
+                                                          int limit) = 0;
   // Attempts of one job, oldest first.
   virtual Result<std::vector<AttemptRecord>> AttemptsForJob(const std::string& job_id) = 0;
   // Attempts not yet in a terminal state (starting/running), for reconciliation at startup.

@@ -489,6 +489,46 @@ TEST_F(SqliteStoreTest, LoadJobsOldestSubmissionFirst) {
   EXPECT_EQ((*jobs)[2].id, "job-c");
 }
 
+TEST_F(SqliteStoreTest, FinishedJobsPageNewestFirstAfterACursor) {
+  auto job = [](const std::string& id, int64_t ms, JobState state) {
+    JobRecord j = SampleJob(id, ms);
+    j.state = state;
+    return j;
+  };
+  ASSERT_TRUE(store_
+                  ->Write({.jobs = {job("job-a", 100, JobState::kSucceeded),
+                                    job("job-b", 200, JobState::kFailed),
+                                    job("job-c", 200, JobState::kSucceeded),
+                                    job("job-d", 300, JobState::kRunning),
+                                    job("job-e", 400, JobState::kBudgetExhausted),
+                                    job("job-f", 500, JobState::kCancelled)}})
+                  .ok());
+  auto ids = [](const Result<std::vector<JobRecord>>& jobs) {
+    std::vector<std::string> out;
+    if (!jobs.ok()) return std::vector<std::string>{jobs.status().ToString()};
+    for (const auto& j : *jobs) out.push_back(j.id);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  // Unfinished jobs (running, budget-exhausted) are not listed; ties on submitted_ms by id.
+  EXPECT_EQ(ids(store_->ListFinishedJobs(std::nullopt, std::nullopt, 10)),
+            (V{"job-f", "job-c", "job-b", "job-a"}));
+  EXPECT_EQ(ids(store_->ListFinishedJobs(std::nullopt, std::nullopt, 2)), (V{"job-f", "job-c"}));
+  // After a cursor inside a tie: the rest of the tie, then older ones.
+  EXPECT_EQ(ids(store_->ListFinishedJobs(std::nullopt, JobCursor{200, "job-c"}, 10)),
+            (V{"job-b", "job-a"}));
+  EXPECT_EQ(ids(store_->ListFinishedJobs(std::nullopt, JobCursor{100, "job-a"}, 10)), V{});
+  EXPECT_EQ(ids(store_->ListFinishedJobs(JobState::kSucceeded, std::nullopt, 10)),
+            (V{"job-c", "job-a"}));
+  EXPECT_EQ(ids(store_->ListFinishedJobs(JobState::kRunning, std::nullopt, 10)), V{});
+  EXPECT_EQ(ids(store_->ListFinishedJobs(std::nullopt, std::nullopt, 0)), V{});
+  // The whole record comes back.
+  auto one = store_->ListFinishedJobs(JobState::kFailed, std::nullopt, 1);
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ(one->front(), job("job-b", 200, JobState::kFailed));
+}
+
 TEST_F(SqliteStoreTest, CommittedBatchSurvivesKillDashNine) {
   store_.reset();  // a connection must not be carried across fork()
   pid_t pid = ::fork();

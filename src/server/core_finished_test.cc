@@ -1,0 +1,235 @@
+// Finished jobs leave memory (issue 12 item 3; docs/design-notes.md "Finished jobs"): the tick
+// after a job finishes moves it out of the core's job map, the store keeps it, and every way a
+// user reads a job still finds it there, in the same order and with the same answers.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/crypto.h"
+#include "server/server_core.h"
+#include "server/test_agent_link.h"
+#include "server/test_failing_store.h"
+#include "server/test_fleet.h"
+
+namespace sluice::server {
+namespace {
+
+using store::JobState;
+using testing::FailingStore;
+using testing::RecordingLink;
+
+class CoreFinishedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("sluice-finished-" + RandomHex(6));
+    std::filesystem::create_directories(dir_);
+    auto s = store::OpenSqliteStore((dir_ / "sluice.db").string());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(*s);
+    failing_ = std::make_unique<FailingStore>(store_.get());
+    opt_.heartbeat_grace_ms = 3'600'000;
+    core_ = NewCore();
+    link_ = std::make_shared<RecordingLink>();
+  }
+  void TearDown() override {
+    core_.reset();
+    failing_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::unique_ptr<ServerCore> NewCore() {
+    auto core = std::make_unique<ServerCore>(failing_.get(), &clock_, opt_);
+    EXPECT_TRUE(core->Load().ok());
+    return core;
+  }
+  static spec::JobSpec Spec() {
+    spec::JobSpec s;
+    s.name = "t";
+    s.run = "train";
+    s.resources.cpus = 4;
+    s.resources.memory_gb = 1;
+    return s;
+  }
+  // A job run to the end on a node: `code` 0 succeeds it.
+  std::string Finished(int code = 0) {
+    if (node_.empty()) {
+      auto node = testing::EnrolNode(*core_, link_, testing::CpuHello("box"));
+      EXPECT_TRUE(node.ok()) << node.status().ToString();
+      node_ = node.ok() ? *node : "";
+    }
+    auto job = core_->SubmitJob(Spec(), "");
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    const std::string att = link_->Last("assign", "attempt_id");
+    EXPECT_TRUE(
+        core_->AgentMessage(node_, link_.get(), Json{{"type", "started"}, {"attempt_id", att}})
+            .ok());
+    EXPECT_TRUE(
+        core_->AgentMessage(node_, link_.get(), proto::ToJson(proto::Exited{att, code, 0, ""}))
+            .ok());
+    return job.ok() ? job->id : "";
+  }
+  // A job that waits (no node can run it), then is cancelled: finished without a node.
+  std::string Cancelled(const std::string& owner = "", const std::string& workdir = "") {
+    SubmitOptions o;
+    o.owner = owner;
+    o.queue_unschedulable = true;
+    auto job = core_->SubmitJob(Spec(), workdir, o);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    if (!job.ok()) return "";
+    EXPECT_TRUE(core_->CancelJob(job->id).ok());
+    clock_.Advance(1);  // one submission a millisecond: the list's order is theirs
+    return job->id;
+  }
+  bool InMemory(const std::string& id) { return core_->StateDump()["jobs"].contains(id); }
+  std::vector<std::string> Ids(const Result<std::vector<store::JobRecord>>& jobs) {
+    EXPECT_TRUE(jobs.ok()) << jobs.status().ToString();
+    std::vector<std::string> out;
+    for (const auto& j : jobs.ok() ? *jobs : std::vector<store::JobRecord>{}) out.push_back(j.id);
+    return out;
+  }
+
+  CoreOptions opt_;
+  FakeClock clock_;
+  std::filesystem::path dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<FailingStore> failing_;
+  std::unique_ptr<ServerCore> core_;
+  std::shared_ptr<RecordingLink> link_;
+  std::string node_;
+};
+
+TEST_F(CoreFinishedTest, AFinishedJobLeavesMemoryAtTheNextTickAndIsStillReadFromTheStore) {
+  const std::string job = Finished();
+  auto before = core_->GetJob(job);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  ASSERT_EQ(before->job.state, JobState::kSucceeded);
+  EXPECT_TRUE(InMemory(job)) << "kept until the tick";
+  core_->Tick();
+  EXPECT_FALSE(InMemory(job));
+  Json dump = core_->StateDump();
+  ASSERT_TRUE(dump["finished_jobs"].contains(job));
+  EXPECT_EQ(dump["finished_jobs"][job]["state"], "succeeded");
+  EXPECT_TRUE(dump["active_attempts_per_job"].empty());
+  // Every read a user makes still answers as it did.
+  auto after = core_->GetJob(job);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->job, before->job);
+  EXPECT_EQ(after->attempts.size(), before->attempts.size());
+  EXPECT_EQ(after->events.size(), before->events.size());
+  EXPECT_EQ(Ids(core_->ListJobs(std::nullopt, 10)), std::vector<std::string>{job});
+  EXPECT_EQ(Ids(core_->ListJobs(JobState::kSucceeded, 10)), std::vector<std::string>{job});
+  EXPECT_TRUE(Ids(core_->ListJobs(JobState::kFailed, 10)).empty());
+  EXPECT_EQ(core_->JobCounts(), (std::map<JobState, int64_t>{{JobState::kSucceeded, 1}}));
+  auto cancel = core_->CancelJob(job);
+  EXPECT_EQ(cancel.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(cancel.status().message().find("already succeeded"), std::string::npos);
+  auto budget = core_->SetJobBudget(job, 5.0);
+  EXPECT_EQ(budget.status().code(), StatusCode::kFailedPrecondition);
+  auto access = core_->JobAccessOf(job);
+  ASSERT_TRUE(access.ok()) << access.status().ToString();
+  EXPECT_EQ(access->owner, "");
+  EXPECT_TRUE(core_->ReadLogs(job, 0, 10).ok());
+  // A stream of a finished job replays its events and ends at once.
+  std::vector<Json> items;
+  auto sub = core_->Subscribe(job, true, false, [&](const Json& item) {
+    items.push_back(item);
+    return true;
+  });
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  EXPECT_EQ(*sub, 0u);
+  ASSERT_FALSE(items.empty());
+  EXPECT_EQ(items.back()["type"], "end");
+  EXPECT_EQ(items.size(), before->events.size() + 1);
+  // Unknown jobs are still unknown.
+  EXPECT_EQ(core_->GetJob("job-none").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(core_->ReadLogs("job-none", 0, 10).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(CoreFinishedTest, ARestartedServerLoadsOnlyUnfinishedJobsIntoMemory) {
+  const std::string done = Finished(3);
+  SubmitOptions wait;
+  wait.queue_unschedulable = true;
+  clock_.Advance(1);
+  spec::JobSpec big = Spec();
+  big.resources.cpus = 64;  // more than the node has: it waits
+  auto queued = core_->SubmitJob(big, "", wait);
+  ASSERT_TRUE(queued.ok()) << queued.status().ToString();
+  core_.reset();
+  core_ = NewCore();
+  Json dump = core_->StateDump();
+  EXPECT_FALSE(dump["jobs"].contains(done));
+  EXPECT_TRUE(dump["jobs"].contains(queued->id));
+  EXPECT_EQ(dump["finished_jobs"][done]["state"], "failed");
+  auto d = core_->GetJob(done);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->job.exit_code, 3);
+  // Newest submission first, the finished job read from the store.
+  EXPECT_EQ(Ids(core_->ListJobs(std::nullopt, 10)), (std::vector<std::string>{queued->id, done}));
+  EXPECT_EQ(Ids(core_->ListJobs(std::nullopt, 1)), std::vector<std::string>{queued->id});
+}
+
+TEST_F(CoreFinishedTest, TheJobListPagesThroughFinishedJobsForOneTenant) {
+  // More finished jobs than one page of the store (500), two owners taking turns.
+  std::vector<std::string> mine;
+  for (int i = 0; i < 600; ++i) {
+    std::string id = Cancelled(i % 2 == 0 ? "acct-a" : "acct-b");
+    if (i % 2 == 0) mine.push_back(id);
+  }
+  core_->Tick();
+  EXPECT_EQ(core_->StateDump()["jobs"].size(), 0u);
+  auto only_a = [](const store::JobRecord& j) { return j.owner == "acct-a"; };
+  std::vector<std::string> newest_first(mine.rbegin(), mine.rend());
+  EXPECT_EQ(Ids(core_->ListJobs(std::nullopt, 1000, only_a)), newest_first);
+  EXPECT_EQ(Ids(core_->ListJobs(JobState::kCancelled, 3, only_a)),
+            std::vector<std::string>(newest_first.begin(), newest_first.begin() + 3));
+  EXPECT_EQ(Ids(core_->ListJobs(std::nullopt, 1000,
+                                [](const store::JobRecord& j) { return j.owner == "acct-c"; }))
+                .size(),
+            0u);
+  EXPECT_EQ(Ids(core_->ListJobs(std::nullopt, SIZE_MAX)).size(), 600u);
+  EXPECT_EQ(core_->JobCounts(), (std::map<JobState, int64_t>{{JobState::kCancelled, 600}}));
+}
+
+TEST_F(CoreFinishedTest, AFinishedJobKeepsItsWorkdirUntilItIsDeleted) {
+  const std::string workdir(64, 'd');
+  const std::string job = Cancelled("", workdir);
+  core_->Tick();
+  ASSERT_FALSE(InMemory(job));
+  EXPECT_TRUE(core_->ReferencedBlobs().count(workdir));
+  // A delete the store refuses changes nothing.
+  const Json memory = core_->StateDump();
+  failing_->fail = true;
+  EXPECT_FALSE(core_->DeleteJob(job).ok());
+  failing_->fail = false;
+  EXPECT_EQ(core_->StateDump(), memory);
+  ASSERT_TRUE(core_->GetJob(job).ok());
+  // Deleted: gone from memory and the store, its workdir no longer kept.
+  ASSERT_TRUE(core_->DeleteJob(job).ok());
+  EXPECT_FALSE(core_->StateDump()["finished_jobs"].contains(job));
+  EXPECT_EQ(core_->GetJob(job).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(core_->DeleteJob(job).code(), StatusCode::kNotFound);
+  EXPECT_FALSE(core_->ReferencedBlobs().count(workdir));
+  EXPECT_TRUE(core_->JobCounts().empty());
+}
+
+TEST_F(CoreFinishedTest, AnIdempotentRetryOfAFinishedJobReturnsItsStoredRecord) {
+  SubmitOptions o;
+  o.owner = "acct-a";
+  o.idempotency_key = "k1";
+  o.body_sha256 = std::string(64, 'b');
+  o.queue_unschedulable = true;
+  auto first = core_->SubmitJob(Spec(), "", o);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(core_->CancelJob(first->id).ok());
+  core_->Tick();
+  ASSERT_FALSE(InMemory(first->id));
+  bool replayed = false;
+  auto again = core_->SubmitJob(Spec(), "", o, &replayed);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(replayed);
+  EXPECT_EQ(again->id, first->id);
+  EXPECT_EQ(again->state, JobState::kCancelled);
+}
+
+}  // namespace
+}  // namespace sluice::server
