@@ -100,6 +100,14 @@ struct MoneyState {
   // StoredBytesLocked's cache: job -> (what it keeps, as a key; bytes). Derived, not state.
   std::map<std::string, std::pair<std::string, int64_t>> stored_bytes;
 };
+// What holds the core's lock, for its per-holder hold times (ServerCore::mu_, TimedMutex).
+enum LockHolder : size_t {
+  kHeldForRequest,        // API requests, hellos, anything not named below
+  kHeldForAgentMessages,  // an inbox batch (HandleWaitingAgentMessages)
+  kHeldForPlacement,      // a scheduler pass (SchedulerLoop)
+  kHeldForTick,           // the tick and the reliability refresh it applies
+  kHeldForHeartbeat,      // a heartbeat answered on an io thread (AnswerHeartbeatNow)
+};
 // Finished jobs out of memory (issue 12 item 3; docs/design-notes.md "Finished jobs"): what
 // stays of each (FinishedJobs), each job's active attempts (a finished job stays whole while
 // one still runs: its exit needs the job), and the jobs that finished or lost an attempt since

@@ -152,6 +152,12 @@ struct LedgerReport {
   std::vector<std::string> problems;  // empty: every transaction balances, every balance agrees
 };
 
+// Placement passes committed, by how far they searched (ServerCore::PlacementPasses).
+struct PlacementPassCounts {
+  int64_t full = 0;
+  int64_t incremental = 0;
+};
+
 struct JobDetail {
   store::JobRecord job;
   std::vector<store::AttemptRecord> attempts;

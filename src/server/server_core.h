@@ -26,31 +26,22 @@
 #include <vector>
 
 #include "audit/signing_key.h"
-#include "audit/verification.h"
 #include "common/agent_protocol.h"
 #include "common/clock.h"
-#include "common/inventory.h"
-#include "common/json.h"
 #include "common/status.h"
 #include "common/timed_mutex.h"
 #include "market/catalog.h"
 #include "market/explain.h"
-#include "market/job_market.h"
 #include "market/offer.h"
 #include "market/offer_index.h"
 #include "market/query.h"
-#include "market/reliability.h"
-#include "sched/scheduler.h"
 #include "server/agent_inbox.h"
-#include "server/core_state.h"
-#include "server/core_types.h"
+#include "server/core_state.h"  // with the types its entries are made of
 #include "server/queue_index.h"
 #include "server/reliability_history.h"
 #include "server/time_ordered_ids.h"
 #include "server/verification_queue.h"
-#include "spec/job_spec.h"
 #include "store/blob_store.h"
-#include "store/store.h"
 
 namespace sluice::server {
 
@@ -139,10 +130,9 @@ class ServerCore {
 
   // --- agent channel ---
   // Registers or re-registers a node and reconciles what the agent says it runs with what the
-  // store says. Returns the node id to put in `welcome`.
-  // `who` is what the connection's token proved (issue 10 item 2): a join token enrols a new
-  // node, owned by its provider account, and the welcome carries the node's new credential; a
-  // node id already enrolled is only taken with that node's credential.
+  // store says; returns the node id for `welcome`. `who` is what the connection's token proved
+  // (issue 10 item 2): a join token enrols a new node, owned by its provider account, and the
+  // welcome carries the node's new credential; an enrolled node id needs that node's credential.
   Result<std::string> AgentHello(const std::shared_ptr<AgentLink>& link, const proto::Hello& hello,
                                  const AgentIdentity& who = {});
   // A message from a node that said hello on `link` (heartbeat, conformance, started, log,
@@ -200,9 +190,8 @@ class ServerCore {
   // Appends one entry to the audit log (API mutations; the caller removes secrets).
   Status RecordAudit(store::AuditEntry entry);
   Result<std::vector<store::AuditEntry>> ReadAudit(int64_t since_ms, int64_t after_id, int limit);
-  // The signed audit bundle of a job (a .zip): environment-fingerprint.json,
-  // hardware-inventory.json, conformance-log.txt, cost-statement.json, events.jsonl, job.json,
-  // manifest.sha256 and
+  // A job's signed audit bundle (a .zip): environment-fingerprint.json, hardware-inventory.json,
+  // conformance-log.txt, cost-statement.json, events.jsonl, job.json, manifest.sha256 and
   // signature.p7s. FailedPrecondition without a signing identity.
   Result<std::string> AuditBundle(const std::string& job_id);
   void SetSigningIdentity(SigningIdentity identity) { signing_ = std::move(identity); }
@@ -253,10 +242,9 @@ class ServerCore {
 
   const CoreOptions& options() const { return options_; }
 
-  // Everything the core holds in memory that a state change can alter, as canonical JSON (maps
-  // in key order). Tests compare dumps to prove a failed commit changed nothing (issue 12 item
-  // 1). Reliability scores are left out: they are recomputed from the store, not changed by
-  // commits.
+  // Everything in memory a state change can alter, as canonical JSON (maps in key order): tests
+  // compare dumps to prove a failed commit changed nothing (issue 12 item 1). Reliability scores
+  // are left out: they are recomputed from the store, not changed by commits.
   Json StateDump();
   // Failures nobody was waiting for (DegradedLocked), by kind; /v1/metrics exports them as
   // sluice_degraded_total{kind}.
@@ -264,10 +252,7 @@ class ServerCore {
   // Placement passes committed (PlaceLocked), by how far they searched: every node for every
   // shape ("full"), or only the nodes changed since the last full one ("incremental"; a
   // submit's own pass included). /v1/metrics exports them as sluice_placement_passes_total.
-  struct PassCounts {
-    int64_t full = 0;
-    int64_t incremental = 0;
-  };
+  using PassCounts = PlacementPassCounts;  // core_types.h
   PassCounts PlacementPasses();
   // How long callers waited for the core's lock, and how long each holder kept it (request,
   // agent_messages, placement, tick, heartbeat); no lock: the histograms are read with atomics.
@@ -302,10 +287,9 @@ class ServerCore {
   void ApplyLocked(Edit& edit);
   // Files `job_id` in the queue index as jobs_ now holds it (or drops it, when gone).
   void IndexJobLocked(const std::string& job_id);
-  // Finished jobs (core_finished.cc): whether a job in jobs_ is finished with no attempt active;
-  // moves those of finished_.retiring out of jobs_ (the tick calls it: no caller is then inside
-  // a walk of jobs_); a job's record, from jobs_ or else the store (nullopt: no such job); every
-  // job's workdir and, with `checkpoints`, latest checkpoint, finished jobs' too.
+  // Finished jobs (core_finished.cc): finished with no attempt active; out of jobs_ (by the
+  // tick: no walk of jobs_ is then under way); a record from jobs_ or the store (nullopt: no
+  // such job); every job's workdir and (`checkpoints`) latest checkpoint, finished ones' too.
   bool RetirableLocked(const std::string& id, const JobState& js) const;
   void RetireFinishedLocked();
   Result<std::optional<store::JobRecord>> JobRecordLocked(const std::string& id);
@@ -426,10 +410,9 @@ class ServerCore {
                                       int64_t spent) const;
   std::shared_ptr<const sched::JobRequest> RequestLocked(const std::string& id,
                                                          const JobState& js) const;
-  // Every node that can take work or may come back, as it stands: what placement searches.
-  // Kept between calls and brought up to date from the nodes changed since (NodeChangedLocked),
-  // so a submit at 10,000 nodes does not walk them all (docs/design-notes.md "Placement at
-  // scale").
+  // Every node that can take work or may come back, as it stands: what placement searches. Kept
+  // between calls and updated from the nodes changed since (NodeChangedLocked), so a submit at
+  // 10,000 nodes does not walk them all (docs/design-notes.md "Placement at scale").
   const std::vector<std::shared_ptr<const sched::NodeCapacity>>& CapacityLocked() const;
   // Nodes each provider account holds (not revoked), for --max-nodes-per-provider without a walk
   // over every node per enrolment: a node's record is counted out before it is replaced and in
@@ -560,14 +543,8 @@ class ServerCore {
 
   // The one lock over the core's state; it keeps how long callers waited and holders held it
   // (LockWaits, LockHolds: /v1/metrics).
-  // Its holds are kept per holder, named in the order of LockHolder.
-  enum LockHolder : size_t {
-    kHeldForRequest,        // API requests, hellos, anything not named below
-    kHeldForAgentMessages,  // an inbox batch (HandleWaitingAgentMessages)
-    kHeldForPlacement,      // a scheduler pass (SchedulerLoop)
-    kHeldForTick,           // the tick and the reliability refresh it applies
-    kHeldForHeartbeat,      // a heartbeat answered on an io thread (AnswerHeartbeatNow)
-  };
+  // Its holds are kept per holder, named in the order of core_state::LockHolder.
+  using enum core_state::LockHolder;
   TimedMutex mu_{clock_, {"request", "agent_messages", "placement", "tick", "heartbeat"}};
   // Guarded by mu_.
   TimeOrderedIds ids_{clock_};  // jobs' and attempts' ids
