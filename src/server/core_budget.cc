@@ -177,37 +177,62 @@ Status ServerCore::EnforceBudgetsLocked() {
   // The same per budgeted scope (account or team): its monthly budget.
   std::map<std::string, int64_t> scope_exposure;
   std::map<std::string, std::vector<std::string>> scope_running;
-  // Each payer's credit limit, asked once a check. An attempt that no job budget, credit limit
-  // or monthly budget bounds (most, on a server without limits) costs the check one lookup.
+  // Each payer's credit limit, asked once a check.
   std::map<std::string, int64_t> limit_of;
+  const std::map<std::string, int64_t>::value_type* last_limit = nullptr;  // the last payer's
+  // An attempt that no job budget, credit limit or monthly budget bounds (most, on a server
+  // without limits) is passed over without a lookup of its job: its payer is its meter's (the
+  // meters are walked beside the attempts, both in id order), and the jobs with a budget are
+  // indexed (money_.budgeted_jobs). Lookups in a map of every job were most of the check.
+  auto meter = money_.open_meters.begin();
+  std::string payer_of_starting;
   for (const auto& [aid, att] : active_attempts_) {
+    while (meter != money_.open_meters.end() && meter->first < aid) ++meter;
+    const store::MeterRecord* m =
+        meter != money_.open_meters.end() && meter->first == aid ? &meter->second : nullptr;
     if (att.cause.rfind(kPreemptingPrefix, 0) == 0) continue;  // already stopping
-    auto job = jobs_.find(att.job_id);
-    if (job == jobs_.end()) continue;
-    const JobState& js = job->second;
-    const auto budget = BudgetMicrosLocked(js);
-    const std::string payer = PayerLocked(js.record.owner);
-    auto limit = limit_of.find(payer);
-    if (limit == limit_of.end()) {
-      limit = limit_of
-                  .emplace(payer, accounts_ != nullptr ? accounts_->CreditLimitOf(payer)
-                                                       : ledger::kUnlimited)
-                  .first;
+    const JobState* js = nullptr;
+    auto job = [&]() -> const JobState* {
+      if (js == nullptr) {
+        auto it = jobs_.find(att.job_id);
+        if (it != jobs_.end()) js = &it->second;
+      }
+      return js;
+    };
+    if (m == nullptr) {  // starting: no meter yet
+      if (job() == nullptr) continue;
+      payer_of_starting = PayerLocked(js->record.owner);
     }
-    const bool limited = limit->second != ledger::kUnlimited;
+    const std::string& payer = m != nullptr ? m->payer : payer_of_starting;
+    if (last_limit == nullptr || last_limit->first != payer) {
+      auto limit = limit_of.find(payer);
+      if (limit == limit_of.end()) {
+        limit = limit_of
+                    .emplace(payer, accounts_ != nullptr ? accounts_->CreditLimitOf(payer)
+                                                         : ledger::kUnlimited)
+                    .first;
+      }
+      last_limit = &*limit;
+    }
+    const bool limited = last_limit->second != ledger::kUnlimited;
+    const bool budgeted =
+        !money_.budgeted_jobs.empty() && money_.budgeted_jobs.count(att.job_id) > 0;
+    if (!budgeted && !limited && money_.budgets.empty()) continue;
+    if (job() == nullptr) continue;
     const std::vector<std::string> scopes = money_.budgets.empty()
                                                 ? std::vector<std::string>{}
-                                                : BudgetScopesLocked(payer, js.record.team);
+                                                : BudgetScopesLocked(payer, js->record.team);
+    const auto budget = BudgetMicrosLocked(*js);
     if (!budget && !limited && scopes.empty()) continue;
     const int64_t price = ledger::PricePerHourMicros(att.price_per_hour);
     int64_t accruing = 0;
-    if (auto m = money_.open_meters.find(aid); m != money_.open_meters.end()) {
-      accruing = std::max<int64_t>(
-          0, ledger::ChargeFor(price, ahead - m->second.start_ms) - m->second.charged_micros);
+    if (m != nullptr) {
+      accruing =
+          std::max<int64_t>(0, ledger::ChargeFor(price, ahead - m->start_ms) - m->charged_micros);
     } else {
       accruing = ledger::ChargeFor(price, options_.budget_margin_ms);  // starting
     }
-    const int64_t reserve = StopReserveLocked(js, price);
+    const int64_t reserve = StopReserveLocked(*js, price);
     if (budget) {
       const int64_t spent = JobSpentLocked(att.job_id) + accruing;
       if (spent + reserve >= *budget) {

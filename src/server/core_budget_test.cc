@@ -181,6 +181,24 @@ TEST_F(BudgetTest, ARestartedServerStillStopsARunningJobAtItsBudget) {
   EXPECT_LE(took, 51);
 }
 
+// The check finds a job's budget through an index of the budgeted jobs (money_.budgeted_jobs),
+// not a lookup of every running attempt's job: a budget removed from a running job, and one set
+// on it again, are seen by the next check.
+TEST_F(BudgetTest, ABudgetRemovedOrSetWhileAJobRunsIsSeenByTheNextCheck) {
+  Connect();
+  auto job = core_->SubmitJob(BudgetSpec(0.10), "");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const std::string att = Run(job->id);
+  ASSERT_TRUE(core_->SetJobBudget(job->id, std::nullopt).ok());
+  int took = 0;
+  EXPECT_FALSE(RunUntilStopped(att, 120, &took)) << "stopped at " << took << " s, with no budget";
+  // $0.12 spent in 120 s; $0.20 leaves 80 s, less the 20 s a stop keeps (as above).
+  ASSERT_TRUE(core_->SetJobBudget(job->id, 0.20).ok());
+  ASSERT_TRUE(RunUntilStopped(att, 200, &took)) << "never stopped once its budget was set";
+  EXPECT_GE(took, 58);
+  EXPECT_LE(took, 61);
+}
+
 TEST_F(BudgetTest, TheBillNeverPassesTheBudgetEvenWhenTheAgentIgnoresTheStop) {
   Connect();
   auto job = core_->SubmitJob(BudgetSpec(0.10), "");
