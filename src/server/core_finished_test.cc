@@ -3,66 +3,29 @@
 // user reads a job still finds it there, in the same order and with the same answers.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
-#include "common/crypto.h"
-#include "server/server_core.h"
-#include "server/test_agent_link.h"
-#include "server/test_failing_store.h"
-#include "server/test_fleet.h"
+#include "server/core_test_fixture.h"
 
 namespace sluice::server {
 namespace {
 
 using store::JobState;
-using testing::FailingStore;
-using testing::RecordingLink;
 
-class CoreFinishedTest : public ::testing::Test {
+class CoreFinishedTest : public ServerCoreTest {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("sluice-finished-" + RandomHex(6));
-    std::filesystem::create_directories(dir_);
-    auto s = store::OpenSqliteStore((dir_ / "sluice.db").string());
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(*s);
-    failing_ = std::make_unique<FailingStore>(store_.get());
-    opt_.heartbeat_grace_ms = 3'600'000;
-    core_ = NewCore();
-    link_ = std::make_shared<RecordingLink>();
-  }
-  void TearDown() override {
-    core_.reset();
-    failing_.reset();
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  std::unique_ptr<ServerCore> NewCore() {
-    auto core = std::make_unique<ServerCore>(failing_.get(), &clock_, opt_);
-    EXPECT_TRUE(core->Load().ok());
-    return core;
-  }
-  static spec::JobSpec Spec() {
-    spec::JobSpec s;
-    s.name = "t";
-    s.run = "train";
-    s.resources.cpus = 4;
-    s.resources.memory_gb = 1;
-    return s;
+    opt_.heartbeat_grace_ms = 3'600'000;  // ticks at will, no heartbeats
+    ServerCoreTest::SetUp();
   }
   // A job run to the end on a node: `code` 0 succeeds it.
   std::string Finished(int code = 0) {
     if (node_.empty()) {
-      auto node = testing::EnrolNode(*core_, link_, testing::CpuHello("box"));
+      auto node = Hello(link_, CpuHello());
       EXPECT_TRUE(node.ok()) << node.status().ToString();
       node_ = node.ok() ? *node : "";
     }
-    auto job = core_->SubmitJob(Spec(), "");
+    auto job = core_->SubmitJob(Spec(4), "");
     EXPECT_TRUE(job.ok()) << job.status().ToString();
-    const std::string att = link_->Last("assign", "attempt_id");
-    EXPECT_TRUE(
-        core_->AgentMessage(node_, link_.get(), Json{{"type", "started"}, {"attempt_id", att}})
-            .ok());
+    const std::string att = StartLastAssigned(node_, *link_);
     EXPECT_TRUE(
         core_->AgentMessage(node_, link_.get(), proto::ToJson(proto::Exited{att, code, 0, ""}))
             .ok());
@@ -73,7 +36,7 @@ class CoreFinishedTest : public ::testing::Test {
     SubmitOptions o;
     o.owner = owner;
     o.queue_unschedulable = true;
-    auto job = core_->SubmitJob(Spec(), workdir, o);
+    auto job = core_->SubmitJob(Spec(4), workdir, o);
     EXPECT_TRUE(job.ok()) << job.status().ToString();
     if (!job.ok()) return "";
     EXPECT_TRUE(core_->CancelJob(job->id).ok());
@@ -88,13 +51,7 @@ class CoreFinishedTest : public ::testing::Test {
     return out;
   }
 
-  CoreOptions opt_;
-  FakeClock clock_;
-  std::filesystem::path dir_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<FailingStore> failing_;
-  std::unique_ptr<ServerCore> core_;
-  std::shared_ptr<RecordingLink> link_;
+  std::shared_ptr<RecordingLink> link_ = std::make_shared<RecordingLink>();
   std::string node_;
 };
 
@@ -150,12 +107,9 @@ TEST_F(CoreFinishedTest, ARestartedServerLoadsOnlyUnfinishedJobsIntoMemory) {
   SubmitOptions wait;
   wait.queue_unschedulable = true;
   clock_.Advance(1);
-  spec::JobSpec big = Spec();
-  big.resources.cpus = 64;  // more than the node has: it waits
-  auto queued = core_->SubmitJob(big, "", wait);
+  auto queued = core_->SubmitJob(Spec(64), "", wait);  // more CPUs than the node has: it waits
   ASSERT_TRUE(queued.ok()) << queued.status().ToString();
-  core_.reset();
-  core_ = NewCore();
+  Open();  // a restart on the same store
   Json dump = core_->StateDump();
   EXPECT_FALSE(dump["jobs"].contains(done));
   EXPECT_TRUE(dump["jobs"].contains(queued->id));
