@@ -177,8 +177,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
 
 void ServerCore::IndexJobLocked(const std::string& job_id) {
   auto it = jobs_.find(job_id);
-  if (it != jobs_.end() && it->second.spec.max_total_cost &&
-      !store::IsTerminal(it->second.record.state)) {
+  if (it != jobs_.end() && it->second.spec.max_total_cost) {
     money_.budgeted_jobs.insert(job_id);
   } else {
     money_.budgeted_jobs.erase(job_id);

@@ -85,8 +85,8 @@ struct MoneyState {
   // A round in progress (SettleRoundStepLocked): the id of the next meter to settle.
   std::optional<std::string> settle_next;
   int64_t last_budget_check_mono = 0;
-  // The unfinished jobs with a max_total_cost (IndexJobLocked keeps it): the budget check looks
-  // up the job of an attempt only when its job is here, or its payer or team has a limit.
+  // The jobs in the job map with a max_total_cost (IndexJobLocked keeps it): the budget check
+  // looks up the job of an attempt only when its job is here, or its payer or team has a limit.
   std::unordered_set<std::string> budgeted_jobs;
   // What each job was charged (a cache filled from the store on first use and kept with
   // committed charges).
