@@ -99,7 +99,7 @@ Result<std::vector<st::JobRecord>> ServerCore::ListJobs(
   std::vector<st::JobRecord> finished;
   std::optional<st::JobCursor> after;
   while (finished.size() < limit) {
-    const size_t want = std::min(kPage, std::max<size_t>(limit - finished.size(), 1));
+    const size_t want = std::min(kPage, limit - finished.size());  // at least 1: see the loop
     SLUICE_ASSIGN_OR_RETURN(auto page,
                             store_->ListFinishedJobs(state, after, static_cast<int>(want)));
     for (auto& j : page) {

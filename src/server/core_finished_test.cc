@@ -142,6 +142,12 @@ TEST_F(CoreFinishedTest, TheJobListPagesThroughFinishedJobsForOneTenant) {
             0u);
   EXPECT_EQ(Ids(core_->ListJobs(std::nullopt, SIZE_MAX)).size(), 600u);
   EXPECT_EQ(core_->JobCounts(), (std::map<JobState, int64_t>{{JobState::kCancelled, 600}}));
+  // The API's access checks read a retired job's owner from what memory kept: another tenant
+  // is still told apart from its owner.
+  auto access = core_->JobAccessOf(mine.front());
+  ASSERT_TRUE(access.ok()) << access.status().ToString();
+  EXPECT_EQ(access->owner, "acct-a");
+  EXPECT_TRUE(access->node_owners.empty());
 }
 
 TEST_F(CoreFinishedTest, AFinishedJobKeepsItsWorkdirUntilItIsDeleted) {

@@ -72,7 +72,7 @@ struct Side {
     std::vector<std::string> out;
     for (const auto& id : jobs) {
       // A finished job has left memory (the tick retires it): its record is the store's.
-      Json j = dump["jobs"].contains(id) ? dump["jobs"][id] : FinishedJob(id);
+      Json j = dump["jobs"].contains(id) ? dump["jobs"][id] : StoredJob(id);
       std::string att = j["record"]["attempt_id"].get<std::string>();
       std::string on = "-";
       if (!att.empty() && dump["active_attempts"].contains(att)) {
@@ -104,7 +104,7 @@ struct Side {
     return out;
   }
   // A finished job as Jobs() reads one from the dump, from its stored record.
-  Json FinishedJob(const std::string& id) {
+  Json StoredJob(const std::string& id) {
     auto d = core->GetJob(id);
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     if (!d.ok()) return Json{{"record", {{"attempt_id", ""}, {"reason", ""}, {"state", "?"}}}};
