@@ -81,7 +81,15 @@ void ServerCore::ApplyLocked(Edit& edit) {
   // live maps (the tick over nodes, a reclaim over attempts).
   for (auto& [id, js] : edit.jobs) {
     if (store::IsTerminal(js.record.state)) finished_.retiring.push_back(id);  // at the tick
-    jobs_[id] = std::move(js);
+    auto live = jobs_.find(id);
+    if (live == jobs_.end() || live->second.record.workdir_blob != js.record.workdir_blob) {
+      blob_refs_.SetWorkdir(id, js.record.workdir_blob);  // only when it may have changed
+    }
+    if (live != jobs_.end()) {
+      live->second = std::move(js);
+    } else {
+      jobs_.emplace(id, std::move(js));
+    }
     IndexJobLocked(id);
   }
   if (!edit.nodes.empty()) search_.nodes_changed = true;
@@ -100,6 +108,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
     } else {
       checkpoints_[id] = std::move(checkpoints);
     }
+    NoteJobBlobsLocked(id);
   }
   for (auto& [job, nodes] : edit.avoid) {
     for (auto& [node, until] : nodes) avoid_[job][node] = until;
@@ -269,6 +278,7 @@ Json ServerCore::StateDump() {
               {"max_log_seq", max_log_seq_},
               {"log_bytes", log_bytes_},
               {"checkpoints", std::move(checkpoints)},
+              {"blob_refs", blob_refs_.ToJson()},
               {"avoid", avoid_},
               {"queued",
                [this] {

@@ -59,14 +59,13 @@ Result<ServerCore::JobState*> ServerCore::UnfinishedJobLocked(const std::string&
   return &it->second;
 }
 
-void ServerCore::JobBlobsLocked(std::set<std::string>& workdirs,
-                                std::set<std::string>* checkpoints) const {
-  auto add = [&](const std::string& workdir, const std::string& checkpoint) {
-    if (!workdir.empty()) workdirs.insert(workdir);
-    if (checkpoints != nullptr && !checkpoint.empty()) checkpoints->insert(checkpoint);
-  };
-  for (const auto& [id, js] : jobs_) add(js.record.workdir_blob, js.record.checkpoint);
-  for (const auto& [id, f] : finished_.jobs.all()) add(f.workdir_blob, f.checkpoint);
+void ServerCore::LatestCheckpointsLocked(std::set<std::string>& manifests) const {
+  for (const auto& [id, js] : jobs_) {
+    if (!js.record.checkpoint.empty()) manifests.insert(js.record.checkpoint);
+  }
+  for (const auto& [id, f] : finished_.jobs.all()) {
+    if (!f.checkpoint.empty()) manifests.insert(f.checkpoint);
+  }
 }
 
 std::map<st::JobState, int64_t> ServerCore::JobCounts() {

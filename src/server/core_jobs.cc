@@ -111,11 +111,10 @@ Status ServerCore::DeleteJob(const std::string& id) {
   if (it != jobs_.end()) jobs_.erase(it);
   finished_.jobs.Erase(id);
   IndexJobLocked(id);
+  NoteJobBlobsLocked(id);  // neither its workdir nor its checkpoints are used by it any more
   CollectBlobsLocked(manifests);
-  if (!workdir.empty() && blobs_ != nullptr) {
-    std::set<std::string> workdirs;
-    JobBlobsLocked(workdirs, nullptr);
-    if (!workdirs.count(workdir)) (void)blobs_->Delete(workdir);
+  if (!workdir.empty() && blobs_ != nullptr && !blob_refs_.Referenced(workdir)) {
+    (void)blobs_->Delete(workdir);
   }
   return Status::Ok();
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "audit/bundle.h"
@@ -336,6 +337,78 @@ TEST_F(ServerCoreTest, ReclaimingSomeGpusPreemptsOnlyTheAttemptsUsingThem) {
   EXPECT_EQ(*preempted, std::vector<std::string>{on_gpu1});
   ASSERT_EQ(link->OfType("preempt").size(), 1u);
   EXPECT_EQ(link->OfType("preempt")[0]["attempt_id"], on_gpu1);
+}
+
+// What the blobs are used by is counted as jobs change (server/blob_refs.h), not rebuilt at each
+// collection: the counts must be the ones a restart rebuilds from the store, and a blob shared by
+// two jobs (a workdir, a checkpoint's chunk) must go with the last job that uses it, finished
+// (out of the job map) or not.
+TEST_F(ServerCoreTest, BlobsSharedByJobsGoWithTheLastAndTheirCountsSurviveARestart) {
+  store::BlobStore blobs((dir_ / "blobs").string());
+  Open(&blobs);
+  const std::string workdir = Sha256Hex("the workdir");
+  ASSERT_TRUE(blobs.PutVerified(workdir, "the workdir").ok());
+  auto link = std::make_shared<RecordingLink>();
+  auto node = Hello(link, CpuHello());
+  ASSERT_TRUE(node.ok());
+  auto a = core_->SubmitJob(Spec(), workdir);
+  auto b = core_->SubmitJob(Spec(), workdir);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto assigns = link->OfType("assign");
+  ASSERT_EQ(assigns.size(), 2u);
+  std::map<std::string, std::string> att;  // job -> attempt
+  for (const auto& as : assigns) att[as["job_id"]] = as["attempt_id"];
+  auto save = [&](const std::string& job, const std::string& manifest) {
+    clock_.Advance(1000);
+    Json msg{{"type", "checkpoint"}, {"attempt_id", att[job]}, {"manifest", manifest}};
+    ASSERT_TRUE(core_->AgentMessage(*node, link.get(), msg).ok());
+  };
+  // a keeps the newest 3 of 4 (the first is dropped); every one shares "common" with b's.
+  std::vector<std::string> ma;
+  for (int i = 0; i < 4; ++i) {
+    ma.push_back(StoreCheckpoint(blobs, {"common", "a-" + std::to_string(i)}));
+    save(a->id, ma.back());
+  }
+  const std::string mb = StoreCheckpoint(blobs, {"common", "b-only"});
+  save(b->id, mb);
+  EXPECT_FALSE(blobs.Has(ma[0]));
+  EXPECT_FALSE(blobs.Has(Sha256Hex("a-0")));
+  EXPECT_TRUE(blobs.Has(Sha256Hex("a-1")));
+  for (const auto& job : {a->id, b->id}) {
+    ASSERT_TRUE(
+        core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att[job], 0, 0, ""}))
+            .ok());
+  }
+  core_->Tick();  // both finished jobs leave the job map; their blobs stay theirs
+  ASSERT_FALSE(core_->StateDump()["jobs"].contains(a->id));
+  const Json counted = core_->StateDump()["blob_refs"];
+  EXPECT_EQ(counted["workdirs"][workdir], 2);
+  EXPECT_EQ(counted["chunks"][Sha256Hex("common")], 4);  // a's three kept manifests and b's
+  Open(&blobs);  // a restart rebuilds them from the store and the blobs
+  EXPECT_EQ(core_->StateDump()["blob_refs"], counted);
+
+  ASSERT_TRUE(core_->DeleteJob(a->id).ok());
+  for (size_t i = 1; i < ma.size(); ++i) {
+    EXPECT_FALSE(blobs.Has(ma[i]));
+    EXPECT_FALSE(blobs.Has(Sha256Hex("a-" + std::to_string(i))));
+  }
+  EXPECT_TRUE(blobs.Has(workdir));              // b's too
+  EXPECT_TRUE(blobs.Has(Sha256Hex("common")));  // b's checkpoint lists it
+  // A job that only waits names the workdir too, from its submission on.
+  SubmitOptions waits;
+  waits.queue_unschedulable = true;
+  auto c = core_->SubmitJob(Spec(1000), workdir, waits);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(core_->DeleteJob(b->id).ok());
+  EXPECT_TRUE(blobs.Has(workdir));
+  EXPECT_FALSE(blobs.Has(Sha256Hex("common")));
+  EXPECT_FALSE(blobs.Has(mb));
+  ASSERT_TRUE(core_->CancelJob(c->id).ok());
+  ASSERT_TRUE(core_->DeleteJob(c->id).ok());
+  EXPECT_FALSE(blobs.Has(workdir));
+  EXPECT_EQ(core_->StateDump()["blob_refs"], (Json{{"workdirs", Json::object()},
+                                                   {"manifests", Json::object()},
+                                                   {"chunks", Json::object()}}));
 }
 
 }  // namespace

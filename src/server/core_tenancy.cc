@@ -101,6 +101,7 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
   // the store at its first exit (JobChargesLocked; a read per job was a fifth of the server's
   // time in a burst of exits). Charges committed from now on are added as they apply.
   money_.job_charges.emplace(id, JobCharges{});
+  blob_refs_.SetWorkdir(id, workdir_blob);
   jobs_[id] = std::move(js);
   IndexJobLocked(id);
   // The job is durably queued: that is the answer, even if it cannot be placed this instant
@@ -175,18 +176,17 @@ bool ServerCore::NodeNeedsBlob(const std::string& node_id, const std::string& di
 
 std::set<std::string> ServerCore::ReferencedBlobs() {
   std::lock_guard<TimedMutex> lock(mu_);
-  std::set<std::string> used;
+  // Workdirs, kept checkpoints and their chunks, as counted (blob_refs_); then the manifests a
+  // job names or an attempt restores that are not kept, with their chunks.
+  blob_refs_.Refresh();
+  std::set<std::string> used = blob_refs_.All();
   std::set<std::string> manifests;
-  JobBlobsLocked(used, &manifests);  // every job's, finished ones' too
-  for (const auto& [job, kept] : checkpoints_) {
-    for (const auto& c : kept) manifests.insert(c.manifest);
-  }
+  LatestCheckpointsLocked(manifests);  // every job's, finished ones' too
   for (const auto& [aid, att] : active_attempts_) {
     if (!att.checkpoint_restored.empty()) manifests.insert(att.checkpoint_restored);
   }
   for (const auto& m : manifests) {
-    used.insert(m);
-    if (blobs_ == nullptr) continue;
+    if (!used.insert(m).second || blobs_ == nullptr) continue;  // counted already, or no blobs
     for (auto& chunk : ManifestChunks(*blobs_, m)) used.insert(std::move(chunk));
   }
   return used;

@@ -34,7 +34,8 @@ class ServerCoreTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   // (Re)opens store and core on the same database: a server restart.
-  void Open() {
+  // A core on the store as a restarted server opens it: `blobs` (when given) set before Load.
+  void Open(store::BlobStore* blobs = nullptr) {
     core_.reset();
     failing_.reset();
     store_.reset();
@@ -43,6 +44,7 @@ class ServerCoreTest : public ::testing::Test {
     store_ = std::move(*s);
     failing_ = std::make_unique<testing::FailingStore>(store_.get());
     core_ = std::make_unique<ServerCore>(failing_.get(), &clock_, opt_);
+    if (blobs != nullptr) core_->SetBlobStore(blobs);
     ASSERT_TRUE(core_->Load().ok());
   }
   // A GPU machine needs a driver to be verified.

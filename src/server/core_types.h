@@ -200,6 +200,9 @@ using StreamSink = std::function<bool(const Json& item)>;
 
 // The chunk digests a checkpoint manifest refers to; empty when it cannot be read.
 std::vector<std::string> ManifestChunks(const store::BlobStore& blobs, const std::string& manifest);
+// The same, or an error when there is no blob store or the manifest cannot be read or parsed.
+Result<std::vector<std::string>> ReadManifestChunks(const store::BlobStore* blobs,
+                                                    const std::string& manifest);
 
 // JSON views shared by the API handlers.
 Json JobToJson(const store::JobRecord& job);

@@ -124,6 +124,8 @@ Status ServerCore::Load() {
       finished_.jobs.Add(j);
     }
   }
+  for (const auto& [id, js] : jobs_) NoteJobBlobsLocked(id);
+  for (const auto& [id, f] : finished_.jobs.all()) NoteJobBlobsLocked(id);
   SLUICE_ASSIGN_OR_RETURN(auto meters, store_->LoadMeters(""));
   for (auto& m : meters) money_.open_meters[m.attempt_id] = std::move(m);
   SLUICE_ASSIGN_OR_RETURN(auto balances, store_->LoadBalances());
@@ -162,14 +164,16 @@ Status ServerCore::CommitLocked(WriteBatch& batch) {
   return Status::Ok();
 }
 
-// The chunk digests a checkpoint manifest (agent/checkpoint_sync.h) refers to; empty when it
-// cannot be read, which keeps its chunks (never delete what cannot be accounted for).
-std::vector<std::string> ManifestChunks(const store::BlobStore& blobs, const std::string& m) {
+// The chunk digests a checkpoint manifest (agent/checkpoint_sync.h) refers to.
+Result<std::vector<std::string>> ReadManifestChunks(const store::BlobStore* blobs,
+                                                    const std::string& m) {
+  if (blobs == nullptr) return Status::FailedPrecondition("no blob store");
+  SLUICE_ASSIGN_OR_RETURN(std::string text, blobs->Get(m));
+  auto j = ParseJson(text);
+  if (!j.ok() || !j->is_object() || !j->contains("files") || !(*j)["files"].is_array()) {
+    return Status::Internal("checkpoint manifest " + m + " is not a manifest");
+  }
   std::vector<std::string> out;
-  auto text = blobs.Get(m);
-  if (!text.ok()) return out;
-  auto j = ParseJson(*text);
-  if (!j.ok() || !j->is_object() || !j->contains("files") || !(*j)["files"].is_array()) return out;
   for (const auto& f : (*j)["files"]) {
     if (!f.is_object() || !f.contains("chunks") || !f["chunks"].is_array()) continue;
     for (const auto& c : f["chunks"]) {
@@ -179,25 +183,39 @@ std::vector<std::string> ManifestChunks(const store::BlobStore& blobs, const std
   return out;
 }
 
+// Empty when it cannot be read, which keeps its chunks (never delete what cannot be accounted
+// for).
+std::vector<std::string> ManifestChunks(const store::BlobStore& blobs, const std::string& m) {
+  auto chunks = ReadManifestChunks(&blobs, m);
+  return chunks.ok() ? *std::move(chunks) : std::vector<std::string>{};
+}
+
 void ServerCore::CollectBlobsLocked(const std::vector<std::string>& manifests) {
   if (blobs_ == nullptr || manifests.empty()) return;
-  // Everything still referenced: kept checkpoints (manifests and chunks) and workdirs. Chunks are
+  // What is still used (kept checkpoints, their chunks, every job's workdir) is counted as it
+  // changes (blob_refs_): a collection reads only the manifests it drops. Chunks are
   // content-addressed, so two jobs (or a job and a workdir) may share one.
-  std::set<std::string> used;
-  for (const auto& [job, kept] : checkpoints_) {
-    for (const auto& c : kept) {
-      used.insert(c.manifest);
-      for (auto& chunk : ManifestChunks(*blobs_, c.manifest)) used.insert(std::move(chunk));
-    }
-  }
-  JobBlobsLocked(used, nullptr);  // every job's workdir, finished ones' too
+  blob_refs_.Refresh();
   for (const auto& m : manifests) {
-    if (used.count(m) != 0) continue;
+    if (blob_refs_.Referenced(m)) continue;
     for (const auto& chunk : ManifestChunks(*blobs_, m)) {
-      if (used.count(chunk) == 0) (void)blobs_->Delete(chunk);
+      if (!blob_refs_.Referenced(chunk)) (void)blobs_->Delete(chunk);
     }
     (void)blobs_->Delete(m);
   }
+}
+
+void ServerCore::NoteJobBlobsLocked(const std::string& job_id) {
+  auto job = jobs_.find(job_id);
+  const FinishedJob* done = job == jobs_.end() ? finished_.jobs.Find(job_id) : nullptr;
+  blob_refs_.SetWorkdir(job_id, job != jobs_.end() ? job->second.record.workdir_blob
+                                : done != nullptr  ? done->workdir_blob
+                                                   : "");
+  std::vector<std::string> manifests;
+  if (auto kept = checkpoints_.find(job_id); kept != checkpoints_.end()) {
+    for (const auto& c : kept->second) manifests.push_back(c.manifest);
+  }
+  blob_refs_.SetCheckpoints(job_id, manifests);
 }
 
 void ServerCore::SendLocked(const std::string& node_id, const Json& msg) {

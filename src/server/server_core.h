@@ -36,6 +36,7 @@
 #include "market/offer_index.h"
 #include "market/query.h"
 #include "server/agent_inbox.h"
+#include "server/blob_refs.h"
 #include "server/core_state.h"  // with the types its entries are made of
 #include "server/queue_index.h"
 #include "server/reliability_history.h"
@@ -295,7 +296,7 @@ class ServerCore {
   Result<std::optional<store::JobRecord>> JobRecordLocked(const std::string& id);
   // A job not finished, in jobs_: else NotFound, or FailedPrecondition "job J already S".
   Result<JobState*> UnfinishedJobLocked(const std::string& id);
-  void JobBlobsLocked(std::set<std::string>& workdirs, std::set<std::string>* checkpoints) const;
+  void LatestCheckpointsLocked(std::set<std::string>& manifests) const;  // every job's latest
   // A failure nobody waits for (the tick, a disconnect): logged with `what` failed, and counted
   // under `kind` (a fixed name: schedule, node_loss, uptime, disconnect, audit), never silent.
   void DegradedLocked(const char* kind, const std::string& what, const Status& status);
@@ -528,9 +529,11 @@ class ServerCore {
   // Accepts `manifest` as the job's latest complete checkpoint if its blob exists.
   void SaveCheckpointLocked(const store::AttemptRecord& att, const std::string& manifest,
                             Edit& edit);
-  // Deletes from the blob store the given checkpoint manifests and their chunks, unless a kept
-  // checkpoint or a job's workdir still uses them. Called after the store dropped them.
+  // Deletes the given checkpoint manifests and their chunks from the blob store, unless a job
+  // still uses them (blob_refs_). Called after the store dropped them.
   void CollectBlobsLocked(const std::vector<std::string>& manifests);
+  // Tells blob_refs_ the job's workdir and kept checkpoints as memory now holds them.
+  void NoteJobBlobsLocked(const std::string& job_id);
   // Why a job cannot be submitted: the scheduler's reason, what the catalogs would offer, and
   // how to queue it anyway.
   std::string UnschedulableMessageLocked(const market::MarketRequest& market,
@@ -582,6 +585,8 @@ class ServerCore {
   core_state::MoneyState money_;  // meters, balances, charges and budgets (core_state.h)
   // Kept checkpoints per job, oldest first (the store's `checkpoints` table).
   std::map<std::string, std::vector<store::CheckpointRecord>> checkpoints_;
+  // The blobs jobs use, counted as jobs change (NoteJobBlobsLocked; server/blob_refs.h).
+  BlobRefs blob_refs_{[this](const std::string& m) { return ReadManifestChunks(blobs_, m); }};
   uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
   int64_t reliability_refreshed_mono_ = 0;
