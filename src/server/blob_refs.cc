@@ -86,6 +86,11 @@ bool BlobRefs::Referenced(const std::string& digest) const {
          chunks_.count(digest) != 0;
 }
 
+bool BlobRefs::ChunksCounted(const std::string& manifest) const {
+  auto it = manifests_.find(manifest);
+  return it != manifests_.end() && it->second.chunks_counted;
+}
+
 std::set<std::string> BlobRefs::All() const {
   std::set<std::string> out;
   for (const auto& [d, n] : workdirs_) out.insert(d);

@@ -44,6 +44,8 @@ class BlobRefs {
   void Refresh();
   // Whether a job uses the blob: a workdir, a kept manifest, or a chunk one of them lists.
   bool Referenced(const std::string& digest) const;
+  // Whether `manifest` is kept and its chunks are counted (so All() holds them).
+  bool ChunksCounted(const std::string& manifest) const;
   // Every blob a job uses.
   std::set<std::string> All() const;
   // For the core's state dump: the counts, so a restart's rebuild can be compared with them.

@@ -44,6 +44,8 @@ TEST(BlobRefsTest, ASharedChunkStaysUsedUntilItsLastManifestGoes) {
   refs.SetCheckpoints("job-a", {"m1", "m2"});
   refs.SetCheckpoints("job-b", {"m2"});
   EXPECT_EQ(f.reads, 2);  // each distinct manifest once, when first kept
+  EXPECT_TRUE(refs.ChunksCounted("m1"));
+  EXPECT_FALSE(refs.ChunksCounted("m3"));  // not kept
   EXPECT_EQ(refs.All(), (std::set<std::string>{"m1", "m2", "only-m1", "shared"}));
 
   refs.SetCheckpoints("job-a", {"m2", "m3"});  // m1 dropped, m3 kept
@@ -79,6 +81,7 @@ TEST(BlobRefsTest, AManifestUnreadableWhenKeptHasItsChunksCountedOnceItCanBeRead
   BlobRefs refs(f.Reader());
   refs.SetCheckpoints("job-a", {"late"});  // not readable yet
   EXPECT_TRUE(refs.Referenced("late"));
+  EXPECT_FALSE(refs.ChunksCounted("late"));
   EXPECT_FALSE(refs.Referenced("c1"));
   f.chunks["late"] = {"c1"};
   EXPECT_FALSE(refs.Referenced("c1"));  // not read again until a refresh

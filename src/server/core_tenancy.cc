@@ -186,7 +186,8 @@ std::set<std::string> ServerCore::ReferencedBlobs() {
     if (!att.checkpoint_restored.empty()) manifests.insert(att.checkpoint_restored);
   }
   for (const auto& m : manifests) {
-    if (!used.insert(m).second || blobs_ == nullptr) continue;  // counted already, or no blobs
+    used.insert(m);
+    if (blob_refs_.ChunksCounted(m) || blobs_ == nullptr) continue;  // in `used` already
     for (auto& chunk : ManifestChunks(*blobs_, m)) used.insert(std::move(chunk));
   }
   return used;

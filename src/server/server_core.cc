@@ -126,6 +126,7 @@ Status ServerCore::Load() {
   }
   for (const auto& [id, js] : jobs_) NoteJobBlobsLocked(id);
   for (const auto& [id, f] : finished_.jobs.all()) NoteJobBlobsLocked(id);
+  for (const auto& [id, kept] : checkpoints_) NoteJobBlobsLocked(id);  // whatever their job
   SLUICE_ASSIGN_OR_RETURN(auto meters, store_->LoadMeters(""));
   for (auto& m : meters) money_.open_meters[m.attempt_id] = std::move(m);
   SLUICE_ASSIGN_OR_RETURN(auto balances, store_->LoadBalances());
