@@ -1,9 +1,9 @@
 // BlobRefs: which blobs the server's jobs still use, counted as jobs change (issue 12 item 3,
-// "nothing slow under the lock"; docs/design-notes.md "Finished jobs"). A blob is used while a
-// job (unfinished or finished) names it as its workdir, while a job keeps a checkpoint whose
-// manifest it is, or while such a manifest lists it as a chunk. Chunks are content-addressed, so
-// two manifests (or a manifest and a workdir) may share one: each is counted once per manifest
-// that lists it.
+// "nothing slow under the lock"; docs/design-notes.md "Checkpoints are manifests in the blob
+// store"). A blob is used while a job (unfinished or finished) names it as its workdir, while a
+// job keeps a checkpoint whose manifest it is, or while such a manifest lists it as a chunk.
+// Chunks are content-addressed, so two manifests (or a manifest and a workdir) may share one:
+// each is counted once per manifest that lists it.
 //
 // Before, every dropped checkpoint rebuilt that set under the core's lock: it read every kept
 // checkpoint's manifest from disk and walked every job ever taken. Here a manifest is read when

@@ -33,8 +33,8 @@ class ServerCoreTest : public ::testing::Test {
     store_.reset();
     std::filesystem::remove_all(dir_);
   }
-  // (Re)opens store and core on the same database: a server restart.
-  // A core on the store as a restarted server opens it: `blobs` (when given) set before Load.
+  // (Re)opens store and core on the same database: a server restart. `blobs`, when given, is
+  // set before Load, as the server does.
   void Open(store::BlobStore* blobs = nullptr) {
     core_.reset();
     failing_.reset();
