@@ -60,9 +60,12 @@ struct World : sluice::bench::CoreWorld {
   size_t queued = 0;                 // jobs still waiting
   double seconds = 0;                // timed
   size_t placed = 0;
-  int64_t commits = 0;        // the store's, during the timed placements
-  int64_t pages = 0;          // pages those commits wrote
-  double submit_seconds = 0;  // timed, submits into the full fleet
+  int64_t commits = 0;      // the store's, during the timed placements
+  int64_t pages = 0;        // pages those commits wrote
+  int64_t full_passes = 0;  // the placement passes during them, by how far they searched
+  int64_t incremental_passes = 0;
+  int64_t rechecked_nodes = 0;  // the nodes incremental passes searched again
+  double submit_seconds = 0;    // timed, submits into the full fleet
   size_t submitted = 0;
 
   // The attempt the core last assigned to node i, started as its agent would (queued behind
@@ -119,6 +122,7 @@ void Submit(World& w, size_t count, size_t shapes) {
 // `batch` nodes at a time (their exits handled together, then their `started`).
 void Release(World& w, size_t& next, size_t count, size_t batch) {
   const sluice::store::StoreCounters before = w.store->Counters();
+  const auto passes_before = w.core->PlacementPasses();
   auto start = Clock::now();
   size_t done = 0;
   while (done < count && w.queued > 0) {
@@ -140,6 +144,10 @@ void Release(World& w, size_t& next, size_t count, size_t batch) {
   const sluice::store::StoreCounters after = w.store->Counters();
   w.commits += after.commits - before.commits;
   w.pages += after.pages_written - before.pages_written;
+  const auto passes = w.core->PlacementPasses();
+  w.full_passes += passes.full - passes_before.full;
+  w.incremental_passes += passes.incremental - passes_before.incremental;
+  w.rechecked_nodes += passes.rechecked_nodes - passes_before.rechecked_nodes;
 }
 
 using sluice::bench::FlagValue;
@@ -195,6 +203,12 @@ int main(int argc, char** argv) {
     const double placed = static_cast<double>(std::max<size_t>(w->placed, 1));
     std::printf("%-20s %8.2f commits and %.1f pages written per placement\n", w->name.c_str(),
                 static_cast<double>(w->commits) / placed, static_cast<double>(w->pages) / placed);
+    std::printf(
+        "%-20s %8lld full and %lld incremental passes, %.2f nodes searched again per "
+        "placement\n",
+        w->name.c_str(), static_cast<long long>(w->full_passes),
+        static_cast<long long>(w->incremental_passes),
+        static_cast<double>(w->rechecked_nodes) / placed);
   }
   const double base_submits = static_cast<double>(base.submitted) / base.submit_seconds;
   const double deep_submits = static_cast<double>(deep.submitted) / deep.submit_seconds;

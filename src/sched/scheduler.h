@@ -34,6 +34,7 @@ struct RunningAttempt {
   bool interruptible = false;  // on interruptible capacity: on-demand work may preempt it
   bool preempting = false;     // a preemption is already under way; it will free its resources
   double price_per_hour = 0;   // its locked price: a higher bid may preempt it (issue 15 item 4)
+  bool operator==(const RunningAttempt&) const = default;
 };
 
 struct NodeCapacity {

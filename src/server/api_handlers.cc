@@ -173,6 +173,12 @@ HttpResponse Api::Metrics() {
       "sluice_placement_passes_total{search=\"full\"} " +
       std::to_string(passes.full) + "\nsluice_placement_passes_total{search=\"incremental\"} " +
       std::to_string(passes.incremental) + "\n";
+  out +=
+      "# HELP sluice_placement_rechecked_nodes_total Nodes incremental passes searched again for "
+      "shapes nothing fitted before (changed since the pass before).\n"
+      "# TYPE sluice_placement_rechecked_nodes_total counter\n"
+      "sluice_placement_rechecked_nodes_total " +
+      std::to_string(passes.rechecked_nodes) + "\n";
   out += PrometheusHistogram(
       "sluice_core_lock_wait_seconds",
       "Time a request, agent message batch, placement pass or tick waited for the core's lock.",

@@ -59,6 +59,8 @@ TEST(ApiLimitsTest, TenThousandRefusedRequestsCostACounterNotTheDatabase) {
   EXPECT_NE(metrics->body.find("sluice_placement_passes_total{search=\"full\"} "),
             std::string::npos)
       << metrics->body;
+  EXPECT_NE(metrics->body.find("sluice_placement_rechecked_nodes_total "), std::string::npos)
+      << metrics->body;
   EXPECT_NE(metrics->body.find("sluice_store_wal_checkpoint_failures_total 0\n"), std::string::npos)
       << metrics->body;
   // How long the core's lock was waited for and held: histograms, the holds by holder, with

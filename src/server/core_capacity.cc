@@ -116,6 +116,18 @@ std::vector<market::Offer> IdleOffers(const store::NodeRecord& node, const Inven
   return out;
 }
 
+// What a node's capacity reads of an attempt on it; SameRoomOnNode (core_internal.h) compares
+// exactly these fields.
+sched::RunningAttempt RunningOf(const AttemptRecord& att) {
+  return {att.id,
+          att.gpus,
+          att.cpus,
+          att.memory_gb,
+          att.interruptible,
+          att.cause.rfind(kPreemptingPrefix, 0) == 0,
+          att.price_per_hour};
+}
+
 }  // namespace
 
 std::shared_ptr<const sched::NodeCapacity> ServerCore::NodeCapacityLocked(const std::string& id,
@@ -156,8 +168,7 @@ std::shared_ptr<const sched::NodeCapacity> ServerCore::NodeCapacityLocked(const 
       auto a = active_attempts_.find(aid);
       if (a == active_attempts_.end()) continue;
       const AttemptRecord& att = a->second;
-      now->running.push_back({aid, att.gpus, att.cpus, att.memory_gb, att.interruptible,
-                              att.cause.rfind(kPreemptingPrefix, 0) == 0, att.price_per_hour});
+      now->running.push_back(RunningOf(att));
       for (auto& g : now->gpus) {
         if (std::find(att.gpus.begin(), att.gpus.end(), g.index) != att.gpus.end()) {
           g.free = false;
@@ -238,6 +249,18 @@ const std::vector<std::shared_ptr<const sched::NodeCapacity>>& ServerCore::Capac
     if (cap == nullptr) continue;
     if (at >= view_.nodes.size() || view_.nodes[at] != cap) {
       std::fprintf(stderr, "placement view: node %s is out of date\n", id.c_str());
+      std::abort();
+    }
+    // And a kept node's attempts as they are now: an attempt change left unnoted because it
+    // kept the attempt's room (SameRoomOnNode) must not have changed what the view reads.
+    std::vector<sched::RunningAttempt> running;
+    for (const auto& aid : AttemptsOnLocked(id)) {
+      if (auto a = active_attempts_.find(aid); a != active_attempts_.end()) {
+        running.push_back(RunningOf(a->second));
+      }
+    }
+    if (running != cap->running) {
+      std::fprintf(stderr, "placement view: node %s holds stale attempts\n", id.c_str());
       std::abort();
     }
     ++at;

@@ -2,6 +2,7 @@
 // change is staged in an Edit beside its store writes, the writes are committed, and only then
 // is memory changed. Members of ServerCore; the caller holds mu_.
 #include <cstdio>
+#include <utility>
 
 #include "server/core_internal.h"
 #include "server/server_core.h"
@@ -150,19 +151,35 @@ void ServerCore::ApplyLocked(Edit& edit) {
   for (auto& [id, seq] : edit.max_log_seq) max_log_seq_[id] = seq;
   for (auto& [id, bytes] : edit.log_bytes) log_bytes_[id] = bytes;
   for (auto& [id, att] : edit.attempts) {
-    // The nodes it was and is on: their capacity now differs.
-    for (const std::string* node :
-         {active_attempts_.count(id) > 0 ? &active_attempts_.at(id).node_id : nullptr,
-          att ? &att->node_id : nullptr}) {
-      if (node == nullptr) continue;
-      search_.changed_nodes.insert(*node);
-      if (auto n = nodes_.find(*node); n != nodes_.end()) n->second.now.reset();
-      NodeChangedLocked(*node);
+    auto was = active_attempts_.find(id);
+    const AttemptRecord* before = was != active_attempts_.end() ? &was->second : nullptr;
+    // The nodes it was and is on: their capacity now differs, unless nothing the capacity reads
+    // of the attempt changed (a `started`, a lease renewed). Marking those changed made every
+    // pass re-rank each exhausted shape on every node whose job had just started.
+    if (before == nullptr || !att || !SameRoomOnNode(*before, *att)) {
+      for (const std::string* node :
+           {before ? &before->node_id : nullptr, att ? &std::as_const(att->node_id) : nullptr}) {
+        if (node == nullptr) continue;
+        search_.changed_nodes.insert(*node);
+        if (auto n = nodes_.find(*node); n != nodes_.end()) n->second.now.reset();
+        NodeChangedLocked(*node);
+      }
     }
     if (att) {
-      attempts_by_node_[att->node_id].insert(id);
-      if (!active_attempts_.count(id)) ++finished_.active_attempts[att->job_id];
-      active_attempts_[id] = std::move(*att);
+      if (before == nullptr) {
+        attempts_by_node_[att->node_id].insert(id);
+        ++finished_.active_attempts[att->job_id];
+        active_attempts_.emplace(id, std::move(*att));
+      } else {
+        if (before->node_id != att->node_id) {  // never in practice: kept exact all the same
+          if (auto on = attempts_by_node_.find(before->node_id); on != attempts_by_node_.end()) {
+            on->second.erase(id);
+            if (on->second.empty()) attempts_by_node_.erase(on);
+          }
+          attempts_by_node_[att->node_id].insert(id);
+        }
+        was->second = std::move(*att);
+      }
     } else {
       if (auto live = active_attempts_.find(id); live != active_attempts_.end()) {
         auto on = attempts_by_node_.find(live->second.node_id);

@@ -50,6 +50,15 @@ constexpr int64_t kFullSearchRenewMs = 8'000;
 // An attempt's cause while its preemption is under way. Stored with the attempt, so an exit that
 // arrives after a server restart is still recognised as the end of a preemption.
 constexpr std::string_view kPreemptingPrefix = "preempting: ";
+// Whether two records of one attempt take the same room on their node: equal in everything a
+// node's capacity reads of its attempts (ServerCore::NodeCapacityLocked). A change that keeps
+// this (started, a lease renewed, an exit code noted) leaves the node's capacity as it was.
+inline bool SameRoomOnNode(const store::AttemptRecord& a, const store::AttemptRecord& b) {
+  auto preempting = [](const std::string& cause) { return cause.rfind(kPreemptingPrefix, 0) == 0; };
+  return a.node_id == b.node_id && a.gpus == b.gpus && a.cpus == b.cpus &&
+         a.memory_gb == b.memory_gb && a.interruptible == b.interruptible &&
+         a.price_per_hour == b.price_per_hour && preempting(a.cause) == preempting(b.cause);
+}
 // The causes of stops by money (issue 15 item 1): the job's max_total_cost, its account's
 // credit. An attempt that ends with one of them leaves its job budget-exhausted, not requeued.
 constexpr std::string_view kBudgetStop = "max_total_cost reached";

@@ -267,6 +267,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   const sched::ScheduleOptions how =
       only == nullptr && search_.full_due ? sched::ScheduleOptions{} : IncrementalLocked();
   const bool incremental = how.exhausted_before != nullptr;
+  const size_t rechecked = incremental ? how.changed_nodes->size() : 0;
   sched::ScheduleOptions alike = how;
   alike.answer_alike_once = true;      // a deep queue costs a pass what changed, not its length
   alike.fleet = &view_.facts;          // a full search's too
@@ -482,6 +483,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
     }
   }
   ++(incremental ? passes_.incremental : passes_.full);
+  passes_.rechecked_nodes += static_cast<int64_t>(rechecked);
   // On-demand work displacing interruptible attempts (DESIGN.md §6); the job is placed once
   // they have stopped and freed the room.
   // An interruptible job's higher bid does the same (issue 15 item 4).

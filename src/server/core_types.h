@@ -156,6 +156,9 @@ struct LedgerReport {
 struct PlacementPassCounts {
   int64_t full = 0;
   int64_t incremental = 0;
+  // The nodes incremental passes searched for shapes nothing fitted before: those changed since
+  // the last pass (an attempt placed or ended on them, their offers or presence changed).
+  int64_t rechecked_nodes = 0;
 };
 
 struct JobDetail {

@@ -230,66 +230,6 @@ TEST_F(ServerCoreTest, QueuedJobStartsWhenCapacityFrees) {
   EXPECT_EQ(link->OfType("assign")[1]["job_id"], b->id);
 }
 
-// Incremental passes lean on a full search younger than kFullSearchLastsMs (10 s); the tick
-// renews it from 8 s on, so a submit's own pass stays incremental however long the queue has
-// waited, instead of searching every node (docs/design-notes.md "Placement at scale").
-TEST_F(ServerCoreTest, TheTickRenewsTheFullSearchBeforeASubmitWouldNeedOne) {
-  auto link = std::make_shared<RecordingLink>();
-  auto node = Hello(link, CpuHello());
-  ASSERT_TRUE(node.ok());
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(core_->SubmitJob(Spec(4), "").ok());
-  ASSERT_EQ(link->OfType("assign").size(), 1u);
-  // The exit's pass is a full search: it places the second job; the third waits.
-  std::string att = link->OfType("assign")[0]["attempt_id"];
-  ASSERT_TRUE(
-      core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
-  ASSERT_EQ(link->OfType("assign").size(), 2u);
-  const ServerCore::PassCounts searched = core_->PlacementPasses();
-  auto live = [&](int64_t ms) {
-    clock_.Advance(ms);
-    ASSERT_TRUE(core_->AgentMessage(*node, link.get(), Json{{"type", "heartbeat"}}).ok());
-    core_->Tick();
-  };
-  live(7000);  // 7 s: the last full search still serves
-  EXPECT_EQ(core_->PlacementPasses().full, searched.full);
-  live(1000);  // 8 s: renewed by the tick
-  EXPECT_EQ(core_->PlacementPasses().full, searched.full + 1);
-  live(3000);  // 11 s after the first, 3 s after the renewal
-  const ServerCore::PassCounts renewed = core_->PlacementPasses();
-  auto waits = core_->SubmitJob(Spec(4), "");
-  ASSERT_TRUE(waits.ok());
-  EXPECT_EQ(core_->GetJob(waits->id)->job.state, store::JobState::kQueued);
-  // The submit's pass searched only what changed since the renewal.
-  EXPECT_EQ(core_->PlacementPasses().full, renewed.full);
-  EXPECT_EQ(core_->PlacementPasses().incremental, renewed.incremental + 1);
-}
-
-// The same when no pass but the submits' own has run: every node holds its job and nothing
-// exits, so without the tick no full search would ever find the waiting shapes exhausted, and
-// every submit would search every node (as bench/swarm's `sluice_placement_passes_total` showed:
-// 48,842 full passes, 0 incremental, while 100,000 jobs were submitted to a full fleet).
-TEST_F(ServerCoreTest, TheTickSearchesAQueueOnlySubmitsHaveSearched) {
-  auto link = std::make_shared<RecordingLink>();
-  auto node = Hello(link, CpuHello());
-  ASSERT_TRUE(node.ok());
-  ASSERT_TRUE(core_->SubmitJob(Spec(4), "").ok());  // runs, and is held
-  ASSERT_TRUE(core_->SubmitJob(Spec(4), "").ok());  // waits
-  ASSERT_EQ(link->OfType("assign").size(), 1u);
-  const ServerCore::PassCounts before = core_->PlacementPasses();
-  for (int s = 0; s < 8; ++s) {
-    clock_.Advance(1000);
-    ASSERT_TRUE(core_->AgentMessage(*node, link.get(), Json{{"type", "heartbeat"}}).ok());
-    core_->Tick();
-  }
-  // One full search by the tick (its first, as none had run), and none more within 8 s.
-  EXPECT_EQ(core_->PlacementPasses().full, before.full + 1);
-  auto waits = core_->SubmitJob(Spec(4), "");
-  ASSERT_TRUE(waits.ok());
-  EXPECT_EQ(core_->GetJob(waits->id)->job.state, store::JobState::kQueued);
-  EXPECT_EQ(core_->PlacementPasses().full, before.full + 1);
-  EXPECT_EQ(core_->PlacementPasses().incremental, before.incremental + 1);
-}
-
 // The server runs its passes on the scheduler thread: an exit only marks a pass due, and the
 // thread places the waiting job (DESIGN notes "Placement at scale").
 TEST_F(ServerCoreTest, OnTheSchedulerThreadAQueuedJobStartsWhenCapacityFrees) {
