@@ -300,5 +300,23 @@ TEST_F(RobustnessTest, EveryServerThreadLeavesStopSignalsToTheShutdown) {
   EXPECT_GT(threads, 3) << "the server runs its scheduler, inbox and io threads";
 }
 
+// `--threads` sets how many network threads serve the connections (issue 12 item 3), and a
+// number out of range is refused with the flag named, before anything starts.
+TEST(ServerThreadsTest, TheNetworkThreadsAreAsManyAsAskedAndZeroIsRefused) {
+  Cluster cluster;
+  cluster.StartServer({"--threads", "3"});
+  const pid_t pid = cluster.server()->pid();
+  int io = 0;
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::string comm = ReadAll(task.path() / "comm");
+    if (comm.rfind("sluice-io", 0) == 0) ++io;
+  }
+  EXPECT_EQ(io, 3);
+  const CommandResult refused = RunCommand({SluiceBinary(), "server", "--threads", "0"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("--threads"), std::string::npos) << refused.err;
+}
+
 }  // namespace
 }  // namespace sluice::testing

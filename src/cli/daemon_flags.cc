@@ -159,6 +159,12 @@ class ServerGroup final : public CommandGroup {
         ->check(CLI::Range(0.01, 1000000.0))
         ->capture_default_str();
     server
+        ->add_option("--threads", sopt.threads,
+                     "Network threads (sluice-io): sockets, TLS, HTTP and WebSocket framing for "
+                     "every connection")
+        ->check(CLI::Range(1, 256))
+        ->capture_default_str();
+    server
         ->add_option("--keep-alive-interval", sopt.keep_alive_interval_s,
                      "Seconds between WebSocket pings on agent links")
         ->capture_default_str();
