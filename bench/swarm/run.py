@@ -18,7 +18,12 @@ the baseline), and committed placements per second (jobs submitted back to back 
 `exited`), placements with a deep queue, dead-node detection, the reconnect storm and Slurm's
 rates (bench/swarm/README.md).
 
+The agents are played by bench_swarm_agents (--engine cxx, the default: one compiled process,
+every connection on one thread; build it with `ninja -C build bench/swarm/bench_swarm_agents`),
+steered through SwarmProxy, or by this process (--engine python: the Swarm class below).
+
 Stdlib only. Run: python3 bench/swarm/run.py [--agents 1000] [--interval 5] [--sluice PATH]
+                  [--engine cxx|python] [--engine-bin PATH]
 Exit status: 0 when measured, 2 when the server cannot be started, 1 for other errors.
 """
 
@@ -81,22 +86,37 @@ def proc_cpu_s(pid):
 
 
 def proc_thread_cpu_s(pid):
-    """CPU seconds per thread name of a process ({comm: seconds}, threads of one name summed):
-    the server names its threads (sluice-inbox, sluice-sched, sluice-io, ...)."""
+    """CPU seconds and seconds spent runnable but waiting for a core, per thread name of a
+    process ({comm: (cpu, waited)}, threads of one name summed; the wait from
+    /proc/.../schedstat, 0 where the kernel keeps none): the server names its threads
+    (sluice-inbox, sluice-sched, sluice-io, ...)."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             name, cpu = stat_cpu_s(f"/proc/{pid}/task/{tid}/stat")
         except OSError:
             continue  # the thread ended between the listing and the read
-        out[name] = out.get(name, 0.0) + cpu
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                waited = int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            waited = 0.0
+        c, w = out.get(name, (0.0, 0.0))
+        out[name] = (c + cpu, w + waited)
     return out
 
 
 def thread_cpu_summary(before, after, span_s):
-    """Each thread name's share of one core between two proc_thread_cpu_s(), busiest first."""
-    rows = sorted(((after[n] - before.get(n, 0.0)) / span_s * 100, n) for n in after)
-    return ", ".join(f"{n} {pct:.0f} %" for pct, n in reversed(rows) if pct >= 0.5) or "none"
+    """Each thread name's share of one core between two proc_thread_cpu_s(), busiest first, and
+    beside it the share of the time its threads waited for a core (a thread holding the core's
+    lock while it waits holds up everyone)."""
+    rows = []
+    for n, (cpu, waited) in after.items():
+        cpu0, waited0 = before.get(n, (0.0, 0.0))
+        rows.append(((cpu - cpu0) / span_s * 100, (waited - waited0) / span_s * 100, n))
+    rows.sort(reverse=True)
+    return ", ".join(f"{n} {pct:.0f} % (waited for a core {w:.0f} %)" for pct, w, n in rows
+                     if pct >= 0.5) or "none"
 
 
 def frame(text):
@@ -183,6 +203,15 @@ def passing_report(nonce, inv):
     return {"type": "conformance", "report": report, "nonce": nonce}
 
 
+def hello_members(a):
+    """An agent's hello but type, node_id and attempts (the members that never change; both
+    engines send them)."""
+    return {"name": f"sim-{a.i}", "inventory": a.inv, "price_per_gpu_hour": a.gpu_price,
+            "price_per_cpu_hour": a.cpu_price, "interruptible_price_per_gpu_hour": 0,
+            "interruptible_price_per_cpu_hour": 0, "region": "bench", "agent_version": "swarm",
+            "claims": []}
+
+
 class Agent:
     """What one simulated agent keeps across its connections."""
 
@@ -221,6 +250,12 @@ class Swarm:
         self.errors = []
         self.stop = asyncio.Event()
 
+    cpu_label = "this process playing the agents"
+
+    def cpu_s(self):
+        """CPU seconds of what plays the agents: here, this process."""
+        return sum(os.times()[:2])
+
     def write(self, a, msg):
         if not a.silent and a.writer is not None:
             a.writer.write(frame(json.dumps(msg)))
@@ -257,12 +292,8 @@ class Swarm:
 
     async def connect_and_serve(self, a, connect_gate):
         source = f"127.0.0.{2 + a.i // PER_ADDRESS}"
-        hello = {"type": "hello", "node_id": a.node_id, "name": f"sim-{a.i}", "inventory": a.inv,
-                 "price_per_gpu_hour": a.gpu_price, "price_per_cpu_hour": a.cpu_price,
-                 "interruptible_price_per_gpu_hour": 0, "interruptible_price_per_cpu_hour": 0,
-                 "region": "bench", "agent_version": "swarm",
-                 "attempts": [{"attempt_id": aid, "running": True} for aid in a.held],
-                 "claims": []}
+        hello = {"type": "hello", "node_id": a.node_id, **hello_members(a),
+                 "attempts": [{"attempt_id": aid, "running": True} for aid in a.held]}
         token = a.credential or self.join_token
         async with connect_gate:
             reader, writer = await asyncio.open_connection(
@@ -340,6 +371,194 @@ class Swarm:
                 beat.cancel()
             a.writer = None
             writer.close()
+
+
+class EngineAgent:
+    """One agent of the compiled engine, with the attributes of Agent that the dead-node and
+    storm code read (fetched through SwarmProxy, at most 50 ms old) and set (silent)."""
+
+    def __init__(self, proxy, i):
+        self._proxy = proxy
+        self.i = i
+
+    def _get(self, key):
+        return self._proxy.record(self.i)[key]
+
+    node_id = property(lambda self: self._get("node_id"))
+    last_sent = property(lambda self: self._get("last_sent"))
+    last_recv = property(lambda self: self._get("last_recv"))
+    close_how = property(lambda self: self._get("close_how"))
+    welcomes = property(lambda self: self._get("welcomes"))
+
+    @property
+    def silent(self):
+        return self._get("silent")
+
+    @silent.setter
+    def silent(self, value):
+        if not value:
+            raise ValueError("a silenced agent stays silent")
+        self._proxy.command(f"silence {self.i}")  # the engine also clears closed_at
+        self._proxy.record(self.i).update(silent=True, closed_at=None)
+
+    @property
+    def closed_at(self):
+        return self._get("closed_at")
+
+    @closed_at.setter
+    def closed_at(self, value):
+        if value is not None:
+            raise ValueError("closed_at can only be cleared")
+        # Only ever cleared just before `silent = True`, whose `silence` clears it in the engine.
+        self._proxy.record(self.i)["closed_at"] = None
+
+
+class SwarmProxy:
+    """Stands in for Swarm with --engine cxx: the agents are played by bench_swarm_agents (one
+    compiled process, all connections on one thread; bench/swarm/agents_engine.h), steered over
+    its stdin/stdout (agents_control.h). The attributes the measurements read are fetched from
+    it: counters at most 10 ms old, agents' records at most 50 ms old (only those that changed)."""
+
+    cpu_label = "the agent engine (bench_swarm_agents)"
+
+    def __init__(self, binary, tmp, port, join_token, interval, n, seed=1):
+        # The same fleet as Swarm's: inventories drawn from the same seeded random, in order.
+        rng = random.Random(seed)
+        path = os.path.join(tmp, "agents.jsonl")
+        with open(path, "w") as f:
+            for i in range(n):
+                a = Agent(i, rng)
+                f.write(json.dumps({"i": i, "hello": hello_members(a),
+                                    "report": passing_report("", a.inv)["report"]}) + "\n")
+        self.proc = subprocess.Popen(
+            [binary, "--agents-file", path, "--port", str(port), "--join-token", join_token,
+             "--interval", str(interval), "--seed", str(seed), "--per-address", str(PER_ADDRESS)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.agents = [EngineAgent(self, i) for i in range(n)]
+        self.assigned_jobs = _EngineAssigned(self)
+        self.stop = _EngineStop(self)
+        self._stats, self._stats_at = None, 0.0
+        self._records, self._seq, self._records_at = {}, 0, 0.0
+        self._stopped = False
+        self.stats()  # answered once the engine has read its file: no agent connects before start()
+
+    def start(self):
+        """Every agent connects (the engine has read its file by the time it answers)."""
+        self.command("start")
+
+    def command(self, line):
+        """One command, its JSON reply (agents_control.h)."""
+        if self._stopped:
+            raise RuntimeError(f"the agent engine was stopped before `{line}`")
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+            reply = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            reply = ""
+        if not reply:
+            raise RuntimeError(f"the agent engine exited (status {self.proc.wait()})")
+        out = json.loads(reply)
+        if "error" in out:
+            raise RuntimeError(f"the agent engine refused `{line}`: {out['error']}")
+        self._stats_at = 0.0  # anything may have changed the counters
+        return out
+
+    def stats(self):
+        if not self._stopped and time.monotonic() - self._stats_at > 0.01:
+            self._stats = self.command("stats")
+            self._stats_at = time.monotonic()
+        return self._stats
+
+    def record(self, i):
+        if not self._stopped and time.monotonic() - self._records_at > 0.05:
+            reply = self.command(f"changed {self._seq}")
+            self._seq = reply["seq"]
+            for r in reply["agents"]:
+                self._records[r["i"]] = r
+            self._records_at = time.monotonic()
+        return self._records[i]
+
+    welcomed = property(lambda self: self.stats()["welcomed"])
+    reported = property(lambda self: self.stats()["reported"])
+    leases = property(lambda self: self.stats()["leases"])
+    started = property(lambda self: self.stats()["started"])
+    exited = property(lambda self: self.stats()["exited"])
+    errors = property(lambda self: _EngineErrors(self.stats()))
+
+    @property
+    def hold(self):
+        return self.stats()["hold"]
+
+    @hold.setter
+    def hold(self, value):
+        self.command("hold" if value else "hold off")
+
+    def release(self):
+        """Every held attempt exits now, and later ones exit as soon as they start."""
+        self.command("release")
+
+    def cpu_s(self):
+        """CPU seconds of what plays the agents: the engine process."""
+        return proc_cpu_s(self.proc.pid)
+
+
+class _EngineErrors:
+    """Swarm.errors as far as run.py reads it: how many, and the first."""
+
+    def __init__(self, stats):
+        self.n, self.first = stats["errors"], stats["first_error"]
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, k):
+        if k != 0 or not self.n:
+            raise IndexError(k)
+        return self.first
+
+
+class _EngineAssigned:
+    """Swarm.assigned_jobs as far as run.py reads it: get() for any job; values() and items()
+    list only the jobs assigned more than once (the only ones run.py looks for there)."""
+
+    def __init__(self, proxy):
+        self._proxy = proxy
+
+    def get(self, job, default=0):
+        n = self._proxy.command(f"assigned {job}")["assigned"][job]
+        return n if n else default
+
+    def items(self):
+        twice = self._proxy.stats()["assigned_twice"]
+        return self._proxy.command("assigned " + " ".join(twice))["assigned"].items() \
+            if twice else {}.items()
+
+    def values(self):
+        return [n for _, n in self.items()]
+
+
+class _EngineStop:
+    """Swarm.stop as far as run.py uses it: set() stops the engine (its counters kept)."""
+
+    def __init__(self, proxy):
+        self._proxy = proxy
+
+    def is_set(self):
+        return self._proxy._stopped
+
+    def set(self):
+        p = self._proxy
+        if p._stopped:
+            return
+        p._stats = p.command("stats")
+        p.command("stop")
+        p._stopped = True
+        try:
+            p.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            p.proc.kill()
+            p.proc.wait()
 
 
 class Api:
@@ -525,6 +744,9 @@ def store_counters(api):
     if len(out) != 2:
         raise RuntimeError("the metrics page has no sluice_store_commits_total / "
                            "sluice_store_pages_written_total")
+    for line in body.decode().splitlines():  # servers before 2026-12-06 do not count it
+        if line.startswith("sluice_placement_rechecked_nodes_total "):
+            out["rechecked"] = int(line.split()[1])
     return out
 
 
@@ -553,7 +775,7 @@ async def queued_placements(args, swarm, port, admin_token, pid):
     t0 = time.monotonic()
     # Who is busy during the drain: the server, or this process playing the agents (both share
     # the machine's cores).
-    server_cpu0, own_cpu0 = proc_cpu_s(pid), sum(os.times()[:2])
+    server_cpu0, own_cpu0, swarm_cpu0 = proc_cpu_s(pid), sum(os.times()[:2]), swarm.cpu_s()
     threads0 = proc_thread_cpu_s(pid)
     swarm.release()
     at_release = swarm.started
@@ -565,11 +787,14 @@ async def queued_placements(args, swarm, port, admin_token, pid):
     server_cpu = (proc_cpu_s(pid) - server_cpu0) / drain_s * 100
     threads = thread_cpu_summary(threads0, proc_thread_cpu_s(pid), drain_s)
     own_cpu = (sum(os.times()[:2]) - own_cpu0) / drain_s * 100
+    swarm_cpu_s = swarm.cpu_s() - swarm_cpu0
     placed = swarm.started - at_release
     store1 = store_counters(api)
     locks = lock_summary(locks0, lock_histograms(api))
     commits = store1["commits"] - store0["commits"]
     pages = store1["pages_written"] - store0["pages_written"]
+    rechecked = (store1["rechecked"] - store0["rechecked"]
+                 if "rechecked" in store0 and "rechecked" in store1 else None)
     twice = sum(1 for n in swarm.assigned_jobs.values() if n > 1)
     if twice:  # say why, from the first such job's events
         job = next(j for j, n in swarm.assigned_jobs.items() if n > 1)
@@ -580,8 +805,10 @@ async def queued_placements(args, swarm, port, admin_token, pid):
             log(f"  {e.get('kind', '')}: {e.get('message', '')}")
     return {"shapes": shapes, "submit_s": submit_s, "held": held, "queued": queued,
             "placed": placed, "drain_s": drain_s, "rate": placed / drain_s, "twice": twice,
-            "server_cpu_pct": server_cpu, "swarm_cpu_pct": own_cpu, "threads": threads,
-            "commits": commits, "pages": pages, "locks": locks,
+            "server_cpu_pct": server_cpu, "swarm_cpu_pct": swarm_cpu_s / drain_s * 100,
+            "swarm_ms_per_placement": 1000 * swarm_cpu_s / max(placed, 1),
+            "own_cpu_pct": own_cpu, "threads": threads,
+            "commits": commits, "pages": pages, "rechecked": rechecked, "locks": locks,
             "complete": swarm.started - start0 >= args.queued}
 
 
@@ -608,7 +835,7 @@ class Server:
         a = self.args
         cmd = [a.sluice, "server", "--listen", listen, "--data-dir", self.data, "--tls",
                "--heartbeat-interval", str(a.interval), "--heartbeat-grace", str(3 * a.interval),
-               "--max-nodes-per-provider", str(a.agents + 10)]
+               "--max-nodes-per-provider", str(a.agents + 10)] + a.server_arg
         self.starts += 1
         url_file = os.path.join(self.data, "server.url")
         if os.path.exists(url_file):
@@ -659,7 +886,9 @@ async def dead_nodes(args, swarm, api):
             log(f"victim {a.i}: last sent {a.last_sent - t0:+.2f} s, last heard "
                 f"{a.last_recv - t0:+.2f} s, closed {(a.closed_at or 0) - t0:+.2f} s "
                 f"({a.close_how})")
-    log(f"swarm event-loop lag while waiting: median {percentile(lags, 50) * 1000:.0f} ms, "
+    # With --engine cxx the agents run in their own process: this loop only polls them.
+    loop = "swarm" if isinstance(swarm, Swarm) else "orchestrator (not the agents')"
+    log(f"{loop} event-loop lag while waiting: median {percentile(lags, 50) * 1000:.0f} ms, "
         f"p99 {percentile(lags, 99) * 1000:.0f} ms, worst {max(lags, default=0) * 1000:.0f} ms")
     status, body = await asyncio.get_running_loop().run_in_executor(
         None, api.call, "GET", "/v1/nodes")
@@ -801,11 +1030,19 @@ async def run(args, server, port, join_token, admin_token):
     for j in json.loads(body)["jobs"]:
         api.call("POST", f"/v1/jobs/{j['id']}/cancel")
 
-    swarm = Swarm(port, join_token, args.interval)
-    swarm.agents = [Agent(i, swarm.rng) for i in range(args.agents)]
-    gate = asyncio.Semaphore(64)
-    t0 = time.monotonic()
-    tasks = [asyncio.ensure_future(swarm.agent(a, gate, reconnect=True)) for a in swarm.agents]
+    if args.engine == "cxx":
+        swarm = SwarmProxy(args.engine_bin, server.tmp, port, join_token, args.interval,
+                           args.agents)
+        t0 = time.monotonic()
+        swarm.start()
+        tasks = []
+    else:
+        swarm = Swarm(port, join_token, args.interval)
+        swarm.agents = [Agent(i, swarm.rng) for i in range(args.agents)]
+        gate = asyncio.Semaphore(64)
+        t0 = time.monotonic()
+        tasks = [asyncio.ensure_future(swarm.agent(a, gate, reconnect=True))
+                 for a in swarm.agents]
     while swarm.welcomed < args.agents:
         await asyncio.sleep(0.5)
         for t in tasks:
@@ -828,12 +1065,13 @@ async def run(args, server, port, join_token, admin_token):
 
     # Steady heartbeats: RSS, CPU and leases over a window.
     rss1 = proc_rss_kib(pid)
-    cpu0, leases0, w0 = proc_cpu_s(pid), swarm.leases, time.monotonic()
+    cpu0, leases0, w0, swarm_cpu0 = proc_cpu_s(pid), swarm.leases, time.monotonic(), swarm.cpu_s()
     await asyncio.sleep(args.window)
-    cpu1, leases1, w1 = proc_cpu_s(pid), swarm.leases, time.monotonic()
+    cpu1, leases1, w1, swarm_cpu1 = proc_cpu_s(pid), swarm.leases, time.monotonic(), swarm.cpu_s()
     rss2 = proc_rss_kib(pid)  # after the window: steady heartbeats only, the burst long over
     window = w1 - w0
     cpu_pct = (cpu1 - cpu0) / window * 100
+    swarm_cpu_pct = (swarm_cpu1 - swarm_cpu0) / window * 100
     hb_per_s = (leases1 - leases0) / window
 
     # Submit latency while the agents heartbeat (and the jobs place and run on them).
@@ -878,7 +1116,8 @@ async def run(args, server, port, join_token, admin_token):
           f"64 KiB: {per_agent_kib / 64:.2f}x); {settle_kib:.1f} KiB per agent "
           f"{2 * args.interval:g} s after the last verification")
     print(f"server CPU while heartbeating: {cpu_pct:.1f} % of one core "
-          f"(target 25 %: {cpu_pct / 25:.2f}x); heartbeats answered: {hb_per_s:.0f}/s")
+          f"(target 25 %: {cpu_pct / 25:.2f}x); heartbeats answered: {hb_per_s:.0f}/s; "
+          f"{swarm.cpu_label}: {swarm_cpu_pct:.1f} %")
     print(f"submit with no agents (baseline): p50 {percentile(base, 50):.2f} ms, "
           f"p99 {percentile(base, 99):.2f} ms")
     print(f"submit while {args.agents} agents heartbeat (a client process of its own): "
@@ -899,10 +1138,16 @@ async def run(args, server, port, join_token, admin_token):
               f"{deep['queued']} (target 5,000/s: {deep['rate'] / 5000:.2f}x); "
               f"{'all placed' if deep['complete'] else 'NOT all placed before --timeout'}; "
               f"jobs assigned twice: {deep['twice']}")
-        print(f"  during the release: server {deep['server_cpu_pct']:.0f} % of one core, this "
-              f"process playing the agents {deep['swarm_cpu_pct']:.0f} %; store commits "
+        own = (f", this process orchestrating {deep['own_cpu_pct']:.0f} %"
+               if args.engine == "cxx" else "")
+        print(f"  during the release: server {deep['server_cpu_pct']:.0f} % of one core, "
+              f"{swarm.cpu_label} {deep['swarm_cpu_pct']:.0f} % "
+              f"({deep['swarm_ms_per_placement']:.3f} ms per placement){own}; store commits "
               f"{deep['commits']} ({deep['commits'] / max(deep['placed'], 1):.2f} per placement, "
               f"{deep['pages'] / max(deep['commits'], 1):.1f} pages written each)")
+        if deep["rechecked"] is not None:
+            print(f"  nodes searched again by incremental passes: {deep['rechecked']} "
+                  f"({deep['rechecked'] / max(deep['placed'], 1):.2f} per placement)")
         print(f"  the server's threads during the release, share of one core: {deep['threads']}")
         print(f"  the core's lock during the release: {deep['locks']}")
     if dead:
@@ -941,6 +1186,14 @@ def main():
                     help="do not apt-get install Slurm when it is missing")
     ap.add_argument("--storm-jobs", type=int, default=1000,
                     help="jobs running through the storm")
+    ap.add_argument("--engine", choices=["cxx", "python"], default="cxx",
+                    help="what plays the agents: bench_swarm_agents (one compiled process) or "
+                    "this Python process")
+    ap.add_argument("--engine-bin", help="the bench_swarm_agents binary (default: "
+                    "bench/swarm/bench_swarm_agents in the build dir that holds --sluice)")
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="one more argument for `sluice server` (repeat for more), e.g. "
+                    "--server-arg=--threads --server-arg=1")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--keep-tmp", action="store_true")
     args = ap.parse_args()
@@ -955,6 +1208,14 @@ def main():
     if not os.access(args.sluice, os.X_OK):
         log(f"no sluice binary at {args.sluice} (build it, or pass --sluice)")
         return 2
+    if args.engine == "cxx":
+        build = os.path.dirname(os.path.abspath(args.sluice))
+        args.engine_bin = args.engine_bin or os.path.join(build, "bench", "swarm",
+                                                          "bench_swarm_agents")
+        if not os.access(args.engine_bin, os.X_OK):
+            log(f"no agent engine at {args.engine_bin}: build it with `ninja -C {build} "
+                f"bench/swarm/bench_swarm_agents`, pass --engine-bin, or use --engine python")
+            return 1
     tmp = tempfile.mkdtemp(prefix="sluice-swarm-")
     server = Server(args, tmp)
     try:
