@@ -154,8 +154,8 @@ void ServerCore::ApplyLocked(Edit& edit) {
     auto was = active_attempts_.find(id);
     const AttemptRecord* before = was != active_attempts_.end() ? &was->second : nullptr;
     // The nodes it was and is on: their capacity now differs, unless nothing the capacity reads
-    // of the attempt changed (a `started`, a lease renewed). Marking those changed made every
-    // pass re-rank each exhausted shape on every node whose job had just started.
+    // of the attempt changed (a `started`). Marking those changed made every pass re-rank each
+    // exhausted shape on every node whose job had just started.
     if (before == nullptr || !att || !SameRoomOnNode(*before, *att)) {
       for (const std::string* node :
            {before ? &before->node_id : nullptr, att ? &std::as_const(att->node_id) : nullptr}) {

@@ -52,7 +52,7 @@ constexpr int64_t kFullSearchRenewMs = 8'000;
 constexpr std::string_view kPreemptingPrefix = "preempting: ";
 // Whether two records of one attempt take the same room on their node: equal in everything a
 // node's capacity reads of its attempts (ServerCore::NodeCapacityLocked). A change that keeps
-// this (started, a lease renewed, an exit code noted) leaves the node's capacity as it was.
+// this (an attempt started) leaves the node's capacity as it was.
 inline bool SameRoomOnNode(const store::AttemptRecord& a, const store::AttemptRecord& b) {
   auto preempting = [](const std::string& cause) { return cause.rfind(kPreemptingPrefix, 0) == 0; };
   return a.node_id == b.node_id && a.gpus == b.gpus && a.cpus == b.cpus &&
