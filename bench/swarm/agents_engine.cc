@@ -6,6 +6,7 @@
 #include <boost/asio/ip/address_v4.hpp>
 #include <chrono>
 
+#include "common/agent_protocol.h"
 #include "common/json.h"
 
 namespace sluice::swarm {
@@ -26,8 +27,10 @@ std::chrono::nanoseconds Seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
 }
 
+// The agent's messages in the protocol's own encoding (common/agent_protocol.h), so the bench
+// speaks whatever the real agent speaks.
 std::string Exited(const std::string& attempt) {
-  return R"({"type":"exited","attempt_id":)" + Quoted(attempt) + R"(,"exit_code":0,"signal":0})";
+  return proto::ToJson(proto::Exited{attempt, 0, 0}).dump();
 }
 
 }  // namespace
@@ -119,7 +122,7 @@ void Engine::StartHeartbeat(Agent& a, std::shared_ptr<Connection> c, double dela
   timer.async_wait([this, &a, c](boost::system::error_code ec) {
     if (ec || !c->open()) return;
     if (!a.silent) {
-      Write(a, R"({"type":"heartbeat","seq":)" + std::to_string(++c->heartbeat().seq) + "}");
+      Write(a, proto::ToJson(proto::Heartbeat{static_cast<int64_t>(++c->heartbeat().seq)}).dump());
     }
     StartHeartbeat(a, c, options_.interval_s);
   });
@@ -139,7 +142,7 @@ void Engine::OnMessage(Connection& c, std::string_view text) {
     std::string attempt = StringOr(msg, "attempt_id", "");
     std::string job = StringOr(msg, "job_id", "");
     if (++assigned_[job] == 2) assigned_twice_.push_back(job);
-    Write(a, R"({"type":"started","attempt_id":)" + Quoted(attempt) + "}");
+    Write(a, proto::ToJson(proto::Started{attempt}).dump());
     ++counters_.started;
     if (hold_) {
       a.held.emplace_back(attempt, job);
@@ -159,8 +162,10 @@ void Engine::OnMessage(Connection& c, std::string_view text) {
       StartHeartbeat(a, c.shared_from_this(), Uniform(options_.interval_s));
     }
   } else if (type == "reverify") {
-    Write(a, R"({"type":"conformance","report":)" + a.spec.report + R"(,"nonce":)" +
-                 Quoted(StringOr(msg, "nonce", "")) + "}");
+    auto report = ParseJson(a.spec.report);  // run.py's, checked when the file was read
+    Write(a, proto::ToJson(proto::ConformanceMessage{report.ok() ? *report : Json::object(),
+                                                     StringOr(msg, "nonce", "")})
+                 .dump());
     ++counters_.reported;
   } else if (type == "kill" || type == "cancel") {
     std::string attempt = StringOr(msg, "attempt_id", "");
