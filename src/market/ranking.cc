@@ -54,8 +54,6 @@ double InterruptionOverhead(double rate, double work_hours, double segment_hours
   return expected / work_hours - 1;
 }
 
-int Sign(double d) { return d < 0 ? -1 : (d > 0 ? 1 : 0); }
-
 }  // namespace
 
 std::string_view Name(Objective o) {
@@ -140,19 +138,7 @@ CostEstimate EstimateCost(const Offer& offer, const Workload& work, const CostMo
 }
 
 int CompareEstimates(Objective objective, const CostEstimate& a, const CostEstimate& b) {
-  if (objective == Objective::kPrice) {
-    if (int c = Sign(a.price_per_hour - b.price_per_hour)) return c;
-    if (a.perf_known != b.perf_known) return a.perf_known ? -1 : 1;
-    return Sign(a.expected_cost - b.expected_cost);
-  }
-  if (a.perf_known != b.perf_known) return a.perf_known ? -1 : 1;
-  if (!a.perf_known) return Sign(a.price_per_hour - b.price_per_hour);
-  if (objective == Objective::kTime) {
-    if (int c = Sign(a.expected_hours - b.expected_hours)) return c;
-    return Sign(a.expected_cost - b.expected_cost);
-  }
-  if (int c = Sign(a.expected_cost - b.expected_cost)) return c;
-  return Sign(a.expected_hours - b.expected_hours);
+  return CompareRanked(objective, a, b);
 }
 
 std::vector<RankedOffer> Rank(const std::vector<Offer>& offers, const Workload& work,

@@ -8,11 +8,11 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <queue>
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "common/money.h"
 #include "market/explain.h"
@@ -319,7 +319,12 @@ struct Ranking {
   market::Objective objective;
   const std::vector<const NodeCapacity*>* nodes;
   bool Better(const Candidate& a, const Candidate& b) const {
-    if (int c = market::CompareEstimates(objective, a.estimate, b.estimate)) return c < 0;
+    return Before(market::CompareRanked(objective, a.estimate, b.estimate), a, b);
+  }
+  // `compared`: the two estimates' order. A candidate or a heap's entry (Pass::Entry).
+  template <class C>
+  bool Before(int compared, const C& a, const C& b) const {
+    if (compared != 0) return compared < 0;
     return std::tie(a.gpus_left, a.cpus_left, (*nodes)[a.node]->node_id, a.offer->id) <
            std::tie(b.gpus_left, b.cpus_left, (*nodes)[b.node]->node_id, b.offer->id);
   }
@@ -417,7 +422,9 @@ class Pass {
     if (fresh && options_.exhausted_before && options_.exhausted_before->count(key) > 0) {
       // Nothing fitted it at the end of the last pass: only a node changed since may fit now.
       shape.could_ever = true;
-      for (size_t i : ChangedNodes()) Push(shape, i, /*count_could_ever=*/false);
+      shape.heap.Reserve(ChangedNodes().size());
+      for (size_t i : ChangedNodes()) Push(shape, i, /*count_could_ever=*/false, /*sift=*/false);
+      shape.heap.Heapify();
     } else if (fresh && last) {
       // The shape's only job in the pass (a submit's own pass, mostly): its best candidate is
       // all it needs, found by a scan without ranking every node in a heap.
@@ -433,18 +440,21 @@ class Pass {
         // Read from its ranking as far as its placements need (Fill), not every node.
         shape.could_ever = !shape.ranked->empty();
       } else {
-        for (size_t i = 0; i < nodes_.size(); ++i) Push(shape, i, /*count_could_ever=*/true);
+        for (size_t i = 0; i < nodes_.size(); ++i) {
+          Push(shape, i, /*count_could_ever=*/true, /*sift=*/false);
+        }
+        shape.heap.Heapify();
       }
     }
     while (true) {
       if (shape.ranked != nullptr) Fill(shape);
       if (shape.heap.empty()) break;
       const Entry& top = shape.heap.top();
-      if (top.version != version_[top.candidate.node]) {  // the node changed since: re-ranked
+      if (top.version != version_[top.node]) {  // the node changed since: re-ranked
         shape.heap.pop();
         continue;
       }
-      Candidate c = top.candidate;
+      Candidate c = top.ToCandidate();
       shape.heap.pop();
       return Place(job, c);
     }
@@ -465,15 +475,69 @@ class Pass {
   }
 
  private:
+  // A candidate in a shape's heap: the fields the ranking compares and the placement needs, in
+  // 64 bytes where a Candidate, with its whole estimate, takes 144. A pass after a batch of exits
+  // ranks every node that changed in each shape still placing, and copying whole candidates
+  // into those heaps was most of the search (perf of bench/placement --shapes 225 --batch 256).
+  // Taken out unpriced: Place works out the estimate of the one it places.
   struct Entry {
-    Candidate candidate;
+    const market::Offer* offer = nullptr;
+    uint32_t node = 0;
+    int32_t gpus_left = 0;
+    int32_t cpus_left = 0;
+    bool perf_known = true;  // what market::CompareRanked reads of the estimate
+    double price_per_hour = 0;
+    double expected_cost = 0;
+    double expected_hours = 0;
     uint64_t version = 0;  // of its node when ranked
+
+    static Entry Of(const Candidate& c, uint64_t version) {
+      return {c.offer,
+              static_cast<uint32_t>(c.node),
+              c.gpus_left,
+              c.cpus_left,
+              c.estimate.perf_known,
+              c.estimate.price_per_hour,
+              c.estimate.expected_cost,
+              c.estimate.expected_hours,
+              version};
+    }
+    Candidate ToCandidate() const {
+      market::CostEstimate ranked;
+      ranked.perf_known = perf_known;
+      ranked.price_per_hour = price_per_hour;
+      ranked.expected_cost = expected_cost;
+      ranked.expected_hours = expected_hours;
+      return Candidate{node, offer, ranked, gpus_left, cpus_left, /*priced=*/false};
+    }
   };
   struct Worse {
     Ranking ranking;
     bool operator()(const Entry& a, const Entry& b) const {
-      return ranking.Better(b.candidate, a.candidate);
+      return ranking.Before(market::CompareRanked(ranking.objective, b, a), b, a);
     }
+  };
+  // A shape's candidates, the best on top. Entries appended unsifted (a fresh shape's whole
+  // batch) are heaped together by Heapify: linear, not a sift per entry.
+  class Heap {
+   public:
+    explicit Heap(Worse worse) : worse_(std::move(worse)) {}
+    bool empty() const { return entries_.empty(); }
+    const Entry& top() const { return entries_.front(); }
+    void pop() {
+      std::pop_heap(entries_.begin(), entries_.end(), worse_);
+      entries_.pop_back();
+    }
+    void push(const Entry& e, bool sift = true) {
+      entries_.push_back(e);
+      if (sift) std::push_heap(entries_.begin(), entries_.end(), worse_);
+    }
+    void Reserve(size_t n) { entries_.reserve(entries_.size() + n); }
+    void Heapify() { std::make_heap(entries_.begin(), entries_.end(), worse_); }
+
+   private:
+    Worse worse_;
+    std::vector<Entry> entries_;
   };
   enum class Answer { kNeverFits, kBusy, kRoomComing, kPreemptionPlanned };
 
@@ -487,7 +551,7 @@ class Pass {
     bool could_ever = false;
     bool exhausted = false;  // its candidates ran out: nothing fits it for the rest of the pass
     bool done = false;       // no job of the shape is left in the pass: nothing to rank for
-    std::priority_queue<Entry, std::vector<Entry>, Worse> heap;
+    Heap heap;
     // Where the caller keeps rankings: the shape's, and how far Fill has read it.
     ShapeRankings::Entries ranked;
     size_t read = 0;
@@ -537,7 +601,8 @@ class Pass {
   }
 
   // Ranks node i's offers for the shape as the node stands now.
-  void Push(Shape& shape, size_t i, bool count_could_ever) {
+  // `sift` false: appended only, for a fresh shape's batch (Heap::Heapify after it).
+  void Push(Shape& shape, size_t i, bool count_could_ever, bool sift = true) {
     const NodeCapacity& n = *nodes_[i];
     // Once "could it ever run" is answered, a node without the free counts is skipped unread.
     if ((!count_could_ever || shape.could_ever) && !MayFitNow(n, *shape.first)) return;
@@ -547,7 +612,7 @@ class Pass {
       if (count_could_ever) shape.could_ever = true;
       if (!n.online) continue;
       if (auto c = FitNow(n, i, idle, *shape.first, *idle_cost)) {
-        shape.heap.push({*c, version_[i]});
+        shape.heap.push(Entry::Of(*c, version_[i]), sift);
       }
     }
   }
@@ -616,7 +681,7 @@ class Pass {
     std::optional<Candidate> best;
     for (const ShapeRankings::Entry& e : *entries) {
       // Every later entry's estimate is as bad or worse: none can rank before the best found.
-      if (best && market::CompareEstimates(job.objective, e.Ranked(), best->estimate) != 0) break;
+      if (best && market::CompareRanked(job.objective, e, best->estimate) != 0) break;
       auto c = FitEntry(e, job);
       if (c && (!best || ranking.Better(*c, *best))) best = c;
     }
@@ -648,21 +713,18 @@ class Pass {
     while (shape.read < entries.size()) {
       if (!shape.heap.empty()) {
         const Entry& top = shape.heap.top();
-        if (top.version != version_[top.candidate.node]) {
+        if (top.version != version_[top.node]) {
           shape.heap.pop();
           continue;
         }
-        if (market::CompareEstimates(objective, entries[shape.read].Ranked(),
-                                     top.candidate.estimate) > 0) {
-          return;
-        }
+        if (market::CompareRanked(objective, entries[shape.read], top) > 0) return;
       }
-      const market::CostEstimate group = entries[shape.read].Ranked();
+      const ShapeRankings::Entry group = entries[shape.read];
       do {
         const ShapeRankings::Entry& e = entries[shape.read++];
-        if (auto c = FitEntry(e, *shape.first)) shape.heap.push({*c, version_[e.node]});
+        if (auto c = FitEntry(e, *shape.first)) shape.heap.push(Entry::Of(*c, version_[e.node]));
       } while (shape.read < entries.size() &&
-               market::CompareEstimates(objective, entries[shape.read].Ranked(), group) == 0);
+               market::CompareRanked(objective, entries[shape.read], group) == 0);
     }
   }
 

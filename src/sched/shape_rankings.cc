@@ -26,7 +26,7 @@ bool SameModel(const market::CostModel& a, const market::CostModel& b) {
 struct Before {
   market::Objective objective;
   bool operator()(const ShapeRankings::Entry& a, const ShapeRankings::Entry& b) const {
-    if (int c = market::CompareEstimates(objective, a.Ranked(), b.Ranked())) return c < 0;
+    if (int c = market::CompareRanked(objective, a, b)) return c < 0;
     return std::tie(a.node, a.offer) < std::tie(b.node, b.offer);
   }
 };
