@@ -300,22 +300,30 @@ TEST_F(RobustnessTest, EveryServerThreadLeavesStopSignalsToTheShutdown) {
   EXPECT_GT(threads, 3) << "the server runs its scheduler, inbox and io threads";
 }
 
-// `--threads` sets how many network threads serve the connections (issue 12 item 3), and a
-// number out of range is refused with the flag named, before anything starts.
-TEST(ServerThreadsTest, TheNetworkThreadsAreAsManyAsAskedAndZeroIsRefused) {
+// `--threads` sets how many network threads serve the connections and `--api-threads` how many
+// run the API's handlers (issue 12 item 3); a number out of range is refused with the flag
+// named, before anything starts.
+TEST(ServerThreadsTest, TheThreadsAreAsManyAsAskedAndZeroIsRefused) {
   Cluster cluster;
-  cluster.StartServer({"--threads", "3"});
+  cluster.StartServer({"--threads", "3", "--api-threads", "4"});
   const pid_t pid = cluster.server()->pid();
   int io = 0;
+  int api = 0;
   std::error_code ec;
   for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
     std::string comm = ReadAll(task.path() / "comm");
     if (comm.rfind("sluice-io", 0) == 0) ++io;
+    if (comm.rfind("sluice-api", 0) == 0) ++api;
   }
   EXPECT_EQ(io, 3);
-  const CommandResult refused = RunCommand({SluiceBinary(), "server", "--threads", "0"});
-  EXPECT_NE(refused.exit_code, 0);
-  EXPECT_NE(refused.err.find("--threads"), std::string::npos) << refused.err;
+  EXPECT_EQ(api, 4);
+  // The API answers through them.
+  EXPECT_EQ(cluster.Cli({"nodes"}).exit_code, 0);
+  for (const char* flag : {"--threads", "--api-threads"}) {
+    const CommandResult refused = RunCommand({SluiceBinary(), "server", flag, "0"});
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_NE(refused.err.find(flag), std::string::npos) << refused.err;
+  }
 }
 
 }  // namespace

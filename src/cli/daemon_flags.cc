@@ -160,9 +160,15 @@ class ServerGroup final : public CommandGroup {
         ->capture_default_str();
     server
         ->add_option("--threads", sopt.threads,
-                     "Network threads (sluice-io): sockets, TLS, HTTP, WebSocket framing and "
-                     "the API's handlers for every connection. One costs the least CPU per "
-                     "message on a small host, but a slow request then holds up every agent")
+                     "Network threads (sluice-io): sockets, TLS, HTTP and WebSocket framing, and "
+                     "agents' messages (heartbeats are answered there). One costs the least CPU "
+                     "per message: two or more hand work to each other through the kernel")
+        ->check(CLI::Range(1, 256))
+        ->capture_default_str();
+    server
+        ->add_option("--api-threads", sopt.api_threads,
+                     "Threads that run the API's request handlers (sluice-api), off the network "
+                     "threads: a slow request holds up neither the agents nor other requests")
         ->check(CLI::Range(1, 256))
         ->capture_default_str();
     server

@@ -72,6 +72,10 @@ struct ServerShared {
   HttpServerOptions options;
   HttpServer::HttpHandler handler;
   HttpServer::WsUpgrade ws_upgrade;
+  // Where handlers run (options.handler_threads); null: on the io thread that read the request.
+  // Set in Start, before any connection is accepted; the context is the server's (Impl), which
+  // joins its threads in Stop before the io context goes.
+  asio::io_context* handlers = nullptr;
 
   std::atomic<uint64_t> next_id{1};
   std::mutex mu;
@@ -467,8 +471,18 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
       writer->Send({404, "application/json", ErrorBody(Status::NotFound("no handler")), {}});
       return;
     }
+    if (shared_->handlers == nullptr) return CallHandler(*shared_, std::move(req_), writer);
+    // Off the io thread: this one goes back to reading sockets while the handler runs.
+    asio::post(*shared_->handlers,
+               [shared = shared_, req = std::move(req_), writer = std::move(writer)]() mutable {
+                 CallHandler(*shared, std::move(req), writer);
+               });
+  }
+
+  static void CallHandler(const ServerShared& shared, HttpRequest req,
+                          const std::shared_ptr<ResponseWriter>& writer) {
     try {
-      shared_->handler(std::move(req_), writer);
+      shared.handler(std::move(req), writer);
     } catch (const std::exception& e) {
       writer->Send({500,
                     "application/json",
@@ -992,21 +1006,13 @@ class HttpServer::Impl {
     address_ = net_internal::FormatEndpoint(endpoint.address().to_string(), port_);
     started_ = true;
     work_.emplace(ioc_.get_executor());
-    DoAccept();
-    int n = std::max(1, opt.threads);
-    for (int i = 0; i < n; ++i) {
-      threads_.emplace_back([this] {
-        NameThisThread("sluice-io");
-        for (;;) {
-          try {
-            ioc_.run();
-            return;
-          } catch (...) {
-            // A handler threw past every edge; keep serving the other connections.
-          }
-        }
-      });
+    if (opt.handler_threads > 0) {
+      handler_work_.emplace(handler_ioc_.get_executor());
+      shared_->handlers = &handler_ioc_;
+      RunOnThreads(handler_ioc_, opt.handler_threads, "sluice-api", handler_threads_);
     }
+    DoAccept();
+    RunOnThreads(ioc_, std::max(1, opt.threads), "sluice-io", threads_);
     return Status::Ok();
   }
 
@@ -1039,6 +1045,11 @@ class HttpServer::Impl {
     ioc_.stop();
     for (auto& t : threads_) t.join();
     threads_.clear();
+    // The io threads post no more handlers now; those queued or running finish (their answers
+    // go nowhere: the io context is stopped) before Stop returns and the handler goes.
+    handler_work_.reset();
+    for (auto& t : handler_threads_) t.join();
+    handler_threads_.clear();
   }
 
   uint16_t port() const { return port_; }
@@ -1047,6 +1058,24 @@ class HttpServer::Impl {
   const HttpServerOptions& options() const { return shared_->options; }
 
  private:
+  // `n` threads named `name` running `ctx` until it runs out of work (or is stopped); a handler
+  // that throws past every edge is dropped and the thread keeps serving the others.
+  static void RunOnThreads(asio::io_context& ctx, int n, const char* name,
+                           std::vector<std::thread>& threads) {
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&ctx, name] {
+        NameThisThread(name);
+        for (;;) {
+          try {
+            ctx.run();
+            return;
+          } catch (...) {
+          }
+        }
+      });
+    }
+  }
+
   void DoAccept() {
     acceptor_.async_accept(asio::make_strand(ioc_), [this](beast::error_code ec,
                                                            tcp::socket socket) {
@@ -1083,6 +1112,11 @@ class HttpServer::Impl {
   asio::steady_timer retry_timer_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   std::vector<std::thread> threads_;
+  // After ioc_: destroyed first, so the answers of handlers it still held (a writer dropped
+  // sends a 500) are posted to an io context that still exists.
+  asio::io_context handler_ioc_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> handler_work_;
+  std::vector<std::thread> handler_threads_;
   std::mutex mu_;
   bool started_ = false;  // guarded by mu_
   bool stopped_ = false;  // guarded by mu_

@@ -2,10 +2,13 @@
 // docs/design-notes.md "TLS"). Beast and OpenSSL live in the .cc files only; this header stays
 // cheap to include.
 //
-// Threading: handlers run on the server's io threads, one connection at a time per connection
-// (never concurrently for one connection). Responses may be produced later, from any thread,
-// through ResponseWriter / WsConnection, which are thread-safe and outlive the connection safely
-// (calls after the peer is gone are ignored).
+// Threading: the io threads (`threads`) do the sockets, TLS, HTTP parsing and WebSocket framing
+// and call the WebSocket callbacks; HTTP handlers run on threads of their own
+// (`handler_threads`; 0: on the io thread that read the request), so a slow request never holds
+// up the reading of other connections. One request at a time per connection (never
+// concurrently for one connection). Responses may be produced later, from any thread, through
+// ResponseWriter / WsConnection, which are thread-safe and outlive the connection safely (calls
+// after the peer is gone are ignored).
 #pragma once
 
 #include <chrono>
@@ -81,6 +84,8 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;  // 0: pick a free port; see HttpServer::port()
   int threads = 2;
+  // Threads that run the HTTP handlers (named sluice-api); 0: the io threads run them.
+  int handler_threads = 0;
   size_t default_body_limit = 1 << 20;
   // Per-request body limit, consulted after the headers arrive (e.g. larger for uploads).
   std::function<size_t(const HttpRequest& head)> body_limit;

@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <future>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "net/http_client.h"
 #include "net/http_server.h"
@@ -166,6 +169,56 @@ TEST(HttpTest, LongPollAnsweredFromAnotherThread) {
   EXPECT_GE(elapsed, 90ms);
   std::lock_guard<std::mutex> lock(mu);
   for (auto& t : answerers) t.join();
+}
+
+// With handler threads, a handler that takes long (here: until released) runs off the one io
+// thread, which meanwhile reads and answers another connection's request; handlers run on
+// threads named sluice-api. With handlers on the io thread the second request would wait for the
+// first handler (5 s here) and the test fails.
+TEST(HttpTest, ASlowHandlerOnItsOwnThreadHoldsUpNoOtherRequest) {
+  HttpServerOptions opt;
+  opt.threads = 1;
+  opt.handler_threads = 2;
+  Latch entered;
+  Latch release;
+  std::atomic<bool> slow_done{false};
+  std::mutex mu;
+  std::vector<std::string> thread_names;
+  auto server = StartServer(
+      [&](HttpRequest req, std::shared_ptr<ResponseWriter> w) {
+        char name[16] = {};
+        pthread_getname_np(pthread_self(), name, sizeof name);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          thread_names.emplace_back(name);
+        }
+        if (req.path == "/slow") {
+          entered.Set();
+          release.Wait(5s);
+          slow_done = true;
+          w->Send({200, "text/plain", "slow", {}});
+          return;
+        }
+        w->Send({200, "text/plain", "fast", {}});
+      },
+      opt);
+  auto slow = std::async(std::launch::async, [&] {
+    HttpClient client(LocalUrl(server->port()), "");
+    return client.Request("GET", "/slow");
+  });
+  ASSERT_TRUE(entered.Wait(3s));
+  HttpClient client(LocalUrl(server->port()), "");
+  auto fast = client.Request("GET", "/fast");
+  ASSERT_TRUE(fast.ok()) << fast.status().ToString();
+  EXPECT_EQ(fast->body, "fast");
+  EXPECT_FALSE(slow_done) << "the second request waited for the first one's handler";
+  release.Set();
+  auto answered = slow.get();
+  ASSERT_TRUE(answered.ok()) << answered.status().ToString();
+  EXPECT_EQ(answered->body, "slow");
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(thread_names.size(), 2u);
+  for (const auto& name : thread_names) EXPECT_EQ(name, "sluice-api");
 }
 
 TEST(HttpTest, DroppedWriterAnswers500) {

@@ -232,6 +232,7 @@ int RunServer(const ServerOptions& opt) {
   net_opt.host = host;
   net_opt.port = port;
   net_opt.threads = opt.threads;
+  net_opt.handler_threads = opt.api_threads;
   net_opt.body_limit = [&api](const HttpRequest& head) { return api.BodyLimit(head); };
   net_opt.ws_keepalive_interval =
       std::chrono::milliseconds(static_cast<int64_t>(opt.keep_alive_interval_s * 1000));
@@ -284,8 +285,8 @@ int RunServer(const ServerOptions& opt) {
     // registration storm's TLS handshakes and conformance reports) in its arenas, so a server
     // back to idle would otherwise keep the RSS of its busiest minute (issue 12 item 4). That is
     // for builds on glibc's malloc (SLUICE_JEMALLOC off, the sanitizer build); with jemalloc, the
-    // default, glibc's arenas stay empty, this finds nothing, and jemalloc returns freed pages
-    // itself once they have been unused for its decay time (10 s by default).
+    // default, glibc's arenas stay empty, this finds nothing, and jemalloc's background thread
+    // returns freed pages once they have been unused for its decay time (src/jemalloc_conf.cc).
     if (now_mono - last_trim_mono >= 10 * 1000) {
       last_trim_mono = now_mono;
       malloc_trim(0);

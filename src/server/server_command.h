@@ -15,7 +15,8 @@ struct ServerOptions {
   double lease_s = 0;  // running attempts' lease (fencing); 0: two thirds of the grace
   double cancel_grace_s = 10;
   double keep_alive_interval_s = 15;  // WebSocket ping period
-  int threads = 2;
+  int threads = 1;                    // network threads (sluice-io)
+  int api_threads = 2;                // the API's request handlers (sluice-api)
   // The cost model (market/ranking.h) that ranks offers and places jobs.
   double storage_price_per_gb_month = 0.02;   // what checkpoint storage costs users
   double interruption_prior_per_hour = 0.05;  // interruptible capacity without history
