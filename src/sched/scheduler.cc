@@ -476,7 +476,7 @@ class Pass {
 
  private:
   // A candidate in a shape's heap: the fields the ranking compares and the placement needs, in
-  // 64 bytes where a Candidate, with its whole estimate, takes 144. A pass after a batch of exits
+  // 56 bytes where a whole Candidate and its version took 144. A pass after a batch of exits
   // ranks every node that changed in each shape still placing, and copying whole candidates
   // into those heaps was most of the search (perf of bench/placement --shapes 225 --batch 256).
   // Taken out unpriced: Place works out the estimate of the one it places.
