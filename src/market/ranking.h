@@ -111,6 +111,17 @@ int CompareRanked(Objective objective, const A& a, const B& b) {
   return sign(a.expected_hours - b.expected_hours);
 }
 
+// An estimate holding only the fields CompareRanked reads of `r`: for ranking, not for a price.
+template <class R>
+CostEstimate RankedEstimate(const R& r) {
+  CostEstimate e;
+  e.perf_known = r.perf_known;
+  e.price_per_hour = r.price_per_hour;
+  e.expected_cost = r.expected_cost;
+  e.expected_hours = r.expected_hours;
+  return e;
+}
+
 struct RankedOffer {
   Offer offer;
   CostEstimate estimate;

@@ -503,12 +503,8 @@ class Pass {
               version};
     }
     Candidate ToCandidate() const {
-      market::CostEstimate ranked;
-      ranked.perf_known = perf_known;
-      ranked.price_per_hour = price_per_hour;
-      ranked.expected_cost = expected_cost;
-      ranked.expected_hours = expected_hours;
-      return Candidate{node, offer, ranked, gpus_left, cpus_left, /*priced=*/false};
+      return Candidate{node,      offer,     market::RankedEstimate(*this),
+                       gpus_left, cpus_left, /*priced=*/false};
     }
   };
   struct Worse {

@@ -54,14 +54,7 @@ ShapeRankings::Entry ShapeRankings::Entry::Of(size_t node, size_t offer,
   return entry;
 }
 
-market::CostEstimate ShapeRankings::Entry::Ranked() const {
-  market::CostEstimate e;
-  e.perf_known = perf_known;
-  e.price_per_hour = price_per_hour;
-  e.expected_cost = expected_cost;
-  e.expected_hours = expected_hours;
-  return e;
-}
+market::CostEstimate ShapeRankings::Entry::Ranked() const { return market::RankedEstimate(*this); }
 
 ShapeRankings::ShapeRankings(size_t max_entries, size_t max_shapes)
     : max_entries_(max_entries), max_shapes_(std::max<size_t>(1, max_shapes)) {}
