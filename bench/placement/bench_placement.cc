@@ -21,9 +21,12 @@
 //
 // Then, in the same rounds, `--submits` jobs are submitted into each world while every node is
 // full: what a submit costs the core (its commit, never-fits probe and own pass) with that queue.
+// The queue is the admin's; with `--as-user 1` the timed submits are a user's, so they also pay
+// for the per-account quota on unfinished jobs (--max-active-jobs-per-account) as a tenant's
+// submit does; without it they are the admin's, exempt from it, as before.
 //
 //   bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] [--rounds K]
-//                   [--submits M] [--shapes H] [--batch B]
+//                   [--submits M] [--shapes H] [--batch B] [--as-user 1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -92,6 +95,8 @@ struct World : sluice::bench::CoreWorld {
 void Build(World& w, size_t nodes, size_t queued, size_t shapes, bool hold) {
   CoreOptions options;
   options.hold_agent_messages = hold;  // --batch: messages wait for World::Handle
+  // The quota is checked (--as-user), never reached: the user's submits all queue.
+  options.max_active_jobs_per_account = 1 << 30;
   w.Open("bench_placement", options);
   for (size_t i = 0; i < nodes; ++i) {
     w.Enrol(sluice::server::testing::CpuHello("node-" + std::to_string(i)));
@@ -109,10 +114,13 @@ void Build(World& w, size_t nodes, size_t queued, size_t shapes, bool hold) {
 
 // `count` submits of jobs that wait (every node is full): the submit's commit, its never-fits
 // probe and its own placement pass.
-void Submit(World& w, size_t count, size_t shapes) {
+void Submit(World& w, size_t count, size_t shapes, bool as_user) {
+  sluice::server::SubmitOptions o;
+  o.exempt_from_quota = !as_user;  // the admin's are
+  if (as_user) o.owner = "bench-user";
   auto start = Clock::now();
   for (size_t k = 0; k < count; ++k, ++w.submitted, ++w.queued) {
-    auto job = w.core->SubmitJob(Spec(k, shapes), "", /*queue_unschedulable=*/false);
+    auto job = w.core->SubmitJob(Spec(k, shapes), "", o);
     if (!job.ok()) Die(w.name + ": submit: " + job.status().ToString());
   }
   w.submit_seconds += std::chrono::duration<double>(Clock::now() - start).count();
@@ -158,11 +166,12 @@ int main(int argc, char** argv) {
   if (sluice::bench::WantsHelp(argc, argv)) {
     std::printf(
         "usage: bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] "
-        "[--rounds K] [--submits M] [--shapes H] [--batch B]\n"
+        "[--rounds K] [--submits M] [--shapes H] [--batch B] [--as-user 1]\n"
         "  placements/s of the server core with Q jobs queued behind N full nodes, against "
         "the same with S queued (the baseline); the jobs are of H shapes (default 1); B jobs "
         "exit "
-        "together (default 1)\n");
+        "together (default 1); --as-user 1: the timed submits are a user's (quota checked), "
+        "not the admin's\n");
     return 0;
   }
   const size_t nodes = FlagValue(argc, argv, "--nodes", 2000);
@@ -173,6 +182,7 @@ int main(int argc, char** argv) {
   const size_t submits = FlagValue(argc, argv, "--submits", 100);
   const size_t shapes = std::max<size_t>(1, FlagValue(argc, argv, "--shapes", 1));
   const size_t batch = std::max<size_t>(1, FlagValue(argc, argv, "--batch", 1));
+  const bool as_user = FlagValue(argc, argv, "--as-user", 0) != 0;
   if (nodes == 0 || releases == 0 || rounds == 0)
     Die("--nodes, --releases and --rounds must be > 0");
   if (releases * rounds > shallow) Die("--shallow must be at least --releases × --rounds");
@@ -190,8 +200,8 @@ int main(int argc, char** argv) {
   for (size_t r = 0; r < rounds; ++r) {
     Release(base, next_base, releases, batch);
     Release(deep, next_deep, releases, batch);
-    Submit(base, submits, shapes);
-    Submit(deep, submits, shapes);
+    Submit(base, submits, shapes, as_user);
+    Submit(deep, submits, shapes, as_user);
   }
   const double base_rate = static_cast<double>(base.placed) / base.seconds;
   const double deep_rate = static_cast<double>(deep.placed) / deep.seconds;

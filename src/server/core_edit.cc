@@ -203,6 +203,11 @@ void ServerCore::ApplyLocked(Edit& edit) {
 
 void ServerCore::IndexJobLocked(const std::string& job_id) {
   auto it = jobs_.find(job_id);
+  if (it != jobs_.end()) {
+    unfinished_.Set(job_id, it->second.record.owner, !store::IsTerminal(it->second.record.state));
+  } else {
+    unfinished_.Set(job_id, "", false);  // gone from the map: finished and retired, or deleted
+  }
   if (it != jobs_.end() && it->second.spec.max_total_cost) {
     money_.budgeted_jobs.insert(job_id);
   } else {
@@ -304,6 +309,12 @@ Json ServerCore::StateDump() {
                  return ids;
                }()},
               {"attempts_by_node", attempts_by_node_},
+              {"unfinished_by_owner",
+               [this] {
+                 Json counts = Json::object();  // ordered by owner: a canonical dump
+                 for (const auto& [owner, n] : unfinished_.ByOwner()) counts[owner] = n;
+                 return counts;
+               }()},
               {"open_meters",
                [this] {
                  Json meters = Json::object();

@@ -191,5 +191,56 @@ TEST_F(CoreFinishedTest, AnIdempotentRetryOfAFinishedJobReturnsItsStoredRecord) 
   EXPECT_EQ(again->state, JobState::kCancelled);
 }
 
+// The submit quota reads each account's unfinished jobs from a count the job map's changes keep
+// (UnfinishedJobs), not from a walk of every live job: the count follows a job through its
+// placement, its end, the tick that retires it, a cancel and a delete, and a server started on
+// the same store counts the same. (Debug builds also check each count against the walk.)
+TEST_F(CoreFinishedTest, AnAccountsUnfinishedJobsAreCountedThroughEveryChangeAndARestart) {
+  auto node = Hello(link_, CpuHello());
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  auto submit = [&](const std::string& owner) {
+    SubmitOptions o;
+    o.owner = owner;
+    o.queue_unschedulable = true;
+    auto job = core_->SubmitJob(Spec(4), "", o);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? job->id : "";
+  };
+  const std::string runs = submit("alice");  // placed on the node at once
+  submit("alice");                           // the node is full: queued
+  const std::string bobs = submit("bob");
+  EXPECT_EQ(core_->ActiveJobsOf("alice"), 2);
+  EXPECT_EQ(core_->ActiveJobsOf("bob"), 1);
+  EXPECT_EQ(core_->ActiveJobsOf("carol"), 0);
+  EXPECT_EQ(core_->StateDump()["unfinished_by_owner"], (Json{{"alice", 2}, {"bob", 1}}));
+
+  // Started, then succeeded: no longer counted, and still not once the tick retires it.
+  const std::string att = StartLastAssigned(*node, *link_);
+  EXPECT_EQ(core_->ActiveJobsOf("alice"), 2);
+  ASSERT_TRUE(
+      core_->AgentMessage(*node, link_.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
+  EXPECT_EQ(core_->ActiveJobsOf("alice"), 1);
+  core_->Tick();
+  EXPECT_FALSE(InMemory(runs));
+  EXPECT_EQ(core_->ActiveJobsOf("alice"), 1);
+
+  // A server started on the same store counts what this one does.
+  {
+    ServerCore fresh(store_.get(), &clock_, opt_);
+    ASSERT_TRUE(fresh.Load().ok());
+    EXPECT_EQ(fresh.ActiveJobsOf("alice"), 1);
+    EXPECT_EQ(fresh.ActiveJobsOf("bob"), 1);
+    EXPECT_EQ(fresh.StateDump()["unfinished_by_owner"], core_->StateDump()["unfinished_by_owner"]);
+  }
+
+  // Cancelled (bob's waits behind alice's second, now placed), then deleted.
+  ASSERT_TRUE(core_->CancelJob(bobs).ok());
+  EXPECT_EQ(core_->ActiveJobsOf("bob"), 0);
+  core_->Tick();
+  ASSERT_TRUE(core_->DeleteJob(bobs).ok());
+  EXPECT_EQ(core_->ActiveJobsOf("bob"), 0);
+  EXPECT_EQ(core_->StateDump()["unfinished_by_owner"], (Json{{"alice", 1}}));
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -41,6 +41,7 @@
 #include "server/queue_index.h"
 #include "server/reliability_history.h"
 #include "server/time_ordered_ids.h"
+#include "server/unfinished_jobs.h"
 #include "server/verification_queue.h"
 #include "store/blob_store.h"
 
@@ -103,7 +104,7 @@ class ServerCore {
   // Every blob something still needs: jobs' workdirs, kept checkpoint manifests and their chunks,
   // the manifests active attempts restore (server/upload_gc.h keeps these).
   std::set<std::string> ReferencedBlobs();
-  // Jobs (not finished) of an account, for quotas.
+  // Jobs (not finished) of an account, for quotas: the count IndexJobLocked keeps.
   int ActiveJobsOf(const std::string& account_id);
   // How many jobs are in each state, finished ones included (the sluice_jobs gauge).
   std::map<store::JobState, int64_t> JobCounts();
@@ -286,8 +287,10 @@ class ServerCore {
   // batch to streams, collects dropped checkpoints' blobs and sends the edit's messages.
   Status CommitLocked(Edit& edit);
   void ApplyLocked(Edit& edit);
-  // Files `job_id` in the queue index as jobs_ now holds it (or drops it, when gone).
+  // Files `job_id` in the queue index and the unfinished counts as jobs_ now holds it (or drops
+  // it, when gone).
   void IndexJobLocked(const std::string& job_id);
+  int ActiveJobsOfLocked(const std::string& account_id) const;
   // Finished jobs (core_finished.cc): finished with no attempt active; out of jobs_ (by the
   // tick: no walk of jobs_ is then under way); a record from jobs_ or the store (nullopt: no
   // such job); every job's workdir and (`checkpoints`) latest checkpoint, finished ones' too.
@@ -569,6 +572,8 @@ class ServerCore {
   core_state::PassBuffers pass_;  // PlaceLocked's, kept between passes
   // The queued jobs in groups that wait alike (IndexJobLocked keeps it, with queued_).
   QueueIndex queue_index_;
+  // Each account's unfinished jobs, for the submit quota (IndexJobLocked keeps it too).
+  UnfinishedJobs unfinished_;
   // Per active attempt: the last log line stored, and the stored log's bytes (lazy).
   std::unordered_map<std::string, int64_t> max_log_seq_, log_bytes_;
   std::map<uint64_t, Subscriber> subscribers_;
