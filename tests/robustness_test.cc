@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdint>
 #include <filesystem>
@@ -15,8 +16,10 @@
 #include <iterator>
 #include <random>
 
+#include "common/json.h"
 #include "common/text.h"
 #include "harness.h"
+#include "net/http_server.h"
 
 namespace sluice::testing {
 namespace {
@@ -324,6 +327,49 @@ TEST(ServerThreadsTest, TheThreadsAreAsManyAsAskedAndZeroIsRefused) {
     EXPECT_NE(refused.exit_code, 0);
     EXPECT_NE(refused.err.find(flag), std::string::npos) << refused.err;
   }
+}
+
+// `sluice logs -f` against a server that ends a job's stream with a word of why (as it does for a
+// reader too far behind, docs/design-notes.md "Slow peers"): the CLI prints the word, says nothing
+// of a lost server, reconnects, and shows each line once: nothing twice, nothing skipped.
+TEST(CliFollowTest, AStreamEndedWithAReasonIsFollowedOnAfterWhatWasShown) {
+  std::atomic<int> streams{0};
+  auto line = [](const std::string& text) {
+    return DumpJson(Json{{"type", "log"}, {"stream", "stdout"}, {"text", text}}) + "\n";
+  };
+  HttpServerOptions opt;
+  HttpServer server(
+      opt,
+      [&](HttpRequest req, std::shared_ptr<ResponseWriter> w) {
+        if (req.path != "/v1/jobs/job-x/stream") {
+          w->Send({404, "application/json", ErrorBody(Status::NotFound("no " + req.path)), {}});
+          return;
+        }
+        const int n = ++streams;
+        ASSERT_TRUE(w->StartStream(200, "application/x-ndjson"));
+        w->WriteChunk(line("one"));
+        w->WriteChunk(line("two"));
+        if (n == 1) {
+          w->EndStream(DumpJson(Json{{"type", "error"}, {"message", "fell too far behind"}}) +
+                       "\n");
+          return;
+        }
+        w->WriteChunk(line("three"));
+        w->WriteChunk(DumpJson(Json{{"type", "end"}, {"job", {{"state", "succeeded"}}}}) + "\n");
+        w->EndStream();
+      },
+      nullptr);
+  ASSERT_TRUE(server.Start().ok());
+  CommandResult r =
+      RunCommand({SluiceBinary(), "logs", "job-x", "-f", "--server",
+                  "http://127.0.0.1:" + std::to_string(server.port()), "--token", "sluice_user_x"},
+                 {}, std::chrono::seconds(30));
+  server.Stop();
+  EXPECT_EQ(r.out, "one\ntwo\nthree\n") << r.err;
+  EXPECT_NE(r.err.find("sluice: fell too far behind"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("lost the server"), std::string::npos) << r.err;
+  EXPECT_EQ(streams.load(), 2);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 }  // namespace

@@ -75,12 +75,20 @@ int Follow(ApiClient& api, const std::string& job_id, bool logs_only, bool json)
   int failures = 0;
   while (end.is_null()) {
     size_t index = 0;
+    bool cut = false;  // the server said why it ended this stream
     Status s = api.Stream(
         "/v1/jobs/" + job_id + "/stream" + (logs_only ? "?events=0" : ""), [&](const Json& item) {
           std::string type = item.value("type", "");
           if (type == "end") {
             end = item["job"];
             return false;
+          }
+          if (type == "error") {
+            // The server's word on this connection (say, that it ended the stream of a reader
+            // too far behind), not part of the job's history: not counted among what was shown.
+            std::fprintf(stderr, "sluice: %s\n", item.value("message", "").c_str());
+            cut = true;
+            return true;
           }
           if (index++ < seen) return true;
           ++seen;
@@ -103,8 +111,6 @@ int Follow(ApiClient& api, const std::string& job_id, bool logs_only, bool json)
                 ev != "lost") {
               std::fprintf(stderr, "sluice: %s\n", item.value("message", "").c_str());
             }
-          } else if (type == "error") {
-            std::fprintf(stderr, "sluice: %s\n", item.value("message", "").c_str());
           }
           return true;
         });
@@ -113,8 +119,14 @@ int Follow(ApiClient& api, const std::string& job_id, bool logs_only, bool json)
         s.code() == StatusCode::kPermissionDenied) {
       return Fail(s);
     }
-    if (++failures > 60) return Fail(s);
-    if (failures == 1) {
+    // Ended by the server with a word of why (printed above): a new stream goes on after `seen`.
+    // Counted all the same (a stream that shows something resets the count), so a server that
+    // keeps ending it without progress is given up on.
+    const bool said = s.ok() && cut;
+    if (++failures > 60) {
+      return Fail(said ? Status::Unavailable("the server kept ending the job's stream") : s);
+    }
+    if (failures == 1 && !said) {
       std::fprintf(stderr, "sluice: lost the server (%s); reconnecting...\n", s.message().c_str());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));  // user-facing retry pacing

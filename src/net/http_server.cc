@@ -1,5 +1,6 @@
 #include "net/http_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -217,12 +218,22 @@ class ResponseWriter::Impl {
  public:
   enum class State { kNone, kSent, kStreaming, kEnded };
 
-  explicit Impl(std::shared_ptr<HttpSession> session) : session_(std::move(session)) {}
+  Impl(std::shared_ptr<HttpSession> session, size_t max_pending)
+      : max_pending_(max_pending), session_(std::move(session)) {}
 
   void Send(HttpResponse response);
   bool StartStream(int status, std::string content_type);
   bool WriteChunk(std::string data);
-  void EndStream();
+  bool behind() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return behind_;
+  }
+  void EndStream(std::string last);
+  // The session handed `bytes` of chunks to the socket: they no longer count against the bound.
+  void Drained(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_ -= std::min(pending_, bytes);
+  }
   void Abandon();  // the public writer was dropped
 
   bool closed() const {
@@ -261,6 +272,9 @@ class ResponseWriter::Impl {
 
  private:
   mutable std::mutex mu_;
+  const size_t max_pending_;                     // HttpServerOptions::max_queued_bytes
+  size_t pending_ = 0;                           // chunk bytes queued, not yet written; mu_
+  bool behind_ = false;                          // a chunk was refused for them; mu_
   State state_ = State::kNone;                   // guarded by mu_
   bool closed_ = false;                          // guarded by mu_
   std::vector<std::function<void()>> on_close_;  // guarded by mu_
@@ -311,6 +325,7 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
   }
   void DoChunk(std::string data) {
     if (closed_ || data.empty()) return;
+    queued_chunk_bytes_ += data.size();
     char size[24];
     std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
     std::string text = size;
@@ -462,7 +477,8 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
 
   void Dispatch() {
     parser_.reset();
-    writer_state_ = std::make_shared<ResponseWriter::Impl>(shared_from_this());
+    writer_state_ = std::make_shared<ResponseWriter::Impl>(shared_from_this(),
+                                                           shared_->options.max_queued_bytes);
     auto writer = std::make_shared<ResponseWriter>(writer_state_);
     // The client may now legitimately wait for minutes (long-poll, log stream).
     Tcp().expires_never();
@@ -527,6 +543,8 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
     write_buf_.clear();
     for (auto& s : out_) write_buf_ += s;
     out_.clear();
+    writing_chunk_bytes_ = queued_chunk_bytes_;
+    queued_chunk_bytes_ = 0;
     Tcp().expires_after(shared_->options.http_idle_timeout);
     WithStream([&](auto& stream) {
       asio::async_write(
@@ -539,6 +557,8 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
     writing_ = false;
     if (closed_) return;
     if (ec) return DoClose();
+    if (writer_state_ && writing_chunk_bytes_ > 0) writer_state_->Drained(writing_chunk_bytes_);
+    writing_chunk_bytes_ = 0;
     if (!out_.empty()) return DoWrite();
     if (response_done_) FinishResponse();
   }
@@ -616,6 +636,9 @@ class HttpSession : public Closable, public std::enable_shared_from_this<HttpSes
   bool head_request_ = false;
   std::deque<std::string> out_;
   std::string write_buf_;
+  // A stream's chunk bytes in out_ and in write_buf_ (ResponseWriter::Impl bounds their sum).
+  size_t queued_chunk_bytes_ = 0;
+  size_t writing_chunk_bytes_ = 0;
   bool writing_ = false;
   bool response_done_ = false;  // the last byte of the response is queued
   bool close_after_ = false;
@@ -649,16 +672,26 @@ bool ResponseWriter::Impl::StartStream(int status, std::string content_type) {
 
 bool ResponseWriter::Impl::WriteChunk(std::string data) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (state_ != State::kStreaming || closed_ || !session_) return false;
+  if (state_ != State::kStreaming || closed_ || !session_ || behind_) return false;
   if (data.empty()) return true;
+  if (pending_ + data.size() > max_pending_) {
+    // A client this far behind is not buffered for without bound (a job stream of a chatty job
+    // read by a client that stopped reading would grow until memory ran out).
+    behind_ = true;
+    return false;
+  }
+  pending_ += data.size();
   session_->Post([s = session_, d = std::move(data)]() mutable { s->DoChunk(std::move(d)); });
   return true;
 }
 
-void ResponseWriter::Impl::EndStream() {
+void ResponseWriter::Impl::EndStream(std::string last) {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::kStreaming || closed_ || !session_) return;
   state_ = State::kEnded;
+  if (!last.empty()) {
+    session_->Post([s = session_, d = std::move(last)]() mutable { s->DoChunk(std::move(d)); });
+  }
   session_->Post([s = session_] { s->DoEndStream(); });
 }
 
@@ -674,7 +707,7 @@ void ResponseWriter::Impl::Abandon() {
           ErrorBody(Status::Internal("the server dropped the request without answering")),
           {}});
   } else if (state == State::kStreaming) {
-    EndStream();
+    EndStream("");
   }
 }
 
@@ -685,7 +718,8 @@ bool ResponseWriter::StartStream(int status, std::string content_type) {
   return impl_->StartStream(status, std::move(content_type));
 }
 bool ResponseWriter::WriteChunk(std::string data) { return impl_->WriteChunk(std::move(data)); }
-void ResponseWriter::EndStream() { impl_->EndStream(); }
+bool ResponseWriter::behind() const { return impl_->behind(); }
+void ResponseWriter::EndStream(std::string last) { impl_->EndStream(std::move(last)); }
 bool ResponseWriter::closed() const { return impl_->closed(); }
 void ResponseWriter::OnClose(std::function<void()> fn) { impl_->OnClose(std::move(fn)); }
 

@@ -38,11 +38,17 @@ class ResponseWriter {
   void Send(HttpResponse response);
   // Starts a chunked response. False when a response was already started or the client is gone.
   bool StartStream(int status, std::string content_type);
-  // Queues one chunk (sent in order, flushed at once). False when the connection is gone or no
-  // stream is open. An empty chunk is ignored (it would end the stream on the wire).
+  // Queues one chunk (sent in order, flushed at once). False when the connection is gone, no
+  // stream is open, or the client is behind: the chunks it has not taken yet would pass
+  // HttpServerOptions::max_queued_bytes (behind() then says so, and only EndStream is left).
+  // An empty chunk is ignored (it would end the stream on the wire).
   bool WriteChunk(std::string data);
+  // True once a chunk was refused because the client had fallen behind.
+  bool behind() const;
   // Ends the stream (terminating chunk); the connection is then reused for the next request.
-  void EndStream();
+  // `last`, when not empty, is queued as one more chunk first, whatever the bound: room for a
+  // line that says why the stream ends.
+  void EndStream(std::string last = "");
   // True once the client disconnected or the response was completely handed to the socket.
   bool closed() const;
   // `fn` runs once when the client disconnects or the response finished; immediately (on the
@@ -95,10 +101,10 @@ struct HttpServerOptions {
   std::chrono::milliseconds ws_keepalive_interval{15000};  // ping period
   std::chrono::milliseconds ws_idle_timeout{45000};        // nothing received for this long: close
   size_t ws_max_message = 4 << 20;
-  // Bytes of WebSocket messages queued for one peer that has not read them. A peer this far
-  // behind is disconnected, never buffered without bound: an agent reconnects and is
-  // reconciled by its hello. (A streamed HTTP response is not bounded here: a job stream's
-  // replay is its whole stored log, which the log quota bounds.)
+  // Bytes queued for one peer that has not read them: WebSocket messages, or the chunks of a
+  // streamed HTTP response. A WebSocket peer this far behind is disconnected, never buffered
+  // without bound (an agent reconnects and is reconciled by its hello); a stream's next chunk is
+  // refused (ResponseWriter::WriteChunk), and its handler ends the stream saying why.
   size_t max_queued_bytes = 16 << 20;
 
   // TLS: with a certificate chain (PEM, leaf first) and its private key (PEM), every connection

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <mutex>
@@ -281,6 +282,48 @@ TEST(HttpTest, ChunkedStreamReadLineByLineAndStoppedEarly) {
 
   std::lock_guard<std::mutex> lock(mu);
   for (auto& t : producers) t.join();
+}
+
+// A client that stops reading a stream is not buffered for without bound: once the chunks it has
+// not taken pass max_queued_bytes, WriteChunk refuses the next one and behind() says why; the
+// last chunk EndStream is given still goes out, and a client that reads again gets every chunk
+// that was accepted, that line and the end of the stream.
+TEST(HttpTest, AStreamWhoseClientStopsReadingIsBoundedAndEndsSayingWhy) {
+  HttpServerOptions opt;
+  opt.max_queued_bytes = 1 << 20;
+  std::promise<std::pair<size_t, bool>> result;  // chunks accepted; behind()
+  std::thread producer;
+  auto server = StartServer(
+      [&](HttpRequest, std::shared_ptr<ResponseWriter> w) {
+        ASSERT_TRUE(w->StartStream(200, "text/plain"));
+        producer = std::thread([w, &result] {
+          const std::string chunk(64 << 10, 'x');
+          size_t accepted = 0;
+          // 64 MiB at most: far more than the bound and what the two sockets hold.
+          while (accepted < 1024 && w->WriteChunk(chunk)) ++accepted;
+          const bool behind = w->behind();
+          w->EndStream("the end: behind\n");
+          result.set_value({accepted, behind});
+        });
+      },
+      opt);
+  RawSocket raw(server->port());
+  ASSERT_TRUE(raw.connected());
+  ASSERT_TRUE(raw.Write("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto done = result.get_future();
+  ASSERT_EQ(done.wait_for(30s), std::future_status::ready);
+  const auto [accepted, behind] = done.get();
+  EXPECT_TRUE(behind);
+  EXPECT_LT(accepted, 1024u);
+  EXPECT_GT(accepted, 0u);
+  const std::string all = raw.Read(30s, "0\r\n\r\n");
+  EXPECT_NE(all.find("the end: behind"), std::string::npos);
+  const size_t body = all.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos);
+  EXPECT_EQ(static_cast<size_t>(
+                std::count(all.begin() + static_cast<std::ptrdiff_t>(body), all.end(), 'x')),
+            accepted * (64 << 10));
+  producer.join();
 }
 
 TEST(HttpTest, OversizedBodyIs413ForContentLengthAndChunked) {

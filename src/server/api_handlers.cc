@@ -320,6 +320,13 @@ HttpResponse Api::AuditLog(const HttpRequest& req) {
   return JsonResponse(200, Json{{"entries", arr}, {"next", next}});
 }
 
+namespace {
+constexpr const char* kBehind =
+    "the server ended this stream: the reader fell too far behind it (more unread data than "
+    "the server holds for one reader); a new request resumes it, and `sluice logs JOB` reads "
+    "the stored log";
+}  // namespace
+
 HttpResponse Api::Stream(const HttpRequest& req, const std::string& id,
                          const std::shared_ptr<ResponseWriter>& w, bool* streaming) {
   // Fail fast with a normal error response for an unknown job.
@@ -335,7 +342,13 @@ HttpResponse Api::Stream(const HttpRequest& req, const std::string& id,
   auto sink = [writer, closed](const Json& item) -> bool {
     if (closed->load() || writer->closed()) return false;
     if (item.is_null()) return true;  // liveness probe from the core
-    if (!writer->WriteChunk(DumpJson(item) + "\n")) return false;
+    if (!writer->WriteChunk(DumpJson(item) + "\n")) {
+      // A reader that fell too far behind (HttpServerOptions::max_queued_bytes) is told why the
+      // stream ends; the CLI reconnects and goes on after what it has shown.
+      if (writer->behind())
+        writer->EndStream(DumpJson(Json{{"type", "error"}, {"message", kBehind}}) + "\n");
+      return false;
+    }
     if (item.value("type", "") == "end") {
       writer->EndStream();
       return false;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <thread>
 
+#include "net/net_test_util.h"
 #include "server/api_test_world.h"
 #include "server/upload_gc.h"
 
@@ -225,6 +226,42 @@ TEST(ApiLimitsTest, QuotaOnUnfinishedJobsPerAccount) {
   auto third = w.Call(testing::kOther, "POST", "/v1/jobs", body);
   EXPECT_EQ(third.status, 429);
   EXPECT_NE(third.body.find("quota"), std::string::npos) << third.body;
+}
+
+// A reader that stops reading a job's stream is not buffered for without bound
+// (HttpServerOptions::max_queued_bytes): the stream ends with a line that says why, after lines
+// that are the log's own, first ones first.
+TEST(ApiLimitsTest, AStreamReaderTooFarBehindIsToldWhyAndTheStreamEnds) {
+  World w;
+  w.max_queued_bytes_ = 16 << 10;
+  w.Build();
+  if (::testing::Test::HasFatalFailure()) return;
+  const std::string attempt = w.link1_->Last("assign", "attempt_id");
+  std::vector<proto::LogEntry> lines;
+  for (int64_t seq = 1; seq <= 1000; ++seq) {
+    lines.push_back({seq, "stdout", 0, "line " + std::to_string(seq) + std::string(100, '.')});
+  }
+  ASSERT_TRUE(
+      w.core_->AgentMessage(w.node1_, w.link1_.get(), proto::LogMessage(attempt, lines)).ok());
+  // 100 KiB of history to a client that reads nothing until the server is done with it.
+  sluice::testing::RawSocket raw(w.http_->port());
+  ASSERT_TRUE(raw.connected());
+  ASSERT_TRUE(raw.Write("GET /v1/jobs/" + w.job_ +
+                        "/stream?events=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                        w.secret_[testing::kOwner] + "\r\n\r\n"));
+  const std::string all = raw.Read(std::chrono::seconds(30), "\r\n0\r\n\r\n");
+  ASSERT_EQ(all.rfind("HTTP/1.1 200", 0), 0u) << all.substr(0, 200);
+  const size_t why = all.find("the reader fell too far behind");
+  ASSERT_NE(why, std::string::npos) << all.substr(0, 300);
+  EXPECT_NE(all.find("\"type\":\"error\"", all.rfind('\n', why) + 1), std::string::npos);
+  const std::string text = "\"text\":\"line ";
+  int next = 1;
+  for (size_t at = all.find(text); at < why; at = all.find(text, at + 1)) {
+    EXPECT_EQ(std::atoi(all.c_str() + at + text.size()), next) << "out of order";
+    ++next;
+  }
+  EXPECT_GT(next, 1);     // some lines went out first
+  EXPECT_LT(next, 1001);  // not all: the rest was not buffered
 }
 
 TEST(ApiLimitsTest, UnreferencedUploadsAreCollectedAfterTheGrace) {

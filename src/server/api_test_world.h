@@ -44,6 +44,9 @@ class World {
   explicit World(CoreOptions core_options = {})
       : blobs_(dir_.path() + "/blobs"), core_options_(core_options) {}
 
+  // HttpServerOptions::max_queued_bytes of the server Build starts.
+  size_t max_queued_bytes_ = HttpServerOptions{}.max_queued_bytes;
+
   void Build() {
     auto s = store::OpenSqliteStore(dir_.path() + "/sluice.db");
     ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -63,6 +66,7 @@ class World {
     api_ = std::make_unique<Api>(core_.get(), &blobs_, accounts_.get(), &clock_, api_opt);
     HttpServerOptions net;
     net.port = 0;
+    net.max_queued_bytes = max_queued_bytes_;
     http_ = std::make_unique<HttpServer>(
         net,
         [this](HttpRequest r, std::shared_ptr<ResponseWriter> w) {

@@ -54,44 +54,81 @@ Result<std::vector<st::LogLine>> ServerCore::ReadLogs(const std::string& job_id,
   return store_->ReadLogs(job_id, after_id, limit);
 }
 
-Result<uint64_t> ServerCore::Subscribe(const std::string& job_id, bool events, bool logs,
-                                       StreamSink sink) {
-  std::lock_guard<TimedMutex> lock(mu_);
-  SLUICE_ASSIGN_OR_RETURN(auto job, JobRecordLocked(job_id));
-  if (!job) return Status::NotFound("no job " + job_id);
-  // Replay under mu_: nothing new can be committed meanwhile, so replay + live has no gap and
-  // no duplicate.
+Status ServerCore::ReplaySince(const std::string& job_id, bool events, bool logs,
+                               StreamCursor& cursor, const StreamSink& sink) {
+  constexpr size_t kPage = 1000;
   if (events) {
-    int64_t after = 0;
     while (true) {
-      SLUICE_ASSIGN_OR_RETURN(auto batch, store_->ReadEvents(job_id, after, 1000));
-      for (const auto& ev : batch) {
+      SLUICE_ASSIGN_OR_RETURN(auto page,
+                              store_->ReadEvents(job_id, cursor.event, static_cast<int>(kPage)));
+      for (const auto& ev : page) {
         Json item = EventToJson(ev);
         item["type"] = "event";
         if (!sink(item)) return Status::Cancelled("reader went away");
-        after = ev.id;
+        cursor.event = ev.id;
       }
-      if (batch.size() < 1000) break;
+      if (page.size() < kPage) break;
     }
   }
   if (logs) {
-    int64_t after = 0;
     while (true) {
-      SLUICE_ASSIGN_OR_RETURN(auto batch, store_->ReadLogs(job_id, after, 1000));
-      for (const auto& line : batch) {
+      SLUICE_ASSIGN_OR_RETURN(auto page,
+                              store_->ReadLogs(job_id, cursor.log, static_cast<int>(kPage)));
+      for (const auto& line : page) {
         if (!sink(LogToJson(line))) return Status::Cancelled("reader went away");
-        after = line.id;
+        cursor.log = line.id;
       }
-      if (batch.size() < 1000) break;
+      if (page.size() < kPage) break;
     }
   }
-  if (st::IsTerminal(job->state)) {
-    sink(EndItemLocked(*job));
-    return uint64_t{0};
+  return Status::Ok();
+}
+
+Result<bool> ServerCore::StoredPastLocked(const std::string& job_id, bool events, bool logs,
+                                          const StreamCursor& cursor) {
+  if (events) {
+    SLUICE_ASSIGN_OR_RETURN(auto next, store_->ReadEvents(job_id, cursor.event, 1));
+    if (!next.empty()) return true;
   }
-  uint64_t id = next_subscriber_++;
-  subscribers_[id] = Subscriber{job_id, events, logs, std::move(sink)};
-  return id;
+  if (logs) {
+    SLUICE_ASSIGN_OR_RETURN(auto next, store_->ReadLogs(job_id, cursor.log, 1));
+    if (!next.empty()) return true;
+  }
+  return false;
+}
+
+Result<uint64_t> ServerCore::Subscribe(const std::string& job_id, bool events, bool logs,
+                                       StreamSink sink) {
+  {
+    std::lock_guard<TimedMutex> lock(mu_);
+    SLUICE_ASSIGN_OR_RETURN(auto job, JobRecordLocked(job_id));
+    if (!job) return Status::NotFound("no job " + job_id);
+  }
+  // The stored history is replayed without the core's lock (issue 12 item 3; docs/design-notes.md
+  // "Job streams"): it can be a whole log quota, and under the lock it stalled every commit,
+  // heartbeat and pass for as long as the reader took. Rows get ids in commit order, so the
+  // cursor is where the replay stands; under the lock, where nothing commits, the stream is
+  // caught up when the store has no row past it, and follows live from there: no gap, no
+  // duplicate. Rows committed during a round are read in the next; after kReplayRounds the rest
+  // (what the last round let in) is read under the lock.
+  constexpr int kReplayRounds = 8;
+  StreamCursor cursor;
+  for (int round = 1;; ++round) {
+    SLUICE_RETURN_IF_ERROR(ReplaySince(job_id, events, logs, cursor, sink));
+    std::lock_guard<TimedMutex> lock(mu_);
+    SLUICE_ASSIGN_OR_RETURN(bool behind, StoredPastLocked(job_id, events, logs, cursor));
+    if (behind && round < kReplayRounds) continue;  // another round, without the lock
+    if (behind) SLUICE_RETURN_IF_ERROR(ReplaySince(job_id, events, logs, cursor, sink));
+    SLUICE_ASSIGN_OR_RETURN(auto job, JobRecordLocked(job_id));
+    if (!job) return Status::NotFound("no job " + job_id + " (deleted)");
+    if (st::IsTerminal(job->state)) {
+      sink(EndItemLocked(*job));
+      return uint64_t{0};
+    }
+    uint64_t id = next_subscriber_++;
+    subscribers_[id] = Subscriber{job_id, events, logs, std::move(sink)};
+    return id;
+  }
 }
 
 void ServerCore::Unsubscribe(uint64_t id) {

@@ -126,7 +126,9 @@ class ServerCore {
                                                int limit);
 
   // Replays the job's stored events and/or logs, then delivers new ones live until the job
-  // ends, when an {"type":"end"} item is sent and the subscription closes.
+  // ends, when an {"type":"end"} item is sent and the subscription closes. The replay runs
+  // without the core's lock; `sink` is called from the caller's thread until Subscribe returns,
+  // then from whichever thread commits.
   Result<uint64_t> Subscribe(const std::string& job_id, bool events, bool logs, StreamSink sink);
   void Unsubscribe(uint64_t id);
 
@@ -507,6 +509,16 @@ class ServerCore {
   // Posts `entry` and waits for its outcome (the blocking AgentMessage/AgentDisconnected).
   Status PostAndWait(InboxEntry entry);
   Json EndItemLocked(const store::JobRecord& job) const;
+  // A job stream's replay (core_streams.cc): the stored events and log lines past `cursor` to
+  // `sink`, with or without the lock; whether the store holds any past it.
+  struct StreamCursor {
+    int64_t event = 0;  // the last row id delivered
+    int64_t log = 0;
+  };
+  Status ReplaySince(const std::string& job_id, bool events, bool logs, StreamCursor& cursor,
+                     const StreamSink& sink);
+  Result<bool> StoredPastLocked(const std::string& job_id, bool events, bool logs,
+                                const StreamCursor& cursor);
   // Keeps an attempt's stored log within options_.max_log_bytes_per_attempt: when the lines in
   // `batch` would pass it, the oldest lines (stored, then in the batch) are dropped with a marker
   // line, down to 3/4 of the quota. Returns the attempt's log bytes once `batch` is committed.
