@@ -984,13 +984,15 @@ run: |
   cluster_.StartAgent("b1");
   cluster_.StartAgent("b2");
 
-  // The cloud announces the spot instance's end.
+  // The cloud announces the spot instance's end. Each check reads the answer the wait saw, not
+  // a fresh call that a CLI failure on a loaded machine could leave empty (it once failed this
+  // test in 5 s, before any wait could have run out).
   metadata.Announce(R"({"action": "terminate", "time": "2026-11-30T01:00:00Z"})");
+  Json a;
   ASSERT_TRUE(WaitUntil([&] {
-    Json a = attempts();
+    a = attempts();
     return a.size() == 2u && a[1].value("state", "") == "running";
   })) << GetJob(cluster_, id).dump(2);
-  Json a = attempts();
   EXPECT_EQ(a[0]["state"], "preempted");
   EXPECT_TRUE(Contains(a[0].value("cause", ""), "preempted: spot termination notice")) << a[0];
   EXPECT_TRUE(Contains(a[0].value("cause", ""), "terminate")) << a[0];
@@ -1000,24 +1002,27 @@ run: |
 
   // The provider signals the agent now running it.
   std::string second;
-  for (const auto& n : cluster_.CliJson({"nodes"})) {
-    if (n.value("id", "") == a[1].value("node_id", "")) second = n.value("name", "");
-  }
+  ASSERT_TRUE(WaitUntil([&] {
+    for (const auto& n : cluster_.CliJson({"nodes"})) {
+      if (n.value("id", "") == a[1].value("node_id", "")) second = n.value("name", "");
+    }
+    return !second.empty();
+  })) << a[1];
   ASSERT_NE(cluster_.agent(second), nullptr) << second;
   cluster_.agent(second)->Signal(SIGUSR1);
   ASSERT_TRUE(WaitUntil([&] {
-    Json b = attempts();
-    return b.size() == 3u && b[2].value("state", "") == "running";
+    a = attempts();
+    return a.size() == 3u && a[2].value("state", "") == "running";
   })) << GetJob(cluster_, id).dump(2);
-  a = attempts();
   EXPECT_EQ(a[1]["state"], "preempted");
   EXPECT_EQ(a[1]["cause"], "preempted: the provider signalled the agent (SIGUSR1)");
+  std::string out;
   ASSERT_TRUE(WaitUntil([&] {
-    return Contains(cluster_.Cli({"logs", id}).out, "attempt=3 resumed=1");
-  })) << cluster_.Cli({"logs", id}).out;
+    out = cluster_.Cli({"logs", id}).out;
+    return Contains(out, "attempt=3 resumed=1 from=");
+  })) << out;
   // It resumed from where it was, not from zero.
-  std::string out = cluster_.Cli({"logs", id}).out;
-  size_t at = out.find("attempt=3 resumed=1 from=");
+  const size_t at = out.find("attempt=3 resumed=1 from=");
   EXPECT_GT(std::atoi(out.c_str() + at + 25), 0) << out;
   EXPECT_EQ(cluster_.Cli({"cancel", id}).exit_code, 0);
 }
