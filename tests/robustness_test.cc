@@ -331,11 +331,16 @@ TEST(ServerThreadsTest, TheThreadsAreAsManyAsAskedAndZeroIsRefused) {
 
 // `sluice logs -f` against a server that ends a job's stream with a word of why (as it does for a
 // reader too far behind, docs/design-notes.md "Slow peers"): the CLI prints the word, says nothing
-// of a lost server, reconnects, and shows each line once: nothing twice, nothing skipped.
+// of a lost server, reconnects, and shows each item once: nothing twice, nothing skipped. The
+// first stream interleaves a line and an event as they were committed; the second replays, as a
+// server does, the events first, then the lines: what was shown is counted per type.
 TEST(CliFollowTest, AStreamEndedWithAReasonIsFollowedOnAfterWhatWasShown) {
   std::atomic<int> streams{0};
   auto line = [](const std::string& text) {
     return DumpJson(Json{{"type", "log"}, {"stream", "stdout"}, {"text", text}}) + "\n";
+  };
+  auto event = [](const std::string& message) {
+    return DumpJson(Json{{"type", "event"}, {"event", "note"}, {"message", message}}) + "\n";
   };
   HttpServerOptions opt;
   HttpServer server(
@@ -347,14 +352,17 @@ TEST(CliFollowTest, AStreamEndedWithAReasonIsFollowedOnAfterWhatWasShown) {
         }
         const int n = ++streams;
         ASSERT_TRUE(w->StartStream(200, "application/x-ndjson"));
-        w->WriteChunk(line("one"));
-        w->WriteChunk(line("two"));
         if (n == 1) {
+          w->WriteChunk(line("one"));
+          w->WriteChunk(event("first event"));
           w->EndStream(DumpJson(Json{{"type", "error"}, {"message", "fell too far behind"}}) +
                        "\n");
           return;
         }
-        w->WriteChunk(line("three"));
+        w->WriteChunk(event("first event"));
+        w->WriteChunk(event("second event"));
+        w->WriteChunk(line("one"));
+        w->WriteChunk(line("two"));
         w->WriteChunk(DumpJson(Json{{"type", "end"}, {"job", {{"state", "succeeded"}}}}) + "\n");
         w->EndStream();
       },
@@ -365,12 +373,14 @@ TEST(CliFollowTest, AStreamEndedWithAReasonIsFollowedOnAfterWhatWasShown) {
                   "http://127.0.0.1:" + std::to_string(server.port()), "--token", "sluice_user_x"},
                  {}, std::chrono::seconds(30));
   server.Stop();
-  EXPECT_EQ(r.out, "one\ntwo\nthree\n") << r.err;
+  EXPECT_EQ(r.out, "one\ntwo\n") << r.err;
+  EXPECT_EQ(r.err.find("sluice: first event"), r.err.rfind("sluice: first event")) << r.err;
+  EXPECT_NE(r.err.find("sluice: first event"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sluice: second event"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("sluice: fell too far behind"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("lost the server"), std::string::npos) << r.err;
   EXPECT_EQ(streams.load(), 2);
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
-
 }  // namespace
 }  // namespace sluice::testing

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -70,11 +71,14 @@ std::string ReadFileOr(const std::string& path, Status* err) {
 // Follows a job's stream until it ends: logs to stdout/stderr as the job wrote them, state
 // changes to stderr. Survives a server restart by reconnecting and skipping what it has shown.
 int Follow(ApiClient& api, const std::string& job_id, bool logs_only, bool json) {
-  size_t seen = 0;  // items already shown: replay order is the arrival order, so skip by count
+  // Items already shown, by type: a stream replays events and log lines each in the order they
+  // were stored, as it delivers them live, but not interleaved as they arrived live, so what a
+  // new stream repeats is counted per type.
+  std::map<std::string, size_t> seen;
   Json end;
   int failures = 0;
   while (end.is_null()) {
-    size_t index = 0;
+    std::map<std::string, size_t> index;
     bool cut = false;  // the server said why it ended this stream
     Status s = api.Stream(
         "/v1/jobs/" + job_id + "/stream" + (logs_only ? "?events=0" : ""), [&](const Json& item) {
@@ -90,8 +94,8 @@ int Follow(ApiClient& api, const std::string& job_id, bool logs_only, bool json)
             cut = true;
             return true;
           }
-          if (index++ < seen) return true;
-          ++seen;
+          if (index[type]++ < seen[type]) return true;
+          ++seen[type];
           failures = 0;
           if (json) {
             std::cout << DumpJson(item) << "\n" << std::flush;
@@ -119,7 +123,8 @@ int Follow(ApiClient& api, const std::string& job_id, bool logs_only, bool json)
         s.code() == StatusCode::kPermissionDenied) {
       return Fail(s);
     }
-    // Ended by the server with a word of why (printed above): a new stream goes on after `seen`.
+    // Ended by the server with a word of why (printed above): a new stream goes on after what
+    // was shown.
     // Counted all the same (a stream that shows something resets the count), so a server that
     // keeps ending it without progress is given up on.
     const bool said = s.ok() && cut;
