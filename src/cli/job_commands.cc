@@ -124,9 +124,8 @@ int Follow(ApiClient& api, const std::string& job_id, bool logs_only, bool json)
       return Fail(s);
     }
     // Ended by the server with a word of why (printed above): a new stream goes on after what
-    // was shown.
-    // Counted all the same (a stream that shows something resets the count), so a server that
-    // keeps ending it without progress is given up on.
+    // was shown. Counted all the same (a stream that shows something resets the count), so a
+    // server that keeps ending it without progress is given up on.
     const bool said = s.ok() && cut;
     if (++failures > 60) {
       return Fail(said ? Status::Unavailable("the server kept ending the job's stream") : s);
