@@ -312,12 +312,18 @@ TEST(ServerThreadsTest, TheThreadsAreAsManyAsAskedAndZeroIsRefused) {
   const pid_t pid = cluster.server()->pid();
   int io = 0;
   int api = 0;
-  std::error_code ec;
-  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-    std::string comm = ReadAll(task.path() / "comm");
-    if (comm.rfind("sluice-io", 0) == 0) ++io;
-    if (comm.rfind("sluice-api", 0) == 0) ++api;
-  }
+  // Counted until they are all there: the server answers as soon as its first thread runs, and
+  // on a loaded machine (the sanitizer run) the others may not be named yet.
+  WaitUntil([&] {
+    io = api = 0;
+    std::error_code ec;
+    for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+      std::string comm = ReadAll(task.path() / "comm");
+      if (comm.rfind("sluice-io", 0) == 0) ++io;
+      if (comm.rfind("sluice-api", 0) == 0) ++api;
+    }
+    return io >= 3 && api >= 4;
+  });
   EXPECT_EQ(io, 3);
   EXPECT_EQ(api, 4);
   // The API answers through them.
