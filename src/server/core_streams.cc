@@ -109,15 +109,14 @@ Result<uint64_t> ServerCore::Subscribe(const std::string& job_id, bool events, b
   // heartbeat and pass for as long as the reader took. Rows get ids in commit order, so the
   // cursor is where the replay stands; under the lock, where nothing commits, the stream is
   // caught up when the store has no row past it, and follows live from there: no gap, no
-  // duplicate. Rows committed during a round are read in the next; after kReplayRounds the rest
-  // (what the last round let in) is read under the lock.
-  constexpr int kReplayRounds = 8;
+  // duplicate. Rows committed during a round are read in the next; after kStreamReplayRounds the
+  // rest (what the last round let in) is read under the lock.
   StreamCursor cursor;
   for (int round = 1;; ++round) {
     SLUICE_RETURN_IF_ERROR(ReplaySince(job_id, events, logs, cursor, sink));
     std::lock_guard<TimedMutex> lock(mu_);
     SLUICE_ASSIGN_OR_RETURN(bool behind, StoredPastLocked(job_id, events, logs, cursor));
-    if (behind && round < kReplayRounds) continue;  // another round, without the lock
+    if (behind && round < kStreamReplayRounds) continue;  // another round, without the lock
     if (behind) SLUICE_RETURN_IF_ERROR(ReplaySince(job_id, events, logs, cursor, sink));
     SLUICE_ASSIGN_OR_RETURN(auto job, JobRecordLocked(job_id));
     if (!job) return Status::NotFound("no job " + job_id + " (deleted)");

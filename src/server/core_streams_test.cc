@@ -72,5 +72,46 @@ TEST_F(ServerCoreTest, AStreamsReplayHoldsNoLockAndMissesNothingCommittedMeanwhi
   EXPECT_EQ(items.back()["job"]["state"], "succeeded");
 }
 
+// A job that keeps logging while its reader replays: every round of the replay finds a line
+// committed during it, so after kStreamReplayRounds rounds the rest is read under the lock. The
+// reader still gets every line once, in order, then follows live.
+TEST_F(ServerCoreTest, AReplayThatNeverCatchesUpFinishesUnderTheLockAndMissesNothing) {
+  auto link = std::make_shared<RecordingLink>();
+  auto node = Hello(link, CpuHello());
+  ASSERT_TRUE(node.ok());
+  auto job = core_->SubmitJob(Spec(), "");
+  ASSERT_TRUE(job.ok());
+  const std::string att = link->Last("assign", "attempt_id");
+  ASSERT_FALSE(att.empty());
+  auto log = [&](int64_t seq) {
+    return core_->AgentMessage(
+        *node, link.get(),
+        proto::LogMessage(att, {{seq, "stdout", 0, "line " + std::to_string(seq)}}));
+  };
+  for (int64_t seq = 1; seq <= 3; ++seq) ASSERT_TRUE(log(seq).ok());
+
+  // On the newest line of each round the reader commits one more (no lock is held there): the
+  // next round finds it. The line the last round lets in is read under the lock, where the reader
+  // commits nothing (it would wait for itself).
+  int64_t newest = 3;
+  int committed = 0;
+  std::vector<std::string> got;
+  auto sub = core_->Subscribe(job->id, false, true, [&](const Json& item) {
+    if (item.value("type", "") != "log") return true;
+    got.push_back(item.value("text", ""));
+    if (item.value("seq", int64_t{0}) == newest && committed < ServerCore::kStreamReplayRounds) {
+      ++committed;
+      EXPECT_TRUE(log(++newest).ok());
+    }
+    return true;
+  });
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  EXPECT_EQ(committed, ServerCore::kStreamReplayRounds);
+  ASSERT_TRUE(log(++newest).ok());  // live
+  std::vector<std::string> want;
+  for (int64_t seq = 1; seq <= newest; ++seq) want.push_back("line " + std::to_string(seq));
+  EXPECT_EQ(got, want);  // each line once, in order
+}
+
 }  // namespace
 }  // namespace sluice::server

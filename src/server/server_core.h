@@ -130,6 +130,8 @@ class ServerCore {
   // without the core's lock; `sink` is called from the caller's thread until Subscribe returns,
   // then from whichever thread commits.
   Result<uint64_t> Subscribe(const std::string& job_id, bool events, bool logs, StreamSink sink);
+  // Replay rounds without the lock before the rest is read under it (core_streams.cc).
+  static constexpr int kStreamReplayRounds = 8;
   void Unsubscribe(uint64_t id);
 
   // --- agent channel ---

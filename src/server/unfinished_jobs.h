@@ -1,8 +1,8 @@
-// UnfinishedJobs: each account's unfinished jobs (queued, starting, running), kept as the core's
-// job map changes (ServerCore::IndexJobLocked; issue 12 item 3, docs/design-notes.md "Nothing
-// slow under the lock"). The submit quota (--max-active-jobs-per-account) reads one account's
-// count here; before, every submit of a user walked every live job under the core's lock, 34,000
-// of them behind a deep queue (bench/placement --owner, docs/benchmarks.md).
+// UnfinishedJobs: each account's unfinished jobs (any state store::IsTerminal is false for), kept
+// as the core's job map changes (ServerCore::IndexJobLocked; issue 12 item 3, docs/design-notes.md
+// "The submit quota"). The submit quota (--max-active-jobs-per-account) reads one account's count
+// here; before, every submit of a user walked every live job under the core's lock, 52,000 of
+// them behind bench/placement's deep queue (`--as-user 1`, docs/benchmarks.md).
 #pragma once
 
 #include <string>
