@@ -8,9 +8,13 @@
 // Heap bytes in use are glibc's (mallinfo2) less SQLite's own (its page cache), since RSS does
 // not shrink when the allocator keeps freed pages. It also times the reads that now go to the
 // store, against the same reads while the jobs were in memory: GET of one job (GetJob) and a
-// list of the newest 100 (ListJobs), medians of `--reads` each.
+// list of the newest 100 (ListJobs), medians of `--reads` each. And a tenant's list (its own
+// `--tenant-jobs`, half waiting and half finished, under a JobScope): alone (the baseline), then
+// behind the N jobs of another account while they wait and once they finished; before the
+// per-owner index (docs/design-notes.md "The job list") it walked every live job under the core's
+// lock and paged through every tenant's finished jobs.
 //
-//   bench_finished [--jobs N] [--reads R]
+//   bench_finished [--jobs N] [--reads R] [--tenant-jobs T]
 #include <malloc.h>
 #include <sqlite3.h>
 
@@ -42,7 +46,9 @@ struct Reads {
   double list_ms = 0;  // median ListJobs of the newest 100
 };
 
-Reads TimeReads(sluice::bench::CoreWorld& w, const std::vector<std::string>& ids, size_t reads) {
+// `listed`: how many jobs the list of the newest 100 must have.
+Reads TimeReads(sluice::bench::CoreWorld& w, const std::vector<std::string>& ids, size_t listed,
+                size_t reads) {
   std::mt19937 rng(7);
   std::vector<double> get, list;
   for (size_t i = 0; i < reads; ++i) {
@@ -54,9 +60,22 @@ Reads TimeReads(sluice::bench::CoreWorld& w, const std::vector<std::string>& ids
     start = Clock::now();
     auto l = w.core->ListJobs(std::nullopt, 100);
     list.push_back(Ms(Clock::now() - start));
-    if (!l.ok() || l->size() != std::min<size_t>(100, ids.size())) w.Fail("list: wrong answer");
+    if (!l.ok() || l->size() != listed) w.Fail("list: wrong answer");
   }
   return {Median(get), Median(list)};
+}
+
+// The median time of a tenant's list of its newest 100 jobs; each answer must be its `expect`.
+double TimeTenantList(sluice::bench::CoreWorld& w, const sluice::store::JobScope& tenant,
+                      size_t expect, size_t reads) {
+  std::vector<double> list;
+  for (size_t i = 0; i < reads; ++i) {
+    const auto start = Clock::now();
+    auto l = w.core->ListJobs(std::nullopt, 100, &tenant);
+    list.push_back(Ms(Clock::now() - start));
+    if (!l.ok() || l->size() != expect) w.Fail("tenant's list: wrong answer");
+  }
+  return Median(list);
 }
 
 }  // namespace
@@ -64,13 +83,15 @@ Reads TimeReads(sluice::bench::CoreWorld& w, const std::vector<std::string>& ids
 int main(int argc, char** argv) {
   if (sluice::bench::WantsHelp(argc, argv)) {
     std::printf(
-        "usage: bench_finished [--jobs N] [--reads R]\n"
+        "usage: bench_finished [--jobs N] [--reads R] [--tenant-jobs T]\n"
         "  heap per job while N jobs wait in memory (the baseline) and once they finished and\n"
-        "  left it; GetJob and a 100-job list, medians of R, in memory and from the store\n");
+        "  left it; GetJob and a 100-job list, medians of R, in memory and from the store; a\n"
+        "  tenant's list of its T jobs alone (the baseline) and behind the N\n");
     return 0;
   }
   const size_t jobs = std::max<size_t>(1, FlagValue(argc, argv, "--jobs", 20000));
   const size_t reads = std::max<size_t>(1, FlagValue(argc, argv, "--reads", 200));
+  const size_t tenant_jobs = FlagValue(argc, argv, "--tenant-jobs", 40);
   sluice::bench::CoreWorld w;
   sluice::server::CoreOptions options;
   w.Open("bench_finished", options);
@@ -84,6 +105,20 @@ int main(int argc, char** argv) {
   submit.owner = "acct-bench";
   submit.queue_unschedulable = true;  // no node: every job waits, in memory
   submit.exempt_from_quota = true;    // an admin's, as the swarm submits
+  // The tenant's jobs: half wait, half are cancelled and retired (the store keeps them).
+  sluice::server::SubmitOptions as_tenant;
+  as_tenant.owner = "acct-tenant";
+  as_tenant.queue_unschedulable = true;
+  for (size_t i = 0; i < tenant_jobs; ++i) {
+    auto job = w.core->SubmitJob(spec, "", as_tenant);
+    if (!job.ok()) w.Fail("tenant's submit: " + job.status().ToString());
+    if (i % 2 == 1 && !w.core->CancelJob(job->id).ok()) w.Fail("tenant's cancel");
+    w.clock.Advance(1);
+  }
+  w.core->Tick();
+  const sluice::store::JobScope tenant{{"acct-tenant"}, {}};
+  const size_t tenant_listed = std::min<size_t>(100, tenant_jobs);
+  const double tenant_alone = TimeTenantList(w, tenant, tenant_listed, reads);
   std::vector<std::string> ids;
   const double heap0 = HeapBytes();
   for (size_t i = 0; i < jobs; ++i) {
@@ -93,14 +128,19 @@ int main(int argc, char** argv) {
     w.clock.Advance(1);
   }
   const double waiting = (HeapBytes() - heap0) / static_cast<double>(jobs);
-  const Reads in_memory = TimeReads(w, ids, reads);
+  const size_t listed = std::min<size_t>(100, ids.size() + tenant_jobs);
+  const Reads in_memory = TimeReads(w, ids, listed, reads);
+  const double tenant_behind_live = TimeTenantList(w, tenant, tenant_listed, reads);
   for (const auto& id : ids) {
     if (auto c = w.core->CancelJob(id); !c.ok()) w.Fail("cancel: " + c.status().ToString());
   }
   w.core->Tick();  // retires them
-  if (w.core->StateDump()["jobs"].size() != 0) w.Fail("finished jobs were not retired");
+  if (w.core->StateDump()["jobs"].size() != tenant_jobs - tenant_jobs / 2) {
+    w.Fail("finished jobs were not retired");  // only the tenant's waiting ones may stay
+  }
   const double finished = (HeapBytes() - heap0) / static_cast<double>(jobs);
-  const Reads from_store = TimeReads(w, ids, reads);
+  const Reads from_store = TimeReads(w, ids, listed, reads);
+  const double tenant_behind_finished = TimeTenantList(w, tenant, tenant_listed, reads);
   std::printf("%zu jobs; heap per job (SQLite's own left out):\n", jobs);
   std::printf("  waiting, in the job map     %8.0f bytes  (baseline: every finished job, before)\n",
               waiting);
@@ -111,5 +151,11 @@ int main(int argc, char** argv) {
               in_memory.get_ms, from_store.get_ms, from_store.get_ms / in_memory.get_ms);
   std::printf("  ListJobs   in memory %7.3f ms, finished from the store %7.3f ms  %.2fx\n",
               in_memory.list_ms, from_store.list_ms, from_store.list_ms / in_memory.list_ms);
+  std::printf("a tenant's list of its %zu jobs (medians of %zu):\n", tenant_jobs, reads);
+  std::printf("  alone                                %7.3f ms  (baseline)\n", tenant_alone);
+  std::printf("  behind %zu waiting jobs of another   %7.3f ms  %.2fx\n", jobs, tenant_behind_live,
+              tenant_behind_live / tenant_alone);
+  std::printf("  behind %zu finished jobs of another  %7.3f ms  %.2fx\n", jobs,
+              tenant_behind_finished, tenant_behind_finished / tenant_alone);
   return 0;
 }

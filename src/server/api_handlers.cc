@@ -42,21 +42,17 @@ HttpResponse Api::ListJobs(const HttpRequest& req, const Principal& who) {
   }
   auto limit = QueryInt(req, "limit", 100, 1, 10000);
   if (!limit.ok()) return ErrorResponse(limit.status());
-  // Admins see every job; others their own and their teams'. (Providers look at the jobs on
-  // their nodes one by one: GET /v1/jobs/ID.)
-  std::function<bool(const store::JobRecord&)> visible;
+  // Admins see every job; users their own and their teams'; providers their own. (Providers
+  // look at the jobs on their nodes one by one: GET /v1/jobs/ID.) A job with no owner is from
+  // before accounts: the admin's.
+  std::optional<store::JobScope> scope;
   if (who.role != Role::kAdmin) {
-    std::vector<std::string> teams = accounts_->TeamsOf(who.account_id);
-    std::string admin = accounts_->admin_account_id();
-    std::string me = who.account_id;
-    bool user = who.role == Role::kUser;
-    visible = [teams, admin, me, user](const store::JobRecord& j) {
-      if ((j.owner.empty() ? admin : j.owner) == me) return true;
-      return user && !j.team.empty() &&
-             std::find(teams.begin(), teams.end(), j.team) != teams.end();
-    };
+    scope.emplace();
+    if (!who.account_id.empty()) scope->owners.push_back(who.account_id);
+    if (who.account_id == accounts_->admin_account_id()) scope->owners.push_back("");
+    if (who.role == Role::kUser) scope->teams = accounts_->TeamsOf(who.account_id);
   }
-  auto jobs = core_->ListJobs(state, static_cast<size_t>(*limit), visible);
+  auto jobs = core_->ListJobs(state, static_cast<size_t>(*limit), scope ? &*scope : nullptr);
   if (!jobs.ok()) return ErrorResponse(jobs.status());
   Json arr = Json::array();
   for (const auto& j : *jobs) arr.push_back(JobToJson(j));

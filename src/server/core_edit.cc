@@ -204,9 +204,9 @@ void ServerCore::ApplyLocked(Edit& edit) {
 void ServerCore::IndexJobLocked(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it != jobs_.end()) {
-    unfinished_.Set(job_id, it->second.record.owner, !store::IsTerminal(it->second.record.state));
+    unfinished_.Update(it->second.record);
   } else {
-    unfinished_.Set(job_id, "", false);  // gone from the map: finished and retired, or deleted
+    unfinished_.Drop(job_id);  // gone from the map: finished and retired, or deleted
   }
   if (it != jobs_.end() && it->second.spec.max_total_cost) {
     money_.budgeted_jobs.insert(job_id);
@@ -309,12 +309,7 @@ Json ServerCore::StateDump() {
                  return ids;
                }()},
               {"attempts_by_node", attempts_by_node_},
-              {"unfinished_by_owner",
-               [this] {
-                 Json counts = Json::object();  // ordered by owner: a canonical dump
-                 for (const auto& [owner, n] : unfinished_.ByOwner()) counts[owner] = n;
-                 return counts;
-               }()},
+              {"unfinished", unfinished_.ToJson()},
               {"open_meters",
                [this] {
                  Json meters = Json::object();

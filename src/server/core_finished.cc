@@ -4,7 +4,12 @@
 // state). Reads of a finished job (GET /v1/jobs/ID, the job list, logs, streams, audit bundles)
 // go to the store. Members of ServerCore; the caller holds mu_ unless a method takes it.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string_view>
 #include <unordered_set>
+#include <vector>
 
 #include "server/server_core.h"
 
@@ -16,6 +21,20 @@ namespace {
 // The job list's order: newest submission first, then the later id (ids are time-ordered).
 bool Newer(const st::JobRecord& a, const st::JobRecord& b) {
   return a.submitted_ms != b.submitted_ms ? a.submitted_ms > b.submitted_ms : a.id > b.id;
+}
+
+// The sets of unfinished jobs a list within `scope` reads: all of them without a scope, else the
+// owners' and the teams' that have any.
+std::vector<const UnfinishedJobs::Ids*> ScopeSets(const UnfinishedJobs& jobs,
+                                                  const st::JobScope* scope) {
+  if (scope == nullptr) return {&jobs.All()};
+  std::vector<const UnfinishedJobs::Ids*> sets;
+  for (const auto& owner : scope->owners) sets.push_back(jobs.OwnedBy(owner));
+  for (const auto& team : scope->teams) {
+    if (!team.empty()) sets.push_back(jobs.SharedWith(team));
+  }
+  std::erase(sets, nullptr);
+  return sets;
 }
 
 // Finished jobs are read from the store a page at a time: enough for a small list, few
@@ -71,40 +90,87 @@ void ServerCore::LatestCheckpointsLocked(std::set<std::string>& manifests) const
 std::map<st::JobState, int64_t> ServerCore::JobCounts() {
   std::lock_guard<TimedMutex> lock(mu_);
   std::map<st::JobState, int64_t> counts = finished_.jobs.CountByState();
-  for (const auto& [id, js] : jobs_) ++counts[js.record.state];
+  for (const auto& [state, n] : unfinished_.CountByState()) counts[state] += n;
+#ifndef NDEBUG
+  // Debug builds (the sanitizer run) check the counts against the walk they replace.
+  std::map<st::JobState, int64_t> walked = finished_.jobs.CountByState();
+  for (const auto& [id, js] : jobs_) ++walked[js.record.state];
+  std::erase_if(walked, [](const auto& entry) { return entry.second == 0; });
+  if (walked != counts) {
+    std::fprintf(stderr, "server: the jobs counted by state differ from the job map's\n");
+    std::abort();
+  }
+#endif
   return counts;
 }
 
-Result<std::vector<st::JobRecord>> ServerCore::ListJobs(
-    std::optional<st::JobState> state, size_t limit,
-    const std::function<bool(const st::JobRecord&)>& visible) {
+#ifndef NDEBUG
+// Debug builds (the sanitizer run) check the index the list reads against the walk it replaces:
+// the unfinished jobs in jobs_ within `scope` (all, without one) are exactly those it files there.
+void ServerCore::CheckListIndexLocked(const st::JobScope* scope) const {
+  auto has = [](const std::vector<std::string>& v, const std::string& x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  std::set<std::string> walked, indexed;
+  for (const auto& [id, js] : jobs_) {
+    const st::JobRecord& j = js.record;
+    if (st::IsTerminal(j.state)) continue;
+    if (scope == nullptr || has(scope->owners, j.owner) ||
+        (!j.team.empty() && has(scope->teams, j.team))) {
+      walked.insert(id);
+    }
+  }
+  for (const UnfinishedJobs::Ids* ids : ScopeSets(unfinished_, scope)) {
+    for (const auto& key : *ids) indexed.emplace(key.id);
+  }
+  if (walked != indexed) {
+    std::fprintf(stderr, "server: the job list's index has %zu jobs in scope, the walk %zu\n",
+                 indexed.size(), walked.size());
+    std::abort();
+  }
+}
+#endif
+
+Result<std::vector<st::JobRecord>> ServerCore::ListJobs(std::optional<st::JobState> state,
+                                                        size_t limit, const st::JobScope* scope) {
   std::vector<st::JobRecord> out;
   if (limit == 0) return out;
   {
     std::lock_guard<TimedMutex> lock(mu_);
+    // The caller's unfinished jobs (an admin's: all), newest first from the index: at most
+    // `limit` of each set, so a list costs its length, not the number of live jobs. Jobs that
+    // finished and wait in the map for an attempt to end are in the store's list below.
     std::vector<const st::JobRecord*> live;
-    for (const auto& [id, js] : jobs_) {
-      if (state && js.record.state != *state) continue;
-      if (visible && !visible(js.record)) continue;
-      live.push_back(&js.record);
+    for (const UnfinishedJobs::Ids* ids : ScopeSets(unfinished_, scope)) {
+      size_t taken = 0;
+      for (auto key = ids->begin(); key != ids->end() && taken < limit; ++key) {
+        auto it = jobs_.find(std::string(key->id));
+        if (it == jobs_.end() || (state && it->second.record.state != *state)) continue;
+        live.push_back(&it->second.record);
+        ++taken;
+      }
     }
+#ifndef NDEBUG
+    CheckListIndexLocked(scope);
+#endif
+    // A job both owned and shared came twice: once each, newest first.
+    std::sort(live.begin(), live.end(),
+              [](const st::JobRecord* a, const st::JobRecord* b) { return Newer(*a, *b); });
+    live.erase(std::unique(live.begin(), live.end()), live.end());
     const size_t keep = std::min(limit, live.size());
-    std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(keep), live.end(),
-                      [](const st::JobRecord* a, const st::JobRecord* b) { return Newer(*a, *b); });
     for (size_t i = 0; i < keep; ++i) out.push_back(*live[i]);
   }
-  // The finished ones, newest first, until `limit` of them are visible. Read without the lock:
+  // The finished ones, newest first, until `limit` of them. Read without the lock:
   // a job that finished meanwhile may come from both; the store's copy (the later) is kept.
   std::vector<st::JobRecord> finished;
   std::optional<st::JobCursor> after;
   while (finished.size() < limit) {
     const size_t want = std::min(kPage, limit - finished.size());  // at least 1: see the loop
     SLUICE_ASSIGN_OR_RETURN(auto page,
-                            store_->ListFinishedJobs(state, after, static_cast<int>(want)));
+                            store_->ListFinishedJobs(state, after, static_cast<int>(want), scope));
     for (auto& j : page) {
       after = st::JobCursor{j.submitted_ms, j.id};
-      if (visible && !visible(j)) continue;
-      if (finished.size() < limit) finished.push_back(std::move(j));
+      finished.push_back(std::move(j));
     }
     if (page.size() < want) break;
   }

@@ -119,11 +119,6 @@ Status ServerCore::DeleteJob(const std::string& id) {
   return Status::Ok();
 }
 
-Result<std::vector<JobRecord>> ServerCore::ListJobs(std::optional<st::JobState> state,
-                                                    size_t limit) {
-  return ListJobs(state, limit, nullptr);
-}
-
 Result<JobDetail> ServerCore::GetJob(const std::string& id) {
   std::lock_guard<TimedMutex> lock(mu_);
   SLUICE_ASSIGN_OR_RETURN(auto job, JobRecordLocked(id));

@@ -82,13 +82,11 @@ class ServerCore {
   // spec's.
   Result<EstimatePage> Estimate(const spec::JobSpec& spec, std::optional<double> hours,
                                 std::optional<market::Objective> objective, size_t limit);
-  Result<std::vector<store::JobRecord>> ListJobs(std::optional<store::JobState> state,
-                                                 size_t limit);
-  // Newest submission first (submitted_ms, then id), only those `visible` accepts (a tenant's
-  // view), at most `limit`. Finished jobs are read from the store, outside the lock.
-  Result<std::vector<store::JobRecord>> ListJobs(
-      std::optional<store::JobState> state, size_t limit,
-      const std::function<bool(const store::JobRecord&)>& visible);
+  // Newest submission first (submitted_ms, then id), at most `limit`, within `scope` unless it is
+  // null (an admin's). Live jobs in scope come from an index, finished ones from the store,
+  // outside the lock (docs/design-notes.md "The job list").
+  Result<std::vector<store::JobRecord>> ListJobs(std::optional<store::JobState> state, size_t limit,
+                                                 const store::JobScope* scope = nullptr);
   // The job's owner, team and the nodes its attempts ran on (for access checks); NotFound.
   struct JobAccess {
     std::string owner;
@@ -295,6 +293,9 @@ class ServerCore {
   // it, when gone).
   void IndexJobLocked(const std::string& job_id);
   int ActiveJobsOfLocked(const std::string& account_id) const;
+#ifndef NDEBUG
+  void CheckListIndexLocked(const store::JobScope* scope) const;  // aborts on a mismatch
+#endif
   // Finished jobs (core_finished.cc): finished with no attempt active; out of jobs_ (by the
   // tick: no walk of jobs_ is then under way); a record from jobs_ or the store (nullopt: no
   // such job); every job's workdir and (`checkpoints`) latest checkpoint, finished ones' too.

@@ -54,8 +54,9 @@ class FailingStore : public store::Store {
   }
   Result<std::vector<store::JobRecord>> ListFinishedJobs(std::optional<store::JobState> s,
                                                          const std::optional<store::JobCursor>& b,
-                                                         int l) override {
-    return inner_->ListFinishedJobs(s, b, l);
+                                                         int l,
+                                                         const store::JobScope* scope) override {
+    return inner_->ListFinishedJobs(s, b, l, scope);
   }
   Result<std::vector<store::AttemptRecord>> AttemptsForJob(const std::string& id) override {
     return inner_->AttemptsForJob(id);

@@ -386,6 +386,21 @@ constexpr std::string_view kV14 = R"sql(
 DROP INDEX jobs_by_state;
 )sql";
 
+// v15 (issue 12): finished jobs by submission, and by owner and by team, each an index over
+// finished rows only (the server lists unfinished jobs from memory). A job list reads a range of
+// one of these backwards from its cursor, newest first, instead of stepping over every
+// unfinished row (an admin's list) or every other tenant's row (a tenant's) under the store's
+// lock (docs/design-notes.md "The job list"). A job enters them once, when it finishes; state
+// changes before that, and submits, do not touch them; owner and team never change.
+constexpr std::string_view kV15 = R"sql(
+CREATE INDEX jobs_finished ON jobs (submitted_ms, id)
+  WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');
+CREATE INDEX jobs_finished_by_owner ON jobs (owner, submitted_ms, id)
+  WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost');
+CREATE INDEX jobs_finished_by_team ON jobs (team, submitted_ms, id)
+  WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND team != '';
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -459,6 +474,7 @@ const std::vector<Migration>& Migrations() {
       {12, "budget-exhausted jobs, SLA credits", kV12},
       {13, "monthly budgets and alerts", kV13},
       {14, "no index of jobs by state", kV14},
+      {15, "finished jobs by submission, owner and team", kV15},
   };
   return kSteps;
 }

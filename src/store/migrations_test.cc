@@ -145,6 +145,20 @@ TEST(MigrationsTest, VersionOneDatabaseIsUpgradedKeepingItsRows) {
   EXPECT_EQ(raw.Count("SELECT count(*) FROM logs"), 1);
 }
 
+// What EXPLAIN QUERY PLAN says of `sql`, one line a step.
+std::string QueryPlan(sqlite3* db, const std::string& sql) {
+  sqlite3_stmt* stmt = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, ("EXPLAIN QUERY PLAN " + sql).c_str(), -1, &stmt, nullptr),
+            SQLITE_OK);
+  std::string out;
+  while (sqlite3_step(stmt) == SQLITE_ROW) {
+    out += reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3));
+    out += "\n";
+  }
+  sqlite3_finalize(stmt);
+  return out;
+}
+
 // v14 drops the index of jobs by state, which nothing read and every state change wrote; the
 // queries on jobs still find their rows by index, not by scanning the table.
 TEST(MigrationsTest, VersionThirteenLosesTheJobStateIndexAndReadsStillUseAnIndex) {
@@ -164,28 +178,43 @@ TEST(MigrationsTest, VersionThirteenLosesTheJobStateIndexAndReadsStillUseAnIndex
     EXPECT_EQ((*store)->LoadJobs()->size(), 1u);
   }
   RawDb raw(path);
-  EXPECT_EQ(*ReadSchemaVersion(raw.get()), 14);
+  EXPECT_EQ(*ReadSchemaVersion(raw.get()), CurrentSchemaVersion());
   EXPECT_EQ(raw.Count("SELECT count(*) FROM sqlite_schema WHERE name = 'jobs_by_state'"), 0);
   // The plans of the store's two reads of jobs (sqlite_store.cc): by id, and all of them in
   // submission order. A plan with "SCAN jobs" and no index would read every row.
-  auto plan = [&](const std::string& sql) {
-    sqlite3_stmt* stmt = nullptr;
-    EXPECT_EQ(
-        sqlite3_prepare_v2(raw.get(), ("EXPLAIN QUERY PLAN " + sql).c_str(), -1, &stmt, nullptr),
-        SQLITE_OK);
-    std::string out;
-    while (sqlite3_step(stmt) == SQLITE_ROW) {
-      out += reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3));
-      out += "\n";
-    }
-    sqlite3_finalize(stmt);
-    return out;
-  };
+  auto plan = [&](const std::string& sql) { return QueryPlan(raw.get(), sql); };
   EXPECT_NE(plan("SELECT * FROM jobs WHERE id = 'job-1'").find("USING INDEX"), std::string::npos)
       << plan("SELECT * FROM jobs WHERE id = 'job-1'");
   EXPECT_NE(plan("SELECT * FROM jobs ORDER BY submitted_ms, rowid").find("jobs_by_submitted"),
             std::string::npos)
       << plan("SELECT * FROM jobs ORDER BY submitted_ms, rowid");
+}
+
+// v15 indexes finished jobs by submission, owner and team: a page of the job list (the shape of
+// sqlite_store.cc's kSelectFinishedJobs, ...OfOwner and ...OfTeam) is a range of one index read
+// backwards from the cursor, with no sort and no unfinished row stepped over.
+TEST(MigrationsTest, VersionFifteenPagesFinishedJobsFromAnIndexWithoutASort) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/db";
+  ASSERT_TRUE(OpenSqliteStore(path).ok());
+  RawDb raw(path);
+  const std::string where =
+      "SELECT * FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND "
+      "(0 = 0 OR state = '') AND (submitted_ms, id) < (5, 'job-9') ";
+  const std::string order = "ORDER BY submitted_ms DESC, id DESC LIMIT 10";
+  struct Case {
+    std::string sql;
+    std::string index;
+  };
+  for (const Case& c : {Case{where + order, "jobs_finished ((submitted_ms,id)<(?,?))"},
+                        Case{where + "AND owner = 'a' " + order,
+                             "jobs_finished_by_owner (owner=? AND (submitted_ms,id)<(?,?))"},
+                        Case{where + "AND team != '' AND team = 'ml' " + order,
+                             "jobs_finished_by_team (team=? AND (submitted_ms,id)<(?,?))"}}) {
+    const std::string plan = QueryPlan(raw.get(), c.sql);
+    EXPECT_NE(plan.find(c.index), std::string::npos) << c.sql << "\n" << plan;
+    EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << c.sql << "\n" << plan;
+  }
 }
 
 TEST(MigrationsTest, NewerDatabaseIsRefusedNamingBothVersions) {

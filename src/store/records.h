@@ -163,6 +163,14 @@ struct JobCursor {
   std::string id;
 };
 
+// Whose jobs a list shows (Store::ListFinishedJobs, ServerCore::ListJobs): those owned by one of
+// `owners` ("" = jobs from before accounts) or shared with one of `teams`. A tenant's list reads
+// its own jobs through an index instead of every job (docs/design-notes.md "The job list").
+struct JobScope {
+  std::vector<std::string> owners;
+  std::vector<std::string> teams;  // "" is not a team and matches nothing
+};
+
 struct AttemptRecord {
   std::string id;  // "att-..."
   std::string job_id;

@@ -90,10 +90,11 @@ constexpr const char* kUpsertNode =
     "conformance = excluded.conformance, owner = excluded.owner, revoked = excluded.revoked, "
     "paused_until_ms = excluded.paused_until_ms, paused_reason = excluded.paused_reason";
 // The upserts of jobs and attempts leave out of SET the indexed columns that never change once
-// the row exists (a job's submission time; an attempt's job and creation time): SQLite rewrites
-// an index, and checks a foreign key, for every column a SET names, changed or not, and these
-// rows are rewritten on every placement, start and exit. The WHERE makes a record that does
-// change one of them match no row, which Write reports as an error instead of a silent skip.
+// the row exists (a job's submission time, owner and team; an attempt's job and creation time):
+// SQLite rewrites an index, and checks a foreign key, for every column a SET names, changed or
+// not, and these rows are rewritten on every placement, start and exit. The WHERE makes a record
+// that does change one of them match no row, which Write reports as an error instead of a
+// silent skip.
 constexpr const char* kUpsertJob =
     "INSERT INTO jobs (id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "
     "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions, owner, "
@@ -104,8 +105,9 @@ constexpr const char* kUpsertJob =
     "finished_ms = excluded.finished_ms, exit_code = excluded.exit_code, "
     "reason = excluded.reason, attempt_id = excluded.attempt_id, "
     "cancel_requested = excluded.cancel_requested, checkpoint = excluded.checkpoint, "
-    "preemptions = excluded.preemptions, owner = excluded.owner, team = excluded.team "
-    "WHERE jobs.submitted_ms = excluded.submitted_ms";
+    "preemptions = excluded.preemptions "
+    "WHERE jobs.submitted_ms = excluded.submitted_ms AND jobs.owner = excluded.owner "
+    "AND jobs.team = excluded.team";
 constexpr const char* kUpsertAttempt =
     "INSERT INTO attempts (id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, "
     "created_ms, started_ms, ended_ms, exit_code, cause, number, checkpoint_restored, "
@@ -144,11 +146,23 @@ constexpr const char* kSelectNodes =
   "owner, team FROM jobs "
 constexpr const char* kSelectJobs = SLUICE_JOB_COLUMNS "ORDER BY submitted_ms, rowid";
 constexpr const char* kSelectJob = SLUICE_JOB_COLUMNS "WHERE id = ?";
-// Newest first, after a cursor; `state = ?` is skipped when the first parameter is 0.
-constexpr const char* kSelectFinishedJobs = SLUICE_JOB_COLUMNS
-    "WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND (? = 0 OR state = ?) "
-    "AND (submitted_ms < ? OR (submitted_ms = ? AND id < ?)) "
-    "ORDER BY submitted_ms DESC, id DESC LIMIT ?";
+// Finished jobs newest first, after a cursor; `state = ?` is skipped when its flag is 0. The
+// first term is the partial indexes' condition (store v15), written out so the planner uses
+// them: a range of jobs_finished (all), jobs_finished_by_owner or jobs_finished_by_team read
+// backwards from the cursor (the row value is the range), no sort, no unfinished row stepped
+// over.
+#define SLUICE_FINISHED_WHERE                                                             \
+  "WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND (? = 0 OR state = ?) " \
+  "AND (submitted_ms, id) < (?, ?) "
+#define SLUICE_NEWEST_FIRST "ORDER BY submitted_ms DESC, id DESC LIMIT ?"
+constexpr const char* kSelectFinishedJobs =
+    SLUICE_JOB_COLUMNS SLUICE_FINISHED_WHERE SLUICE_NEWEST_FIRST;
+constexpr const char* kSelectFinishedJobsOfOwner =
+    SLUICE_JOB_COLUMNS SLUICE_FINISHED_WHERE "AND owner = ? " SLUICE_NEWEST_FIRST;
+constexpr const char* kSelectFinishedJobsOfTeam =
+    SLUICE_JOB_COLUMNS SLUICE_FINISHED_WHERE "AND team != '' AND team = ? " SLUICE_NEWEST_FIRST;
+#undef SLUICE_NEWEST_FIRST
+#undef SLUICE_FINISHED_WHERE
 #undef SLUICE_JOB_COLUMNS
 #define SLUICE_ATTEMPT_COLUMNS                                                             \
   "SELECT id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, created_ms, " \
@@ -489,16 +503,45 @@ class SqliteStore final : public Store {
     return std::optional<JobRecord>(std::move(jobs.front()));
   }
   Result<std::vector<JobRecord>> ListFinishedJobs(std::optional<JobState> state,
-                                                  const std::optional<JobCursor>& before,
-                                                  int limit) override {
+                                                  const std::optional<JobCursor>& before, int limit,
+                                                  const JobScope* scope) override {
     if (state && !IsTerminal(*state)) return std::vector<JobRecord>();
     std::lock_guard<std::mutex> lock(mu_);
-    return Select(kSelectFinishedJobs, "list finished jobs", ReadJob, [&](Query& q) {
-      q.Int(state ? 1 : 0).Text(state ? Name(*state) : std::string_view());
-      const int64_t ms = before ? before->submitted_ms : INT64_MAX;
-      q.Int(ms).Int(ms).Text(before ? std::string_view(before->id) : std::string_view());
-      q.Int(std::max(0, limit));
+    // One read per owner and team (one for all without a scope), each at most `limit` rows,
+    // merged: a job both owned and shared comes from two of them and is kept once.
+    auto read = [&](const char* sql, const std::string* key) {
+      return Select(sql, "list finished jobs", ReadJob, [&](Query& q) {
+        q.Int(state ? 1 : 0).Text(state ? Name(*state) : std::string_view());
+        q.Int(before ? before->submitted_ms : INT64_MAX);
+        q.Text(before ? std::string_view(before->id) : std::string_view());
+        if (key != nullptr) q.Text(*key);
+        q.Int(std::max(0, limit));
+      });
+    };
+    if (scope == nullptr) return read(kSelectFinishedJobs, nullptr);
+    std::vector<JobRecord> out;
+    auto add = [&](const char* sql, const std::string& key) -> Status {
+      SLUICE_ASSIGN_OR_RETURN(auto rows, read(sql, &key));
+      out.insert(out.end(), std::make_move_iterator(rows.begin()),
+                 std::make_move_iterator(rows.end()));
+      return Status::Ok();
+    };
+    for (const auto& owner : scope->owners) {
+      SLUICE_RETURN_IF_ERROR(add(kSelectFinishedJobsOfOwner, owner));
+    }
+    for (const auto& team : scope->teams) {
+      if (!team.empty()) SLUICE_RETURN_IF_ERROR(add(kSelectFinishedJobsOfTeam, team));
+    }
+    std::sort(out.begin(), out.end(), [](const JobRecord& a, const JobRecord& b) {
+      return a.submitted_ms != b.submitted_ms ? a.submitted_ms > b.submitted_ms : a.id > b.id;
     });
+    out.erase(std::unique(out.begin(), out.end(),
+                          [](const JobRecord& a, const JobRecord& b) { return a.id == b.id; }),
+              out.end());
+    if (out.size() > static_cast<size_t>(std::max(0, limit))) {
+      out.resize(static_cast<size_t>(std::max(0, limit)));
+    }
+    return out;
   }
   Result<std::vector<AttemptRecord>> AttemptsForJob(const std::string& job_id) override {
     std::lock_guard<std::mutex> lock(mu_);

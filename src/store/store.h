@@ -51,11 +51,12 @@ class Store {
   virtual Result<std::optional<JobRecord>> GetJob(const std::string& id) = 0;
   // Finished jobs (IsTerminal), newest submission first (submitted_ms, then id, both
   // descending), strictly after `before` in that order (nullopt: from the newest), at most
-  // `limit`, of `state` only when it is set. The server keeps finished jobs here, not in memory
-  // (docs/design-notes.md "Finished jobs"), and pages through them with this.
+  // `limit`, of `state` only when it is set, and within `scope` unless it is null. The server
+  // keeps finished jobs here, not in memory (docs/design-notes.md "Finished jobs"), and pages
+  // through them with this.
   virtual Result<std::vector<JobRecord>> ListFinishedJobs(std::optional<JobState> state,
                                                           const std::optional<JobCursor>& before,
-                                                          int limit) = 0;
+                                                          int limit, const JobScope* scope) = 0;
   // Attempts of one job, oldest first.
   virtual Result<std::vector<AttemptRecord>> AttemptsForJob(const std::string& job_id) = 0;
   // Attempts not yet in a terminal state (starting/running), for reconciliation at startup.

@@ -489,6 +489,14 @@ TEST_F(SqliteStoreTest, LoadJobsOldestSubmissionFirst) {
   EXPECT_EQ((*jobs)[2].id, "job-c");
 }
 
+// The ids of the jobs listed, or the error.
+std::vector<std::string> IdsOf(const Result<std::vector<JobRecord>>& jobs) {
+  if (!jobs.ok()) return {jobs.status().ToString()};
+  std::vector<std::string> out;
+  for (const auto& j : *jobs) out.push_back(j.id);
+  return out;
+}
+
 TEST_F(SqliteStoreTest, FinishedJobsPageNewestFirstAfterACursor) {
   auto job = [](const std::string& id, int64_t ms, JobState state) {
     JobRecord j = SampleJob(id, ms);
@@ -503,30 +511,73 @@ TEST_F(SqliteStoreTest, FinishedJobsPageNewestFirstAfterACursor) {
                                     job("job-e", 400, JobState::kBudgetExhausted),
                                     job("job-f", 500, JobState::kCancelled)}})
                   .ok());
-  auto ids = [](const Result<std::vector<JobRecord>>& jobs) {
-    std::vector<std::string> out;
-    if (!jobs.ok()) return std::vector<std::string>{jobs.status().ToString()};
-    for (const auto& j : *jobs) out.push_back(j.id);
-    return out;
-  };
   using V = std::vector<std::string>;
   // Unfinished jobs (running, budget-exhausted) are not listed; ties on submitted_ms by id.
-  EXPECT_EQ(ids(store_->ListFinishedJobs(std::nullopt, std::nullopt, 10)),
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(std::nullopt, std::nullopt, 10, nullptr)),
             (V{"job-f", "job-c", "job-b", "job-a"}));
-  EXPECT_EQ(ids(store_->ListFinishedJobs(std::nullopt, std::nullopt, 2)), (V{"job-f", "job-c"}));
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(std::nullopt, std::nullopt, 2, nullptr)),
+            (V{"job-f", "job-c"}));
   // After a cursor inside a tie: the rest of the tie, then older ones.
-  EXPECT_EQ(ids(store_->ListFinishedJobs(std::nullopt, JobCursor{200, "job-c"}, 10)),
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(std::nullopt, JobCursor{200, "job-c"}, 10, nullptr)),
             (V{"job-b", "job-a"}));
-  EXPECT_EQ(ids(store_->ListFinishedJobs(std::nullopt, JobCursor{100, "job-a"}, 10)), V{});
-  EXPECT_EQ(ids(store_->ListFinishedJobs(JobState::kSucceeded, std::nullopt, 10)),
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(std::nullopt, JobCursor{100, "job-a"}, 10, nullptr)),
+            V{});
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(JobState::kSucceeded, std::nullopt, 10, nullptr)),
             (V{"job-c", "job-a"}));
-  EXPECT_EQ(ids(store_->ListFinishedJobs(JobState::kRunning, std::nullopt, 10)), V{});
-  EXPECT_EQ(ids(store_->ListFinishedJobs(std::nullopt, std::nullopt, 0)), V{});
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(JobState::kRunning, std::nullopt, 10, nullptr)), V{});
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(std::nullopt, std::nullopt, 0, nullptr)), V{});
   // The whole record comes back.
-  auto one = store_->ListFinishedJobs(JobState::kFailed, std::nullopt, 1);
+  auto one = store_->ListFinishedJobs(JobState::kFailed, std::nullopt, 1, nullptr);
   ASSERT_TRUE(one.ok());
   ASSERT_EQ(one->size(), 1u);
   EXPECT_EQ(one->front(), job("job-b", 200, JobState::kFailed));
+}
+
+// A tenant's list (JobScope) reads only its own and its teams' finished jobs, in the same order
+// and with the same cursor as the whole list; a job both owned and shared comes once.
+TEST_F(SqliteStoreTest, FinishedJobsOfOneScopeComeInOrderOnceEach) {
+  auto job = [](const std::string& id, int64_t ms, const std::string& owner,
+                const std::string& team, JobState state = JobState::kSucceeded) {
+    JobRecord j = SampleJob(id, ms);
+    j.state = state;
+    j.owner = owner;
+    j.team = team;
+    return j;
+  };
+  ASSERT_TRUE(store_
+                  ->Write({.jobs = {job("job-a", 100, "alice", ""), job("job-b", 200, "bob", "ml"),
+                                    job("job-c", 200, "alice", "ml", JobState::kFailed),
+                                    job("job-d", 300, "bob", ""),
+                                    job("job-e", 400, "alice", "", JobState::kRunning),
+                                    job("job-f", 500, "carol", "ops"), job("job-g", 600, "", "")}})
+                  .ok());
+  using V = std::vector<std::string>;
+  const JobScope alice{{"alice"}, {}};
+  const JobScope alice_in_ml{{"alice"}, {"ml"}};
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(std::nullopt, std::nullopt, 10, &alice)),
+            (V{"job-c", "job-a"}));
+  // job-c is alice's and ml's: once. bob's job-d is not shared.
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(std::nullopt, std::nullopt, 10, &alice_in_ml)),
+            (V{"job-c", "job-b", "job-a"}));
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(std::nullopt, std::nullopt, 2, &alice_in_ml)),
+            (V{"job-c", "job-b"}));
+  EXPECT_EQ(
+      IdsOf(store_->ListFinishedJobs(std::nullopt, JobCursor{200, "job-c"}, 10, &alice_in_ml)),
+      (V{"job-b", "job-a"}));
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(JobState::kSucceeded, std::nullopt, 10, &alice_in_ml)),
+            (V{"job-b", "job-a"}));
+  // "" as an owner is the jobs from before accounts; "" as a team matches nothing.
+  const JobScope legacy{{""}, {""}};
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(std::nullopt, std::nullopt, 10, &legacy)), V{"job-g"});
+  const JobScope nobody{{"mallory"}, {"red"}};
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(std::nullopt, std::nullopt, 10, &nobody)), V{});
+  const JobScope empty;
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(std::nullopt, std::nullopt, 10, &empty)), V{});
+  // A job's owner and team are fixed once written: a record that changes one is refused.
+  JobRecord moved = job("job-a", 100, "bob", "");
+  EXPECT_FALSE(store_->Write({.jobs = {moved}}).ok());
+  EXPECT_EQ(IdsOf(store_->ListFinishedJobs(std::nullopt, std::nullopt, 10, &alice)),
+            (V{"job-c", "job-a"}));
 }
 
 TEST_F(SqliteStoreTest, CommittedBatchSurvivesKillDashNine) {
