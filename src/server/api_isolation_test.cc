@@ -292,5 +292,28 @@ TEST(ApiIsolationTest, ListsShowOnlyWhatEachTenantMaySee) {
   EXPECT_EQ(team.status, 403) << team.body;
 }
 
+// The same once the job has finished and left memory: the list then reads it from the store
+// through the owner and team indexes (docs/design-notes.md "The job list"), a path of its own.
+TEST(ApiIsolationTest, AFinishedJobIsListedToItsOwnerAndTeamOnly) {
+  World w;
+  w.Build();
+  if (::testing::Test::HasFatalFailure()) return;
+  const std::string att = w.link1_->Last("assign", "attempt_id");
+  ASSERT_TRUE(
+      w.core_->AgentMessage(w.node1_, w.link1_.get(), proto::ToJson(proto::Exited{att, 0, 0, ""}))
+          .ok());
+  w.core_->Tick();  // retires it: out of the job map, in the store only
+  ASSERT_FALSE(w.core_->StateDump()["jobs"].contains(w.job_));
+  for (const char* query : {"/v1/jobs", "/v1/jobs?state=succeeded"}) {
+    auto jobs_of = [&](Who who) { return w.Call(who, "GET", query).body; };
+    EXPECT_NE(jobs_of(kOwner).find(w.job_), std::string::npos) << query;
+    EXPECT_NE(jobs_of(kTeam).find(w.job_), std::string::npos) << query;
+    EXPECT_NE(jobs_of(kReadOnly).find(w.job_), std::string::npos) << query;
+    EXPECT_EQ(jobs_of(kOther).find(w.job_), std::string::npos) << query;
+    EXPECT_EQ(jobs_of(kNodeProvider).find(w.job_), std::string::npos) << query;
+    EXPECT_EQ(jobs_of(kOtherProvider).find(w.job_), std::string::npos) << query;
+  }
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -18,11 +18,6 @@ namespace st = store;
 
 namespace {
 
-// The job list's order: newest submission first, then the later id (ids are time-ordered).
-bool Newer(const st::JobRecord& a, const st::JobRecord& b) {
-  return a.submitted_ms != b.submitted_ms ? a.submitted_ms > b.submitted_ms : a.id > b.id;
-}
-
 // The sets of unfinished jobs a list within `scope` reads: all of them without a scope, else the
 // owners' and the teams' that have any.
 std::vector<const UnfinishedJobs::Ids*> ScopeSets(const UnfinishedJobs& jobs,
@@ -154,8 +149,9 @@ Result<std::vector<st::JobRecord>> ServerCore::ListJobs(std::optional<st::JobSta
     CheckListIndexLocked(scope);
 #endif
     // A job both owned and shared came twice: once each, newest first.
-    std::sort(live.begin(), live.end(),
-              [](const st::JobRecord* a, const st::JobRecord* b) { return Newer(*a, *b); });
+    std::sort(live.begin(), live.end(), [](const st::JobRecord* a, const st::JobRecord* b) {
+      return st::ListedBefore(*a, *b);
+    });
     live.erase(std::unique(live.begin(), live.end()), live.end());
     const size_t keep = std::min(limit, live.size());
     for (size_t i = 0; i < keep; ++i) out.push_back(*live[i]);
@@ -179,7 +175,7 @@ Result<std::vector<st::JobRecord>> ServerCore::ListJobs(std::optional<st::JobSta
   std::erase_if(out, [&](const st::JobRecord& j) { return from_store.count(j.id) > 0; });
   out.insert(out.end(), std::make_move_iterator(finished.begin()),
              std::make_move_iterator(finished.end()));
-  std::sort(out.begin(), out.end(), Newer);
+  std::sort(out.begin(), out.end(), st::ListedBefore);
   if (out.size() > limit) out.resize(limit);
   return out;
 }

@@ -12,18 +12,32 @@
 namespace sluice::server {
 namespace {
 
-TEST_F(ServerCoreTest, AStreamsReplayHoldsNoLockAndMissesNothingCommittedMeanwhile) {
-  auto link = std::make_shared<RecordingLink>();
-  auto node = Hello(link, CpuHello());
-  ASSERT_TRUE(node.ok());
-  auto job = core_->SubmitJob(Spec(), "");
-  ASSERT_TRUE(job.ok());
-  const std::string att = link->Last("assign", "attempt_id");
-  ASSERT_FALSE(att.empty());
-  auto log = [&](int64_t seq, const std::string& text) {
-    return core_->AgentMessage(*node, link.get(),
-                               proto::LogMessage(att, {{seq, "stdout", 0, text}}));
-  };
+// A job placed on a fresh CPU node, whose agent logs lines as the tests need.
+class CoreStreamsTest : public ServerCoreTest {
+ protected:
+  void StartJob() {
+    link_ = std::make_shared<RecordingLink>();
+    auto node = Hello(link_, CpuHello());
+    ASSERT_TRUE(node.ok());
+    node_ = *node;
+    auto job = core_->SubmitJob(Spec(), "");
+    ASSERT_TRUE(job.ok());
+    job_ = job->id;
+    att_ = link_->Last("assign", "attempt_id");
+    ASSERT_FALSE(att_.empty());
+  }
+  Status Log(int64_t seq, const std::string& text) {
+    return core_->AgentMessage(node_, link_.get(),
+                               proto::LogMessage(att_, {{seq, "stdout", 0, text}}));
+  }
+
+  std::shared_ptr<RecordingLink> link_;
+  std::string node_, job_, att_;
+};
+
+TEST_F(CoreStreamsTest, AStreamsReplayHoldsNoLockAndMissesNothingCommittedMeanwhile) {
+  StartJob();
+  if (HasFatalFailure()) return;
   // More history than one page of the replay, in a few messages.
   std::vector<std::string> want;
   std::vector<proto::LogEntry> lines;
@@ -31,7 +45,7 @@ TEST_F(ServerCoreTest, AStreamsReplayHoldsNoLockAndMissesNothingCommittedMeanwhi
     want.push_back("line " + std::to_string(seq));
     lines.push_back({seq, "stdout", 0, want.back()});
     if (lines.size() == 500) {
-      ASSERT_TRUE(core_->AgentMessage(*node, link.get(), proto::LogMessage(att, lines)).ok());
+      ASSERT_TRUE(core_->AgentMessage(node_, link_.get(), proto::LogMessage(att_, lines)).ok());
       lines.clear();
     }
   }
@@ -41,11 +55,11 @@ TEST_F(ServerCoreTest, AStreamsReplayHoldsNoLockAndMissesNothingCommittedMeanwhi
   std::future<Status> during;
   bool launched = false, committed_during_replay = false;
   std::vector<Json> items;
-  auto sub = core_->Subscribe(job->id, true, true, [&](const Json& item) {
+  auto sub = core_->Subscribe(job_, true, true, [&](const Json& item) {
     items.push_back(item);
     if (item.value("type", "") == "log" && !launched) {
       launched = true;
-      during = std::async(std::launch::async, [&] { return log(2501, "during the replay"); });
+      during = std::async(std::launch::async, [&] { return Log(2501, "during the replay"); });
       committed_during_replay =
           during.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
     }
@@ -58,10 +72,10 @@ TEST_F(ServerCoreTest, AStreamsReplayHoldsNoLockAndMissesNothingCommittedMeanwhi
   want.push_back("during the replay");
 
   // Then live, and the end.
-  ASSERT_TRUE(log(2502, "after").ok());
+  ASSERT_TRUE(Log(2502, "after").ok());
   want.push_back("after");
   ASSERT_TRUE(
-      core_->AgentMessage(*node, link.get(), proto::ToJson(proto::Exited{att, 0, 0, ""})).ok());
+      core_->AgentMessage(node_, link_.get(), proto::ToJson(proto::Exited{att_, 0, 0, ""})).ok());
   std::vector<std::string> logs;
   for (const auto& i : items) {
     if (i.value("type", "") == "log") logs.push_back(i.value("text", ""));
@@ -75,19 +89,10 @@ TEST_F(ServerCoreTest, AStreamsReplayHoldsNoLockAndMissesNothingCommittedMeanwhi
 // A job that keeps logging while its reader replays: every round of the replay finds a line
 // committed during it, so after kStreamReplayRounds rounds the rest is read under the lock. The
 // reader still gets every line once, in order, then follows live.
-TEST_F(ServerCoreTest, AReplayThatNeverCatchesUpFinishesUnderTheLockAndMissesNothing) {
-  auto link = std::make_shared<RecordingLink>();
-  auto node = Hello(link, CpuHello());
-  ASSERT_TRUE(node.ok());
-  auto job = core_->SubmitJob(Spec(), "");
-  ASSERT_TRUE(job.ok());
-  const std::string att = link->Last("assign", "attempt_id");
-  ASSERT_FALSE(att.empty());
-  auto log = [&](int64_t seq) {
-    return core_->AgentMessage(
-        *node, link.get(),
-        proto::LogMessage(att, {{seq, "stdout", 0, "line " + std::to_string(seq)}}));
-  };
+TEST_F(CoreStreamsTest, AReplayThatNeverCatchesUpFinishesUnderTheLockAndMissesNothing) {
+  StartJob();
+  if (HasFatalFailure()) return;
+  auto log = [&](int64_t seq) { return Log(seq, "line " + std::to_string(seq)); };
   for (int64_t seq = 1; seq <= 3; ++seq) ASSERT_TRUE(log(seq).ok());
 
   // On the newest line of each round the reader commits one more (no lock is held there): the
@@ -96,7 +101,7 @@ TEST_F(ServerCoreTest, AReplayThatNeverCatchesUpFinishesUnderTheLockAndMissesNot
   int64_t newest = 3;
   int committed = 0;
   std::vector<std::string> got;
-  auto sub = core_->Subscribe(job->id, false, true, [&](const Json& item) {
+  auto sub = core_->Subscribe(job_, false, true, [&](const Json& item) {
     if (item.value("type", "") != "log") return true;
     got.push_back(item.value("text", ""));
     if (item.value("seq", int64_t{0}) == newest && committed < ServerCore::kStreamReplayRounds) {

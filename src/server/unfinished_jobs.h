@@ -24,7 +24,7 @@ namespace sluice::server {
 
 class UnfinishedJobs {
  public:
-  // A job in the job list's order: newest submission first, then the later id.
+  // A job in the job list's order (store::ListedBefore, on the two fields it reads).
   struct Key {
     int64_t submitted_ms = 0;
     std::string_view id;  // views the id this keeps

@@ -163,6 +163,12 @@ struct JobCursor {
   std::string id;
 };
 
+// The job list's order: true when `a` comes before `b`, newest submission first, then the later
+// id (ids are time-ordered). Store::ListFinishedJobs and the server's live jobs both use it.
+inline bool ListedBefore(const JobRecord& a, const JobRecord& b) {
+  return a.submitted_ms != b.submitted_ms ? a.submitted_ms > b.submitted_ms : a.id > b.id;
+}
+
 // Whose jobs a list shows (Store::ListFinishedJobs, ServerCore::ListJobs): those owned by one of
 // `owners` ("" = jobs from before accounts) or shared with one of `teams`. A tenant's list reads
 // its own jobs through an index instead of every job (docs/design-notes.md "The job list").

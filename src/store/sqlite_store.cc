@@ -532,9 +532,7 @@ class SqliteStore final : public Store {
     for (const auto& team : scope->teams) {
       if (!team.empty()) SLUICE_RETURN_IF_ERROR(add(kSelectFinishedJobsOfTeam, team));
     }
-    std::sort(out.begin(), out.end(), [](const JobRecord& a, const JobRecord& b) {
-      return a.submitted_ms != b.submitted_ms ? a.submitted_ms > b.submitted_ms : a.id > b.id;
-    });
+    std::sort(out.begin(), out.end(), ListedBefore);
     out.erase(std::unique(out.begin(), out.end(),
                           [](const JobRecord& a, const JobRecord& b) { return a.id == b.id; }),
               out.end());
