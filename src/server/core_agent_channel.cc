@@ -128,7 +128,7 @@ Result<std::string> ServerCore::AgentHello(const std::shared_ptr<AgentLink>& lin
   welcome.node_id = node_id;
   welcome.heartbeat_interval_ms = options_.heartbeat_interval_ms;
   welcome.lease_ms = options_.lease_ms;
-  NoteLeaseRenewedLocked(node_id);
+  leases_.Renewed(node_id);
   // Supervisors kill a job with no live agent before this runs out.
   welcome.heartbeat_grace_ms = options_.heartbeat_grace_ms;
   // Shown once: the agent keeps it in its data dir and proves the node with it from now on.
@@ -170,7 +170,7 @@ Status ServerCore::OnHeartbeatLocked(NodeState& ns, const proto::Heartbeat& hb) 
   // agent runs that is not listed is not ours there any more (docs/design-notes.md "Leases and
   // fencing"). The seq is echoed so the agent counts the lease from when it sent the heartbeat.
   proto::Lease lease{hb.seq, options_.lease_ms, {}};
-  NoteLeaseRenewedLocked(ns.record.id);
+  leases_.Renewed(ns.record.id);
   const auto& on = AttemptsOnLocked(ns.record.id);
   lease.attempts.assign(on.begin(), on.end());
   ns.link->Send(proto::ToJson(lease));
@@ -190,7 +190,7 @@ Status ServerCore::OnConformanceLocked(NodeState& ns, const proto::ConformanceMe
   SLUICE_RETURN_IF_ERROR(CheckReportNonceLocked(ns, m.nonce));
   Edit edit;
   NodeState& judged = StagedNodeLocked(edit, node_id);
-  ConsumeReportNonce(judged, m.nonce);  // only once the verdict is committed
+  judged.ConsumeReportNonce(m.nonce);  // only once the verdict is committed
   judged.verdict =
       ApplyReport(judged.record, inv, report, options_.verification_rules, clock_->NowMillis());
   judged.has_verdict = true;

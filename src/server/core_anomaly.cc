@@ -26,10 +26,7 @@ void ServerCore::NoteAnomaliesLocked(Edit& edit) {
   std::map<std::string, JobCharges> staged;
   for (const auto& d : edit.batch.cost_deltas) {
     if (d.charged_micros <= 0) continue;
-    JobCharges& c = staged[d.job_id];
-    (d.resource == "storage"    ? c.storage
-     : d.resource == "transfer" ? c.transfer
-                                : c.compute) += d.charged_micros;
+    staged[d.job_id].Add(d);
   }
   for (const auto& [job_id, now] : staged) {
     const JobState* js = ViewJobLocked(edit, job_id);
@@ -44,7 +41,7 @@ void ServerCore::NoteAnomaliesLocked(Edit& edit) {
     }
     if (att == nullptr || att->expected_cost_micros <= 0) continue;
     const int64_t estimate = att->expected_cost_micros;
-    const JobCharges& before = JobChargesLocked(job_id);
+    const JobCharges& before = charges_.Of(job_id);
     const int64_t compute = before.compute + now.compute;
     const int64_t storage = before.storage + now.storage;
     const int64_t transfer = before.transfer + now.transfer;

@@ -43,17 +43,6 @@ std::string ServerCore::ProviderLocked(const std::string& node_id) const {
   return accounts_ != nullptr ? accounts_->builtin_provider_id() : "provider";
 }
 
-void ServerCore::NoteLeaseRenewedLocked(const std::string& node_id) {
-  money_.lease_renewed_mono[node_id] = clock_->MonotonicMillis();
-}
-
-int64_t ServerCore::LeaseEndLocked(const std::string& node_id, int64_t fallback) const {
-  auto it = money_.lease_renewed_mono.find(node_id);
-  if (it == money_.lease_renewed_mono.end()) return fallback;
-  const int64_t since = clock_->MonotonicMillis() - it->second;
-  return clock_->NowMillis() - since + options_.lease_ms;
-}
-
 store::MeterRecord ServerCore::SettleIntoLocked(Edit& edit, const store::MeterRecord& meter,
                                                 int64_t until_ms, int64_t lost_micros,
                                                 int64_t credit_micros,
@@ -153,7 +142,7 @@ void ServerCore::MeterLocked(Edit& edit) {
     // plus the lease (never from the provider's own timestamps). A node not heard since our
     // restart is charged no further than what was already settled.
     store::MeterRecord m = *open;
-    int64_t end = std::min(a.ended_ms, LeaseEndLocked(a.node_id, m.settled_ms));
+    int64_t end = std::min(a.ended_ms, leases_.End(a.node_id, m.settled_ms));
     end = std::min(end, BudgetEndLocked(edit, m));  // never past the job's budget
     end = std::max(end, m.settled_ms);
     m.end_ms = end;
@@ -382,7 +371,7 @@ Result<std::optional<std::string>> ServerCore::SettleSliceLocked(const std::stri
     const auto& [id, meter] = *it;
     if (meter.resource == "storage") continue;  // SettleStorageLocked, below
     ++n;
-    int64_t until = std::min(now, LeaseEndLocked(meter.node_id, meter.settled_ms));
+    int64_t until = std::min(now, leases_.End(meter.node_id, meter.settled_ms));
     until = std::min(until, BudgetEndLocked(edit, meter));
     if (until <= meter.settled_ms) continue;
     store::MeterRecord m = SettleIntoLocked(edit, meter, until, 0);
@@ -484,7 +473,7 @@ Result<JobCost> ServerCore::CostOfJob(const std::string& job_id) {
     cost.credited_micros += m.credited_micros;
     if (m.end_ms == 0) {
       const int64_t until =
-          m.resource == "storage" ? now : std::min(now, LeaseEndLocked(m.node_id, m.settled_ms));
+          m.resource == "storage" ? now : std::min(now, leases_.End(m.node_id, m.settled_ms));
       cost.accruing_micros += ledger::SettleTo(m, until, 0).charge;
     }
   }

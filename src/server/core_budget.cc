@@ -20,87 +20,27 @@ using namespace core;  // NOLINT: the core's own helpers (core_internal.h)
 
 namespace {
 
-bool Charged(const store::CostDelta& d) { return d.resource != "storage"; }
-
 // $1.23 for micro-dollars.
 std::string Usd(int64_t micros) { return ledger::FormatMicros(micros); }
 
 }  // namespace
 
-const core_state::JobCharges& ServerCore::JobChargesLocked(const std::string& job_id) const {
-  auto cached = money_.job_charges.find(job_id);
-  if (cached != money_.job_charges.end()) return cached->second;
-  store::CostQuery q;
-  q.job_id = job_id;
-  q.by = "resource";
-  auto rows = store_->Costs(q);
-  JobCharges c;
-  if (!rows.ok()) {
-    // Unknown is not zero: count the job as at its budget, so nothing overspends on a read error
-    // (and keep nothing: the next call reads again).
-    std::fprintf(stderr, "sluice server: reading the costs of %s failed (%s)\n", job_id.c_str(),
-                 rows.status().ToString().c_str());
-    static JobCharges unknown;
-    unknown.compute = INT64_MAX / 4;
-    return unknown;
-  }
-  for (const auto& r : *rows) {
-    (r.key == "storage"    ? c.storage
-     : r.key == "transfer" ? c.transfer
-                           : c.compute) += r.charged_micros;
-  }
-  return money_.job_charges.emplace(job_id, c).first->second;
-}
-
-int64_t ServerCore::JobSpentLocked(const std::string& job_id) const {
-  const JobCharges& c = JobChargesLocked(job_id);
-  return c.compute + c.transfer;
-}
-
-std::optional<int64_t> ServerCore::BudgetMicrosLocked(const JobState& js) const {
-  if (!js.spec.max_total_cost) return std::nullopt;
-  return ledger::PricePerHourMicros(*js.spec.max_total_cost);
-}
-
-int64_t ServerCore::StopReserveLocked(const JobState& js, int64_t price_micros_per_hour) const {
-  const int64_t grace = ledger::ChargeFor(
-      price_micros_per_hour, js.spec.lifecycle.grace_period_s * 1000 + options_.budget_margin_ms);
-  const int64_t per_gb = ledger::PricePerHourMicros(options_.transfer_price_per_gb);
-  const auto bytes = static_cast<int64_t>(js.spec.lifecycle.checkpoint_size_gb * 1e9);
-  return grace + ledger::TransferCharge(bytes, per_gb);
-}
-
-int64_t ServerCore::StagedSpendLocked(const Edit& edit, const std::string& job_id) const {
-  int64_t staged = 0;
-  for (const auto& d : edit.batch.cost_deltas) {
-    if (d.job_id == job_id && Charged(d)) staged += d.charged_micros;
-  }
-  return staged;
-}
-
 int64_t ServerCore::BudgetEndLocked(const Edit& edit, const store::MeterRecord& meter) const {
   const JobState* js = ViewJobLocked(edit, meter.job_id);
-  if (js == nullptr || meter.resource == "storage" || meter.price_micros_per_hour <= 0) {
-    return INT64_MAX;
-  }
-  const auto budget = BudgetMicrosLocked(*js);
+  const auto budget = js != nullptr ? BudgetMicros(js->spec) : std::nullopt;
   if (!budget) return INT64_MAX;
-  // What this meter may charge in all: the budget less everything else charged to the job.
-  const int64_t others =
-      JobSpentLocked(meter.job_id) + StagedSpendLocked(edit, meter.job_id) - meter.charged_micros;
-  const int64_t room = std::max<int64_t>(0, *budget - others);
-  // ChargeFor(price, ms) = floor(price * ms / 3.6e6) <= room for every ms up to this.
-  const __int128 ms = static_cast<__int128>(room) * 3'600'000 / meter.price_micros_per_hour;
-  if (ms > static_cast<__int128>(INT64_MAX - meter.start_ms)) return INT64_MAX;
-  return meter.start_ms + static_cast<int64_t>(ms);
+  // Everything else charged to the job: committed and staged, less this meter's own.
+  const int64_t others = charges_.Budgeted(meter.job_id) +
+                         StagedBudgeted(edit.batch, meter.job_id) - meter.charged_micros;
+  return BudgetEnd(*budget, others, meter);
 }
 
 int64_t ServerCore::WithinBudgetLocked(const Edit& edit, const std::string& job_id,
                                        int64_t amount) const {
   const JobState* js = ViewJobLocked(edit, job_id);
-  const auto budget = js != nullptr ? BudgetMicrosLocked(*js) : std::nullopt;
+  const auto budget = js != nullptr ? BudgetMicros(js->spec) : std::nullopt;
   if (!budget) return amount;
-  const int64_t spent = JobSpentLocked(job_id) + StagedSpendLocked(edit, job_id);
+  const int64_t spent = charges_.Budgeted(job_id) + StagedBudgeted(edit.batch, job_id);
   return std::clamp<int64_t>(*budget - spent, 0, amount);
 }
 
@@ -116,8 +56,8 @@ void ServerCore::RequeueExhaustedLocked(Edit& edit,
     if (!which(view->record)) continue;
     if (!CanSpendLocked(view->record.owner, &edit)) continue;  // no credit yet: it stays stopped
     if (!MonthlyRefusalLocked(view->record.owner, view->record.team).empty()) continue;
-    const auto budget = BudgetMicrosLocked(*view);
-    const int64_t spent = JobSpentLocked(id);
+    const auto budget = BudgetMicros(view->spec);
+    const int64_t spent = charges_.Budgeted(id);
     if (budget && spent >= *budget) continue;  // nothing left to run on
     JobState& js = StagedJobLocked(edit, id);
     js.record.state = st::JobState::kQueued;
@@ -149,7 +89,7 @@ Result<store::JobRecord> ServerCore::SetJobBudget(const std::string& job_id,
   js.record.spec = spec::ToJson(js.spec);
   js.request.reset();  // placement reads the budget
   edit.batch.jobs.push_back(js.record);
-  const int64_t spent = JobSpentLocked(job_id);
+  const int64_t spent = charges_.Budgeted(job_id);
   edit.batch.events.push_back(EventLocked(
       job_id, "budget",
       (max_total_cost ? "max_total_cost set to " + Usd(ledger::PricePerHourMicros(*max_total_cost))
@@ -217,12 +157,10 @@ Status ServerCore::EnforceBudgetsLocked() {
     const bool limited = last_limit->second != ledger::kUnlimited;
     const bool budgeted =
         !money_.budgeted_jobs.empty() && money_.budgeted_jobs.count(att.job_id) > 0;
-    if (!budgeted && !limited && money_.budgets.empty()) continue;
+    if (!budgeted && !limited && monthly_.empty()) continue;
     if (job() == nullptr) continue;
-    const std::vector<std::string> scopes = money_.budgets.empty()
-                                                ? std::vector<std::string>{}
-                                                : BudgetScopesLocked(payer, js->record.team);
-    const auto budget = BudgetMicrosLocked(*js);
+    const std::vector<std::string> scopes = monthly_.ScopesOf(payer, js->record.team);
+    const auto budget = BudgetMicros(js->spec);
     if (!budget && !limited && scopes.empty()) continue;
     const int64_t price = ledger::PricePerHourMicros(att.price_per_hour);
     int64_t accruing = 0;
@@ -232,9 +170,10 @@ Status ServerCore::EnforceBudgetsLocked() {
     } else {
       accruing = ledger::ChargeFor(price, options_.budget_margin_ms);  // starting
     }
-    const int64_t reserve = StopReserveLocked(*js, price);
+    const int64_t reserve =
+        StopReserve(js->spec, price, options_.budget_margin_ms, options_.transfer_price_per_gb);
     if (budget) {
-      const int64_t spent = JobSpentLocked(att.job_id) + accruing;
+      const int64_t spent = charges_.Budgeted(att.job_id) + accruing;
       if (spent + reserve >= *budget) {
         stops[aid] = std::string(kBudgetStop) + ": " + Usd(spent) + " of " + Usd(*budget) +
                      " used within " + std::to_string(options_.budget_margin_ms / 1000) + "s, " +
@@ -251,11 +190,11 @@ Status ServerCore::EnforceBudgetsLocked() {
     }
   }
   for (const auto& [scope, exposed] : scope_exposure) {
-    const int64_t budget = money_.budgets.at(scope).monthly_micros;
-    const int64_t spent = ScopeSpentLocked(scope);
+    const int64_t budget = monthly_.all().at(scope).monthly_micros;
+    const int64_t spent = monthly_.Spent(scope);
     if (spent + exposed < budget) continue;
-    const std::string cause = std::string(kMonthlyStop) + ": " + ScopeNameLocked(scope) + " " +
-                              Usd(spent) + " of " + Usd(budget) + " for " + MonthLocked() +
+    const std::string cause = std::string(kMonthlyStop) + ": " + monthly_.Name(scope) + " " +
+                              Usd(spent) + " of " + Usd(budget) + " for " + monthly_.Month() +
                               " spent, " + Usd(exposed) +
                               " more due by the end of its jobs' grace periods";
     for (const auto& aid : scope_running[scope]) stops.try_emplace(aid, cause);

@@ -66,7 +66,7 @@ Status ServerCore::CommitLocked(Edit& edit) {
   MeterLocked(edit);  // meters open and close in the commit of the change that starts or ends them
   if (!edit.batch.empty()) SLUICE_RETURN_IF_ERROR(store_->Write(edit.batch));
   ApplyLocked(edit);
-  PublishLocked(edit.batch);
+  followers_.Publish(edit.batch);
   if (!edit.batch.dropped_checkpoints.empty()) {
     std::vector<std::string> dropped;
     for (const auto& c : edit.batch.dropped_checkpoints) dropped.push_back(c.manifest);
@@ -122,17 +122,10 @@ void ServerCore::ApplyLocked(Edit& edit) {
     }
   }
   for (const auto& [account, delta] : edit.balance_deltas) money_.balances[account] += delta;
-  for (const auto& d : edit.batch.cost_deltas) {
-    // Only jobs already read (JobSpentLocked reads the rest from the store, where this is now).
-    auto known = money_.job_charges.find(d.job_id);
-    if (known == money_.job_charges.end()) continue;
-    (d.resource == "storage"    ? known->second.storage
-     : d.resource == "transfer" ? known->second.transfer
-                                : known->second.compute) += d.charged_micros;
-  }
+  for (const auto& d : edit.batch.cost_deltas) charges_.NoteCommitted(d);
   money_.anomalies_raised.insert(edit.anomalies.begin(), edit.anomalies.end());
-  money_.alerts_raised.insert(edit.alerts.begin(), edit.alerts.end());
-  if (!money_.budgets.empty()) {
+  monthly_.NoteRaised(edit.alerts);
+  if (!monthly_.empty()) {
     // Each budgeted scope's spend this month, kept with the committed charges.
     for (const auto& d : edit.batch.cost_deltas) {
       auto job = jobs_.find(d.job_id);
@@ -140,12 +133,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
       const std::string team = job != jobs_.end() ? job->second.record.team
                                : done != nullptr  ? done->team
                                                   : "";
-      for (const auto& scope : BudgetScopesLocked(d.payer, team)) {
-        auto cached = money_.month_spent.find(scope);
-        if (cached != money_.month_spent.end() && d.day.rfind(cached->second.first, 0) == 0) {
-          cached->second.second += d.charged_micros - d.credited_micros;
-        }
-      }
+      monthly_.NoteCharged(d.payer, team, d.day, d.charged_micros - d.credited_micros);
     }
   }
   for (auto& [id, seq] : edit.max_log_seq) max_log_seq_[id] = seq;
@@ -204,9 +192,9 @@ void ServerCore::ApplyLocked(Edit& edit) {
 void ServerCore::IndexJobLocked(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it != jobs_.end()) {
-    unfinished_.Update(it->second.record);
+    live_index_.Update(it->second.record);
   } else {
-    unfinished_.Drop(job_id);  // gone from the map: finished and retired, or deleted
+    live_index_.Drop(job_id);  // gone from the map: finished and retired, or deleted
   }
   if (it != jobs_.end() && it->second.spec.max_total_cost) {
     money_.budgeted_jobs.insert(job_id);
@@ -309,7 +297,7 @@ Json ServerCore::StateDump() {
                  return ids;
                }()},
               {"attempts_by_node", attempts_by_node_},
-              {"unfinished", unfinished_.ToJson()},
+              {"unfinished", live_index_.ToJson()},
               {"open_meters",
                [this] {
                  Json meters = Json::object();

@@ -20,10 +20,10 @@ namespace {
 
 // The sets of unfinished jobs a list within `scope` reads: all of them without a scope, else the
 // owners' and the teams' that have any.
-std::vector<const UnfinishedJobs::Ids*> ScopeSets(const UnfinishedJobs& jobs,
-                                                  const st::JobScope* scope) {
+std::vector<const LiveJobIndex::Ids*> ScopeSets(const LiveJobIndex& jobs,
+                                                const st::JobScope* scope) {
   if (scope == nullptr) return {&jobs.All()};
-  std::vector<const UnfinishedJobs::Ids*> sets;
+  std::vector<const LiveJobIndex::Ids*> sets;
   for (const auto& owner : scope->owners) sets.push_back(jobs.OwnedBy(owner));
   for (const auto& team : scope->teams) {
     if (!team.empty()) sets.push_back(jobs.SharedWith(team));
@@ -49,7 +49,7 @@ void ServerCore::RetireFinishedLocked() {
     auto it = jobs_.find(id);
     if (it == jobs_.end() || !RetirableLocked(id, it->second)) continue;
     finished_.jobs.Add(it->second.record);
-    money_.job_charges.erase(id);  // read from the store again if a report asks
+    charges_.Forget(id);  // read from the store again if a report asks
     avoid_.erase(id);
     jobs_.erase(it);
     IndexJobLocked(id);  // it was not queued; this only keeps the index's word
@@ -85,7 +85,7 @@ void ServerCore::LatestCheckpointsLocked(std::set<std::string>& manifests) const
 std::map<st::JobState, int64_t> ServerCore::JobCounts() {
   std::lock_guard<TimedMutex> lock(mu_);
   std::map<st::JobState, int64_t> counts = finished_.jobs.CountByState();
-  for (const auto& [state, n] : unfinished_.CountByState()) counts[state] += n;
+  for (const auto& [state, n] : live_index_.CountByState()) counts[state] += n;
 #ifndef NDEBUG
   // Debug builds (the sanitizer run) check the counts against the walk they replace.
   std::map<st::JobState, int64_t> walked = finished_.jobs.CountByState();
@@ -115,7 +115,7 @@ void ServerCore::CheckListIndexLocked(const st::JobScope* scope) const {
       walked.insert(id);
     }
   }
-  for (const UnfinishedJobs::Ids* ids : ScopeSets(unfinished_, scope)) {
+  for (const LiveJobIndex::Ids* ids : ScopeSets(live_index_, scope)) {
     for (const auto& key : *ids) indexed.emplace(key.id);
   }
   if (walked != indexed) {
@@ -136,7 +136,7 @@ Result<std::vector<st::JobRecord>> ServerCore::ListJobs(std::optional<st::JobSta
     // `limit` of each set, so a list costs its length, not the number of live jobs. Jobs that
     // finished and wait in the map for an attempt to end are in the store's list below.
     std::vector<const st::JobRecord*> live;
-    for (const UnfinishedJobs::Ids* ids : ScopeSets(unfinished_, scope)) {
+    for (const LiveJobIndex::Ids* ids : ScopeSets(live_index_, scope)) {
       size_t taken = 0;
       for (auto key = ids->begin(); key != ids->end() && taken < limit; ++key) {
         auto it = jobs_.find(std::string(key->id));

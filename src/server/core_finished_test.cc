@@ -252,7 +252,7 @@ TEST_F(CoreFinishedTest, ATenantsListShowsItsOwnAndItsTeamsJobsLiveOrFinished) {
 }
 
 // The submit quota reads each account's unfinished jobs from a count the job map's changes keep
-// (UnfinishedJobs), not from a walk of every live job: the count follows a job through its
+// (LiveJobIndex), not from a walk of every live job: the count follows a job through its
 // placement, its end, the tick that retires it, a cancel and a delete, and a server started on
 // the same store counts the same. (Debug builds also check each count against the walk.)
 TEST_F(CoreFinishedTest, AnAccountsUnfinishedJobsAreCountedThroughEveryChangeAndARestart) {

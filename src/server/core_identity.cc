@@ -106,14 +106,14 @@ void ServerCore::SendReportRequestLocked(NodeState& node, const std::string& why
   node.link->Send(proto::ToJson(proto::Reverify{why, nonce}));
 }
 
-void ServerCore::ConsumeReportNonce(NodeState& node, const std::string& nonce) {
-  auto& pending = node.report_nonces;
+void core_state::NodeState::ConsumeReportNonce(const std::string& nonce) {
+  auto& pending = report_nonces;
   auto found = std::find(pending.begin(), pending.end(), nonce);
   if (found == pending.end()) return;
   // Used once. A run answers the newest request it saw, so older ones are answered too (the
   // agent merges requests that arrive while it waits).
   pending.erase(pending.begin(), found + 1);
-  node.awaiting_report = !pending.empty();
+  awaiting_report = !pending.empty();
 }
 
 Status ServerCore::CheckReportNonceLocked(const NodeState& node, const std::string& nonce) {

@@ -150,7 +150,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
       return {"waiting for credit: ",
               "waiting for credit: " + CreditRefusalLocked(js.record.owner)};
     }
-    if (money_.budgets.empty()) return {nullptr, {}};
+    if (monthly_.empty()) return {nullptr, {}};
     std::string monthly = MonthlyRefusalLocked(js.record.owner, js.record.team);
     if (monthly.empty()) return {nullptr, {}};
     return {"waiting for budget: ", "waiting for budget: " + monthly};

@@ -34,7 +34,7 @@ sched::JobRequest ServerCore::MakeRequestLocked(const std::string& id, const Job
   }
   // The budget left changes as the job is charged; a job resuming from a checkpoint needs only
   // room to run a while and stop safely (its remaining work is unknown).
-  if (const auto budget = BudgetMicrosLocked(js)) {
+  if (const auto budget = BudgetMicros(js.spec)) {
     r.budget_left = static_cast<double>(std::max<int64_t>(0, *budget - spent)) / 1e6;
     if (!js.record.checkpoint.empty()) {
       const int64_t min_s = std::max<int64_t>(js.spec.lifecycle.checkpoint_interval_s.value_or(600),
@@ -60,8 +60,8 @@ std::shared_ptr<const sched::JobRequest> ServerCore::RequestLocked(const std::st
                                                                    const JobState& js) const {
   const bool fallback =
       js.spec.lifecycle.capacity == spec::Capacity::kInterruptibleThenOnDemand && js.fell_back;
-  const auto budget = BudgetMicrosLocked(js);
-  const int64_t spent = budget ? JobSpentLocked(id) : 0;
+  const auto budget = BudgetMicros(js.spec);
+  const int64_t spent = budget ? charges_.Budgeted(id) : 0;
   const double left = budget ? static_cast<double>(std::max<int64_t>(0, *budget - spent)) / 1e6 : 0;
   // Rebuilt when an input that changes while a job is queued did: fell_back, the budget left,
   // a checkpoint saved (MakeRequestLocked).

@@ -61,6 +61,9 @@ struct NodeState {
   // The nonces of the `reverify` requests not yet answered, oldest first. A conformance report
   // must echo one (each is used once), so a report captured elsewhere cannot be replayed.
   std::vector<std::string> report_nonces;
+  // Marks `nonce` (one ServerCore::CheckReportNonceLocked accepted) and every older one used
+  // (core_identity.cc); on the node as an edit stages it.
+  void ConsumeReportNonce(const std::string& nonce);
   // Storm-proof verification (issue 12 item 5; verification_queue.h). A requested run waits
   // here while the server already has its maximum of suites running; `awaiting_report` is set
   // for it all the same (it is under way, and jobs may wait for it).
@@ -71,16 +74,11 @@ struct NodeState {
   int verify_failures = 0;           // failed verdicts in a row
   int64_t verify_retry_mono = 0;     // when to ask again after a failure; 0: not scheduled
 };
-// What each job was charged, by kind (ServerCore::JobChargesLocked's cache).
-struct JobCharges {
-  int64_t compute = 0, transfer = 0, storage = 0;
-};
 // Money (issues 14 and 15): open meters by attempt id, balances by account (micro-dollars),
-// when each node's lease was last renewed (monotonic ms), the last settlement and budget check.
+// the last settlement and budget check.
 struct MoneyState {
   std::map<std::string, store::MeterRecord> open_meters;
   std::map<std::string, int64_t> balances;
-  std::map<std::string, int64_t> lease_renewed_mono;
   int64_t last_settle_mono = 0;  // when the last settlement round began
   // A round in progress (SettleRoundStepLocked): the id of the next meter to settle.
   std::optional<std::string> settle_next;
@@ -88,18 +86,8 @@ struct MoneyState {
   // The jobs in the job map with a max_total_cost (IndexJobLocked keeps it): the budget check
   // looks up the job of an attempt only when its job is here, or its payer or team has a limit.
   std::unordered_set<std::string> budgeted_jobs;
-  // What each job was charged (a cache filled from the store on first use and kept with
-  // committed charges).
-  mutable std::map<std::string, JobCharges> job_charges;
   // Attempts whose cost anomaly was already raised (NoteAnomaliesLocked): once per attempt.
   std::set<std::string> anomalies_raised;
-  // Monthly budgets by scope; each scope's spend this month (month, micro-dollars; a cache kept
-  // with committed charges); the alerts raised this month (scope|month|percent); the month the
-  // tick last saw.
-  std::map<std::string, store::BudgetRecord> budgets;
-  mutable std::map<std::string, std::pair<std::string, int64_t>> month_spent;
-  std::set<std::string> alerts_raised;
-  std::string budget_month;
   // StoredBytesLocked's cache: job -> (what it keeps, as a key; bytes). Derived, not state.
   std::map<std::string, std::pair<std::string, int64_t>> stored_bytes;
 };
@@ -199,13 +187,6 @@ struct Edit {
   std::map<std::string, int64_t> balance_deltas;
   std::vector<std::pair<std::string, Json>> sends;  // to a node's agent, once applied
   std::vector<std::shared_ptr<AgentLink>> close;    // links to close, once applied
-};
-
-struct Subscriber {
-  std::string job_id;
-  bool events = false;
-  bool logs = false;
-  StreamSink sink;
 };
 
 }  // namespace sluice::server::core_state

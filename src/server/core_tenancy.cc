@@ -97,9 +97,9 @@ Result<st::JobRecord> ServerCore::SubmitJob(const spec::JobSpec& spec,
   js.order = next_order_++;
   std::string id = job.id;
   // Nothing was charged to a job that did not exist: its charges are known without a read of
-  // the store at its first exit (JobChargesLocked; a read per job was a fifth of the server's
+  // the store at its first exit (ChargesByJob; a read per job was a fifth of the server's
   // time in a burst of exits). Charges committed from now on are added as they apply.
-  money_.job_charges.emplace(id, JobCharges{});
+  charges_.StartEmpty(id);
   blob_refs_.SetWorkdir(id, workdir_blob);
   jobs_[id] = std::move(js);
   IndexJobLocked(id);
@@ -198,7 +198,7 @@ int ServerCore::ActiveJobsOf(const std::string& account_id) {
 }
 
 int ServerCore::ActiveJobsOfLocked(const std::string& account_id) const {
-  const int n = unfinished_.Of(account_id);
+  const int n = live_index_.Of(account_id);
 #ifndef NDEBUG
   // Debug builds (the sanitizer run) check the count against the walk it replaces.
   int walked = 0;

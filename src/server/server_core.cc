@@ -21,6 +21,11 @@ ServerCore::ServerCore(store::Store* store, const Clock* clock, CoreOptions opti
     : store_(store),
       clock_(clock),
       options_(options),
+      monthly_(store, clock,
+               [this](const std::string& id) {
+                 auto a = accounts_ != nullptr ? accounts_->FindAccount(id) : std::nullopt;
+                 return a ? a->name : std::string();
+               }),
       inbox_(clock, options.max_agent_messages_waiting) {}
 
 ServerCore::~ServerCore() {
@@ -132,12 +137,9 @@ Status ServerCore::Load() {
   SLUICE_ASSIGN_OR_RETURN(auto balances, store_->LoadBalances());
   for (auto& [account, balance] : balances) money_.balances[account] = balance;
   SLUICE_ASSIGN_OR_RETURN(auto budgets, store_->LoadBudgets());
-  for (auto& b : budgets) money_.budgets[b.scope] = std::move(b);
-  money_.budget_month = MonthLocked();
-  SLUICE_ASSIGN_OR_RETURN(auto alerts, store_->LoadBudgetAlerts(money_.budget_month, false));
-  for (const auto& a : alerts) {
-    money_.alerts_raised.insert(a.scope + "|" + a.month + "|" + std::to_string(a.percent));
-  }
+  monthly_.set_month_seen(monthly_.Month());
+  SLUICE_ASSIGN_OR_RETURN(auto alerts, store_->LoadBudgetAlerts(monthly_.month_seen(), false));
+  monthly_.Load(std::move(budgets), alerts);
   money_.last_settle_mono = now_mono;
   RefreshReliabilityLocked();
   return Status::Ok();
@@ -156,7 +158,7 @@ st::JobEvent ServerCore::EventLocked(const std::string& job_id, std::string type
 Status ServerCore::CommitLocked(WriteBatch& batch) {
   if (batch.empty()) return Status::Ok();
   SLUICE_RETURN_IF_ERROR(store_->Write(batch));
-  PublishLocked(batch);
+  followers_.Publish(batch);
   if (!batch.dropped_checkpoints.empty()) {
     std::vector<std::string> dropped;
     for (const auto& c : batch.dropped_checkpoints) dropped.push_back(c.manifest);
@@ -255,9 +257,7 @@ bool ServerCore::TickState() {
   std::lock_guard<TimedMutex> lock(mu_);
   mu_.HoldingFor(kHeldForTick);
   RetireFinishedLocked();
-  for (auto it = subscribers_.begin(); it != subscribers_.end();) {
-    it = it->second.sink(Json()) ? std::next(it) : subscribers_.erase(it);
-  }
+  followers_.Probe();
   int64_t now = clock_->MonotonicMillis();
   const int64_t gap = last_tick_mono_ > 0 ? now - last_tick_mono_ : 0;
   last_tick_mono_ = now;

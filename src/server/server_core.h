@@ -38,10 +38,14 @@
 #include "server/agent_inbox.h"
 #include "server/blob_refs.h"
 #include "server/core_state.h"  // with the types its entries are made of
+#include "server/job_charges.h"
+#include "server/job_streams.h"
+#include "server/lease_renewals.h"
+#include "server/live_job_index.h"
+#include "server/monthly_budgets.h"
 #include "server/queue_index.h"
 #include "server/reliability_history.h"
 #include "server/time_ordered_ids.h"
-#include "server/unfinished_jobs.h"
 #include "server/verification_queue.h"
 #include "store/blob_store.h"
 
@@ -272,7 +276,6 @@ class ServerCore {
   using NodeState = core_state::NodeState;
   using JobState = core_state::JobState;
   using Edit = core_state::Edit;
-  using Subscriber = core_state::Subscriber;
   // The entry as the edit leaves it, copied from the live state on first use. A job or node not
   // in memory is staged default-constructed (it is inserted when the edit applies).
   JobState& StagedJobLocked(Edit& edit, const std::string& job_id);
@@ -336,11 +339,6 @@ class ServerCore {
   // Credits an open attempt's meter in full from now on, and what it charged so far (its node
   // failed verification while running it).
   void CreditInFullLocked(Edit& edit, const std::string& attempt_id, const std::string& reason);
-  // When the lease of the node's attempts runs out (wall ms): its last renewal plus the lease.
-  // `fallback` when the server has not renewed it since it started.
-  int64_t LeaseEndLocked(const std::string& node_id, int64_t fallback) const;
-  // A lease was renewed for the node's attempts now (a heartbeat's reply, a hello).
-  void NoteLeaseRenewedLocked(const std::string& node_id);
   // Whether the account may start more work: its balance is above minus its credit limit.
   // `edit`: counting the balance changes it stages.
   bool CanSpendLocked(const std::string& account_id, const Edit* edit = nullptr) const;
@@ -361,22 +359,13 @@ class ServerCore {
   // Bills each job's storage up to now, starting a new storage meter when what it keeps changed.
   void SettleStorageLocked(Edit& edit);
   std::string ProviderLocked(const std::string& node_id) const;
-  // Budgets (core_budget.cc). What the job's attempts were charged (compute and transfer), as
-  // committed; its budget in micro-dollars, if it has one; what a stop costs at `price` (the
-  // grace period and the final checkpoint's upload), so a stop never overshoots.
-  int64_t JobSpentLocked(const std::string& job_id) const;
-  using JobCharges = core_state::JobCharges;
-  const JobCharges& JobChargesLocked(const std::string& job_id) const;
   // Anomalies (issue 15 item 2): a job whose charges (with this edit's) run 20 % over its current
   // attempt's estimate at placement gets a `cost-anomaly` event naming the cause: restarts, a
   // run longer than expected, storage, transfer. Called by MeterLocked.
   void NoteAnomaliesLocked(Edit& edit);
-  std::optional<int64_t> BudgetMicrosLocked(const JobState& js) const;
-  int64_t StopReserveLocked(const JobState& js, int64_t price_micros_per_hour) const;
-  // What the edit stages as charged to the job on top of JobSpentLocked.
-  int64_t StagedSpendLocked(const Edit& edit, const std::string& job_id) const;
-  // The last wall ms `meter` may be billed to without its job's charges passing its budget (a
-  // backstop: stops come earlier); INT64_MAX for a job without one.
+  // Budgets (core_budget.cc; the arithmetic: server/job_charges.h). The last wall ms `meter` may
+  // be billed to without its job's charges passing its budget (a backstop: stops come earlier);
+  // INT64_MAX for a job without one.
   int64_t BudgetEndLocked(const Edit& edit, const store::MeterRecord& meter) const;
   // What of `amount` may still be charged to the job under its budget.
   int64_t WithinBudgetLocked(const Edit& edit, const std::string& job_id, int64_t amount) const;
@@ -384,15 +373,9 @@ class ServerCore {
   // account's credit and monthly budgets allow it).
   void RequeueExhaustedLocked(Edit& edit,
                               const std::function<bool(const store::JobRecord&)>& which);
-  // Monthly budgets (core_monthly_budget.cc): this UTC month ("2026-12"); "account alice";
-  // the budgeted scopes a charge of `payer` for a job of `team` counts against; what a scope was
-  // charged this month (cached); why an owner's job may not start now ("" when it may); alerts
-  // the edit's charges raise (called by MeterLocked); a new month requeues what budgets stopped.
-  std::string MonthLocked() const;
-  std::string ScopeNameLocked(const std::string& scope) const;
-  std::vector<std::string> BudgetScopesLocked(const std::string& payer,
-                                              const std::string& team) const;
-  int64_t ScopeSpentLocked(const std::string& scope) const;
+  // Monthly budgets (core_monthly_budget.cc; the books are monthly_): why an owner's job may not
+  // start now ("" when it may); alerts the edit's charges raise (called by MeterLocked); a new
+  // month requeues what budgets stopped.
   std::string MonthlyRefusalLocked(const std::string& owner, const std::string& team) const;
   void NoteBudgetAlertsLocked(Edit& edit);
   void NewMonthLocked();
@@ -450,7 +433,6 @@ class ServerCore {
                            std::optional<int> exit_code, const std::string& cause, Edit& edit);
   store::JobEvent EventLocked(const std::string& job_id, std::string type, std::string message);
   Status CommitLocked(store::WriteBatch& batch);
-  void PublishLocked(const store::WriteBatch& batch);
   void SendLocked(const std::string& node_id, const Json& msg);
   Status LoseNodeLocked(const std::string& node_id, const std::string& why);
   // Closes the node's open uptime span at now (it went offline).
@@ -482,9 +464,6 @@ class ServerCore {
   // Whether `nonce` (a `conformance` message's) answers an outstanding request of `node`;
   // changes nothing. Otherwise audits the refusal and says why.
   Status CheckReportNonceLocked(const NodeState& node, const std::string& nonce);
-  // Marks `nonce` (one CheckReportNonceLocked accepted) and every older one used, on the node
-  // as an edit stages it.
-  static void ConsumeReportNonce(NodeState& node, const std::string& nonce);
   // The agent channel's messages, one handler each (core_agent_channel.cc).
   Status OnHeartbeatLocked(NodeState& node, const proto::Heartbeat& m);
   Status OnConformanceLocked(NodeState& node, const proto::ConformanceMessage& m);
@@ -511,17 +490,6 @@ class ServerCore {
                           const std::function<void(const Status&)>& done);
   // Posts `entry` and waits for its outcome (the blocking AgentMessage/AgentDisconnected).
   Status PostAndWait(InboxEntry entry);
-  Json EndItemLocked(const store::JobRecord& job) const;
-  // A job stream's replay (core_streams.cc): the stored events and log lines past `cursor` to
-  // `sink`, with or without the lock; whether the store holds any past it.
-  struct StreamCursor {
-    int64_t event = 0;  // the last row id delivered
-    int64_t log = 0;
-  };
-  Status ReplaySince(const std::string& job_id, bool events, bool logs, StreamCursor& cursor,
-                     const StreamSink& sink);
-  Result<bool> StoredPastLocked(const std::string& job_id, bool events, bool logs,
-                                const StreamCursor& cursor);
   // Keeps an attempt's stored log within options_.max_log_bytes_per_attempt: when the lines in
   // `batch` would pass it, the oldest lines (stored, then in the batch) are dropped with a marker
   // line, down to 3/4 of the quota. Returns the attempt's log bytes once `batch` is committed.
@@ -587,11 +555,12 @@ class ServerCore {
   core_state::PassBuffers pass_;  // PlaceLocked's, kept between passes
   // The queued jobs in groups that wait alike (IndexJobLocked keeps it, with queued_).
   QueueIndex queue_index_;
-  // Each account's unfinished jobs, for the submit quota (IndexJobLocked keeps it too).
-  UnfinishedJobs unfinished_;
+  // jobs_ indexed for the submit quota, the job list and the jobs gauge (IndexJobLocked keeps it
+  // too; server/live_job_index.h).
+  LiveJobIndex live_index_;
   // Per active attempt: the last log line stored, and the stored log's bytes (lazy).
   std::unordered_map<std::string, int64_t> max_log_seq_, log_bytes_;
-  std::map<uint64_t, Subscriber> subscribers_;
+  JobFollowers followers_;  // job streams' live readers (server/job_streams.h)
   std::map<std::string, std::vector<market::Offer>> catalog_offers_;  // by provider
   // The same catalog offers, indexed for queries (DESIGN.md §8: the store is the source of
   // truth, the index the fast path). Agent offers change with every placement and are few, so
@@ -602,12 +571,14 @@ class ServerCore {
   std::map<std::string, std::map<std::string, int64_t>> avoid_;
   store::BlobStore* blobs_ = nullptr;
   Accounts* accounts_ = nullptr;
-  core_state::MoneyState money_;  // meters, balances, charges and budgets (core_state.h)
+  core_state::MoneyState money_;  // meters and balances (core_state.h)
+  ChargesByJob charges_{store_};  // each job's committed charges (server/job_charges.h)
+  LeaseRenewals leases_{clock_, options_.lease_ms};  // renewed by heartbeats' replies and hellos
+  MonthlyBudgets monthly_;  // monthly budgets' books (server/monthly_budgets.h)
   // Kept checkpoints per job, oldest first (the store's `checkpoints` table).
   std::map<std::string, std::vector<store::CheckpointRecord>> checkpoints_;
   // The blobs jobs use, counted as jobs change (NoteJobBlobsLocked; server/blob_refs.h).
   BlobRefs blob_refs_{[this](const std::string& m) { return ReadManifestChunks(blobs_, m); }};
-  uint64_t next_subscriber_ = 1;
   int64_t next_order_ = 1;
   int64_t reliability_refreshed_mono_ = 0;
   std::optional<std::string> uptime_next_;  // an uptime round's next node (UptimeRoundStepLocked)

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "store/sqlite_job_queries.h"
 #include "store/sqlite_store.h"
 #include "store/store.h"
 #include "store/store_test_util.h"
@@ -180,37 +181,33 @@ TEST(MigrationsTest, VersionThirteenLosesTheJobStateIndexAndReadsStillUseAnIndex
   RawDb raw(path);
   EXPECT_EQ(*ReadSchemaVersion(raw.get()), CurrentSchemaVersion());
   EXPECT_EQ(raw.Count("SELECT count(*) FROM sqlite_schema WHERE name = 'jobs_by_state'"), 0);
-  // The plans of the store's two reads of jobs (sqlite_store.cc): by id, and all of them in
+  // The plans of the store's two reads of jobs (sqlite_job_queries.h): by id, and all of them in
   // submission order. A plan with "SCAN jobs" and no index would read every row.
-  auto plan = [&](const std::string& sql) { return QueryPlan(raw.get(), sql); };
-  EXPECT_NE(plan("SELECT * FROM jobs WHERE id = 'job-1'").find("USING INDEX"), std::string::npos)
-      << plan("SELECT * FROM jobs WHERE id = 'job-1'");
-  EXPECT_NE(plan("SELECT * FROM jobs ORDER BY submitted_ms, rowid").find("jobs_by_submitted"),
-            std::string::npos)
-      << plan("SELECT * FROM jobs ORDER BY submitted_ms, rowid");
+  const std::string by_id = QueryPlan(raw.get(), sqlite::kSelectJob);
+  EXPECT_NE(by_id.find("USING INDEX"), std::string::npos) << by_id;
+  const std::string all = QueryPlan(raw.get(), sqlite::kSelectJobs);
+  EXPECT_NE(all.find("jobs_by_submitted"), std::string::npos) << all;
 }
 
-// v15 indexes finished jobs by submission, owner and team: a page of the job list (the shape of
-// sqlite_store.cc's kSelectFinishedJobs, ...OfOwner and ...OfTeam) is a range of one index read
-// backwards from the cursor, with no sort and no unfinished row stepped over.
+// v15 indexes finished jobs by submission, owner and team: a page of the job list (the store's
+// own statements, sqlite_job_queries.h) is a range of one index read backwards from the cursor,
+// with no sort and no unfinished row stepped over. A statement whose condition drifted from the
+// indexes' would scan, and fail here.
 TEST(MigrationsTest, VersionFifteenPagesFinishedJobsFromAnIndexWithoutASort) {
   ScratchDir dir;
   const std::string path = dir.path() + "/db";
   ASSERT_TRUE(OpenSqliteStore(path).ok());
   RawDb raw(path);
-  const std::string where =
-      "SELECT * FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND "
-      "(0 = 0 OR state = '') AND (submitted_ms, id) < (5, 'job-9') ";
-  const std::string order = "ORDER BY submitted_ms DESC, id DESC LIMIT 10";
   struct Case {
-    std::string sql;
+    const char* sql;
     std::string index;
   };
-  for (const Case& c : {Case{where + order, "jobs_finished ((submitted_ms,id)<(?,?))"},
-                        Case{where + "AND owner = 'a' " + order,
-                             "jobs_finished_by_owner (owner=? AND (submitted_ms,id)<(?,?))"},
-                        Case{where + "AND team != '' AND team = 'ml' " + order,
-                             "jobs_finished_by_team (team=? AND (submitted_ms,id)<(?,?))"}}) {
+  for (const Case& c :
+       {Case{sqlite::kSelectFinishedJobs, "jobs_finished ((submitted_ms,id)<(?,?))"},
+        Case{sqlite::kSelectFinishedJobsOfOwner,
+             "jobs_finished_by_owner (owner=? AND (submitted_ms,id)<(?,?))"},
+        Case{sqlite::kSelectFinishedJobsOfTeam,
+             "jobs_finished_by_team (team=? AND (submitted_ms,id)<(?,?))"}}) {
     const std::string plan = QueryPlan(raw.get(), c.sql);
     EXPECT_NE(plan.find(c.index), std::string::npos) << c.sql << "\n" << plan;
     EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << c.sql << "\n" << plan;

@@ -18,6 +18,7 @@
 #include "common/json.h"
 #include "store/migrations.h"
 #include "store/sqlite_budgets.h"
+#include "store/sqlite_job_queries.h"
 #include "store/sqlite_ledger.h"
 #include "store/sqlite_query.h"
 #include "store/superseded_records.h"
@@ -140,34 +141,15 @@ constexpr const char* kSelectNodes =
     "software_fingerprint, verified_ms, conformance, owner, revoked, paused_until_ms, "
     "paused_reason FROM nodes "
     "ORDER BY registered_ms, rowid";
-#define SLUICE_JOB_COLUMNS                                                                  \
-  "SELECT id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms, "        \
-  "finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions, " \
-  "owner, team FROM jobs "
-constexpr const char* kSelectJobs = SLUICE_JOB_COLUMNS "ORDER BY submitted_ms, rowid";
-constexpr const char* kSelectJob = SLUICE_JOB_COLUMNS "WHERE id = ?";
-// Finished jobs newest first, after a cursor; `state = ?` is skipped when its flag is 0. The
-// first term is the partial indexes' condition (store v15), written out so the planner uses
-// them: a range of jobs_finished (all), jobs_finished_by_owner or jobs_finished_by_team read
-// backwards from the cursor (the row value is the range), no sort, no unfinished row stepped
-// over.
-#define SLUICE_FINISHED_WHERE                                                             \
-  "WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND (? = 0 OR state = ?) " \
-  "AND (submitted_ms, id) < (?, ?) "
-#define SLUICE_NEWEST_FIRST "ORDER BY submitted_ms DESC, id DESC LIMIT ?"
-constexpr const char* kSelectFinishedJobs =
-    SLUICE_JOB_COLUMNS SLUICE_FINISHED_WHERE SLUICE_NEWEST_FIRST;
-constexpr const char* kSelectFinishedJobsOfOwner =
-    SLUICE_JOB_COLUMNS SLUICE_FINISHED_WHERE "AND owner = ? " SLUICE_NEWEST_FIRST;
-constexpr const char* kSelectFinishedJobsOfTeam =
-    SLUICE_JOB_COLUMNS SLUICE_FINISHED_WHERE "AND team != '' AND team = ? " SLUICE_NEWEST_FIRST;
-#undef SLUICE_NEWEST_FIRST
-#undef SLUICE_FINISHED_WHERE
-#undef SLUICE_JOB_COLUMNS
 #define SLUICE_ATTEMPT_COLUMNS                                                             \
   "SELECT id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, created_ms, " \
   "started_ms, ended_ms, exit_code, cause, number, checkpoint_restored, interruptible, "   \
   "node_snapshot, expected_cost_micros FROM attempts "
+using sqlite::kSelectFinishedJobs;  // the job reads: sqlite_job_queries.h
+using sqlite::kSelectFinishedJobsOfOwner;
+using sqlite::kSelectFinishedJobsOfTeam;
+using sqlite::kSelectJob;
+using sqlite::kSelectJobs;
 constexpr const char* kSelectAttemptsForJob =
     SLUICE_ATTEMPT_COLUMNS "WHERE job_id = ? ORDER BY created_ms, rowid";
 constexpr const char* kSelectActiveAttempts =

@@ -1,8 +1,8 @@
-#include "server/unfinished_jobs.h"
+#include "server/live_job_index.h"
 
 namespace sluice::server {
 
-void UnfinishedJobs::Update(const store::JobRecord& job) {
+void LiveJobIndex::Update(const store::JobRecord& job) {
   if (store::IsTerminal(job.state)) {
     Drop(job.id);
     finished_.emplace(job.id, job.state);
@@ -28,7 +28,7 @@ void UnfinishedJobs::Update(const store::JobRecord& job) {
   if (!job.team.empty()) by_team_[job.team].insert(key);
 }
 
-void UnfinishedJobs::Drop(const std::string& job_id) {
+void LiveJobIndex::Drop(const std::string& job_id) {
   if (auto done = finished_.find(job_id); done != finished_.end()) {
     Count(done->second, -1);
     finished_.erase(done);
@@ -43,24 +43,24 @@ void UnfinishedJobs::Drop(const std::string& job_id) {
   jobs_.erase(known);
 }
 
-void UnfinishedJobs::Count(store::JobState state, int64_t delta) {
+void LiveJobIndex::Count(store::JobState state, int64_t delta) {
   auto it = by_state_.try_emplace(state, 0).first;
   it->second += delta;
   if (it->second == 0) by_state_.erase(it);
 }
 
-int UnfinishedJobs::Of(const std::string& owner) const {
+int LiveJobIndex::Of(const std::string& owner) const {
   const Ids* ids = OwnedBy(owner);
   return ids == nullptr ? 0 : static_cast<int>(ids->size());
 }
 
-std::unordered_map<std::string, int> UnfinishedJobs::CountByOwner() const {
+std::unordered_map<std::string, int> LiveJobIndex::CountByOwner() const {
   std::unordered_map<std::string, int> out;
   for (const auto& [owner, ids] : by_owner_) out.emplace(owner, static_cast<int>(ids.size()));
   return out;
 }
 
-Json UnfinishedJobs::ToJson() const {
+Json LiveJobIndex::ToJson() const {
   auto dump = [](const Index& index) {
     Json out = Json::object();  // ordered by key
     for (const auto& [key, ids] : index) {
@@ -75,12 +75,12 @@ Json UnfinishedJobs::ToJson() const {
   return Json{{"by_owner", dump(by_owner_)}, {"by_team", dump(by_team_)}, {"by_state", states}};
 }
 
-const UnfinishedJobs::Ids* UnfinishedJobs::Find(const Index& index, const std::string& key) {
+const LiveJobIndex::Ids* LiveJobIndex::Find(const Index& index, const std::string& key) {
   auto it = index.find(key);
   return it == index.end() ? nullptr : &it->second;
 }
 
-void UnfinishedJobs::Erase(Index& index, const std::string& key, const Key& job) {
+void LiveJobIndex::Erase(Index& index, const std::string& key, const Key& job) {
   auto it = index.find(key);
   if (it == index.end()) return;
   it->second.erase(job);

@@ -1,6 +1,6 @@
-// UnfinishedJobs: the core's unfinished jobs (any state store::IsTerminal is false for), newest
-// first, all of them and by owner and by team, and how many jobs of the core's job map are in
-// each state, finished ones that wait there for an attempt to end included; kept as the map
+// LiveJobIndex: the core's job map indexed. Its unfinished jobs (any state store::IsTerminal is
+// false for), newest first, all of them and by owner and by team, and how many jobs of the map
+// are in each state, finished ones that wait there for an attempt to end included; kept as the map
 // changes (ServerCore::IndexJobLocked; issue 12 item 3). Three readers that would otherwise walk
 // every live job under the core's lock:
 //  * the submit quota (--max-active-jobs-per-account) counts one account's (docs/design-notes.md
@@ -22,7 +22,7 @@
 
 namespace sluice::server {
 
-class UnfinishedJobs {
+class LiveJobIndex {
  public:
   // A job in the job list's order (store::ListedBefore, on the two fields it reads).
   struct Key {

@@ -1,4 +1,4 @@
-#include "server/unfinished_jobs.h"
+#include "server/live_job_index.h"
 
 #include <gtest/gtest.h>
 
@@ -22,15 +22,15 @@ store::JobRecord Job(const std::string& id, const std::string& owner, const std:
   return j;
 }
 
-std::vector<std::string> Listed(const UnfinishedJobs::Ids* ids) {
+std::vector<std::string> Listed(const LiveJobIndex::Ids* ids) {
   if (ids == nullptr) return {};
   std::vector<std::string> out;
   for (const auto& key : *ids) out.emplace_back(key.id);
   return out;
 }
 
-TEST(UnfinishedJobsTest, CountsEachJobOnceUntilItFinishes) {
-  UnfinishedJobs u;
+TEST(LiveJobIndexTest, CountsEachJobOnceUntilItFinishes) {
+  LiveJobIndex u;
   u.Update(Job("j1", "alice"));
   u.Update(Job("j2", "alice"));
   u.Update(Job("j3", "bob"));
@@ -53,8 +53,8 @@ TEST(UnfinishedJobsTest, CountsEachJobOnceUntilItFinishes) {
   EXPECT_EQ(u.size(), 1u);
 }
 
-TEST(UnfinishedJobsTest, AJobNeverKeptIsNoOnesAndAChangedOwnerMovesIt) {
-  UnfinishedJobs u;
+TEST(LiveJobIndexTest, AJobNeverKeptIsNoOnesAndAChangedOwnerMovesIt) {
+  LiveJobIndex u;
   u.Update(Job("ghost", "alice", "", 0, JobState::kCancelled));
   u.Drop("never");
   EXPECT_EQ(u.Of("alice"), 0);
@@ -72,8 +72,8 @@ TEST(UnfinishedJobsTest, AJobNeverKeptIsNoOnesAndAChangedOwnerMovesIt) {
 
 // The map's jobs by state, finished ones that wait in it included, as the sluice_jobs gauge
 // reads them.
-TEST(UnfinishedJobsTest, CountsTheMapsJobsByStateUntilTheyLeaveIt) {
-  UnfinishedJobs u;
+TEST(LiveJobIndexTest, CountsTheMapsJobsByStateUntilTheyLeaveIt) {
+  LiveJobIndex u;
   using Counts = std::map<JobState, int64_t>;
   u.Update(Job("j1", "alice"));
   u.Update(Job("j2", "alice"));
@@ -92,8 +92,8 @@ TEST(UnfinishedJobsTest, CountsTheMapsJobsByStateUntilTheyLeaveIt) {
 
 // Each owner's and each team's unfinished jobs, and all of them, newest first (submission time,
 // then the later id), as the job list reads them.
-TEST(UnfinishedJobsTest, ListsEachOwnersAndEachTeamsUnfinishedJobsNewestFirst) {
-  UnfinishedJobs u;
+TEST(LiveJobIndexTest, ListsEachOwnersAndEachTeamsUnfinishedJobsNewestFirst) {
+  LiveJobIndex u;
   u.Update(Job("j1", "alice", "ml", 100));
   u.Update(Job("j2", "bob", "ml", 300));
   u.Update(Job("j3", "bob", "", 200));
