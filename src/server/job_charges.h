@@ -25,7 +25,7 @@ struct JobCharges {
 };
 
 // Each job's committed charges: read from the store at first use, then kept with the charges
-// the core commits (a read per job was a fifth of the server's time at placement rates).
+// the core commits (a read per job was a fifth of the server's time in a burst of exits).
 class ChargesByJob {
  public:
   explicit ChargesByJob(store::Store* store) : store_(store) {}
