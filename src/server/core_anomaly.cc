@@ -32,7 +32,11 @@ void ServerCore::NoteAnomaliesLocked(Edit& edit) {
     const JobState* js = ViewJobLocked(edit, job_id);
     if (js == nullptr || js->record.attempt_id.empty()) continue;
     const std::string& attempt_id = js->record.attempt_id;
-    if (money_.anomalies_raised.count(attempt_id) || edit.anomalies.count(attempt_id)) continue;
+    if (auto raised = money_.anomalies_raised.find(job_id);
+        raised != money_.anomalies_raised.end() && raised->second == attempt_id) {
+      continue;
+    }
+    if (edit.anomalies.count(job_id)) continue;  // staged for this attempt already
     const store::AttemptRecord* att = ViewAttemptLocked(edit, attempt_id);
     if (att == nullptr) {
       for (const auto& a : edit.batch.attempts) {
@@ -85,7 +89,7 @@ void ServerCore::NoteAnomaliesLocked(Edit& edit) {
                                                 "% over the estimate " + Usd(estimate) +
                                                 " at placement of attempt " +
                                                 std::to_string(att->number) + ": " + why));
-    edit.anomalies.insert(attempt_id);  // applied with the event, once it is committed
+    edit.anomalies[job_id] = attempt_id;  // applied with the event, once it is committed
   }
 }
 

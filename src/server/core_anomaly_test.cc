@@ -77,5 +77,44 @@ TEST_F(AnomalyTest, RestartsAreNamedAsTheCause) {
   EXPECT_EQ(seen[0].find("ran longer"), std::string::npos) << seen[0];
 }
 
+// The anomaly is raised in the commit of the charge that crossed the estimate: a failed commit
+// leaves memory as it was (nothing marked raised, so the next commit raises it), and the mark
+// leaves memory with the job.
+TEST_F(AnomalyTest, AFailedCommitRaisesNothingAndTheMarkLeavesWithTheJob) {
+  const std::string job = Start();
+  const std::string attempt = StartAttempt();
+  Live(40);  // within the tolerance
+  // Only a commit that carries a cost anomaly fails.
+  failing_->fail_if = [](const store::WriteBatch& b) {
+    for (const auto& e : b.events) {
+      if (e.type == "cost-anomaly") return true;
+    }
+    return false;
+  };
+  Live(20);  // the settlements that would raise it fail
+  EXPECT_GT(failing_->failed, 0);
+  const Json before = core_->StateDump();
+  EXPECT_TRUE(before["anomalies_raised"].empty()) << before["anomalies_raised"];
+  EXPECT_FALSE(core_->SettleMeters().ok());
+  EXPECT_EQ(core_->StateDump(), before);
+  EXPECT_TRUE(Anomalies(job).empty());
+
+  failing_->fail_if = nullptr;
+  ASSERT_TRUE(core_->SettleMeters().ok());
+  EXPECT_EQ(Anomalies(job).size(), 1u);
+  EXPECT_EQ(core_->StateDump()["anomalies_raised"], (Json{{job, attempt}}));
+  Live(10);
+  EXPECT_EQ(Anomalies(job).size(), 1u) << "once per attempt";
+
+  // The job ends and leaves memory at the next tick: so does its mark.
+  ASSERT_TRUE(
+      core_->AgentMessage(node_, link_.get(), proto::ToJson(proto::Exited{attempt, 0, 0, ""}))
+          .ok());
+  core_->Tick();
+  const Json after = core_->StateDump();
+  EXPECT_FALSE(after["jobs"].contains(job)) << "retired";
+  EXPECT_TRUE(after["anomalies_raised"].empty()) << after["anomalies_raised"];
+}
+
 }  // namespace
 }  // namespace sluice::server

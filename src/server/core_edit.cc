@@ -123,7 +123,7 @@ void ServerCore::ApplyLocked(Edit& edit) {
   }
   for (const auto& [account, delta] : edit.balance_deltas) money_.balances[account] += delta;
   for (const auto& d : edit.batch.cost_deltas) charges_.NoteCommitted(d);
-  money_.anomalies_raised.insert(edit.anomalies.begin(), edit.anomalies.end());
+  for (const auto& [job, attempt] : edit.anomalies) money_.anomalies_raised[job] = attempt;
   monthly_.NoteRaised(edit.alerts);
   if (!monthly_.empty()) {
     // Each budgeted scope's spend this month, kept with the committed charges.
@@ -310,6 +310,7 @@ Json ServerCore::StateDump() {
                  return meters;
                }()},
               {"balances", money_.balances},
+              {"anomalies_raised", money_.anomalies_raised},
               {"next_order", next_order_}};
 }
 

@@ -50,6 +50,7 @@ void ServerCore::RetireFinishedLocked() {
     if (it == jobs_.end() || !RetirableLocked(id, it->second)) continue;
     finished_.jobs.Add(it->second.record);
     charges_.Forget(id);  // read from the store again if a report asks
+    money_.anomalies_raised.erase(id);
     avoid_.erase(id);
     jobs_.erase(it);
     IndexJobLocked(id);  // it was not queued; this only keeps the index's word

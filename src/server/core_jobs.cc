@@ -108,6 +108,8 @@ Status ServerCore::DeleteJob(const std::string& id) {
       it != jobs_.end() ? it->second.record.workdir_blob : done->workdir_blob;
   checkpoints_.erase(id);
   avoid_.erase(id);
+  charges_.Forget(id);
+  money_.anomalies_raised.erase(id);
   if (it != jobs_.end()) jobs_.erase(it);
   finished_.jobs.Erase(id);
   IndexJobLocked(id);

@@ -86,8 +86,10 @@ struct MoneyState {
   // The jobs in the job map with a max_total_cost (IndexJobLocked keeps it): the budget check
   // looks up the job of an attempt only when its job is here, or its payer or team has a limit.
   std::unordered_set<std::string> budgeted_jobs;
-  // Attempts whose cost anomaly was already raised (NoteAnomaliesLocked): once per attempt.
-  std::set<std::string> anomalies_raised;
+  // Job -> its attempt whose cost anomaly was raised (NoteAnomaliesLocked): once per attempt,
+  // and only a job's current attempt is asked, so a later attempt replaces it. Dropped when the
+  // job leaves memory (retired or deleted), when no anomaly can be raised for it any more.
+  std::map<std::string, std::string> anomalies_raised;
   // StoredBytesLocked's cache: job -> (what it keeps, as a key; bytes). Derived, not state.
   std::map<std::string, std::pair<std::string, int64_t>> stored_bytes;
 };
@@ -179,8 +181,8 @@ struct Edit {
   std::map<std::string, std::map<std::string, int64_t>> avoid;              // cooldowns to add
   std::map<std::string, int64_t> max_log_seq;                               // per attempt
   std::map<std::string, int64_t> log_bytes;                                 // per attempt
-  std::set<std::string> anomalies;  // attempts whose cost anomaly this edit raises
-  std::set<std::string> alerts;     // budget alerts (scope|month|percent) this edit raises
+  std::map<std::string, std::string> anomalies;  // job -> attempt: cost anomalies it raises
+  std::set<std::string> alerts;  // budget alerts (scope|month|percent) this edit raises
   // Meters (issue 14) opened, settled or closed (nullopt: closed, it leaves the open set), and
   // what the edit's ledger transactions add to each account's balance.
   std::map<std::string, std::optional<store::MeterRecord>> meters;
