@@ -8,10 +8,8 @@
 
 namespace sluice::server {
 
-void JobCharges::Add(const store::CostDelta& d) {
-  (d.resource == "storage"    ? storage
-   : d.resource == "transfer" ? transfer
-                              : compute) += d.charged_micros;
+void JobCharges::Add(std::string_view resource, int64_t micros) {
+  (resource == "storage" ? storage : resource == "transfer" ? transfer : compute) += micros;
 }
 
 const JobCharges& ChargesByJob::Of(const std::string& job_id) const {
@@ -28,12 +26,7 @@ const JobCharges& ChargesByJob::Of(const std::string& job_id) const {
     return kUnknown;
   }
   JobCharges c;
-  for (const auto& r : *rows) {
-    store::CostDelta d;
-    d.resource = r.key;
-    d.charged_micros = r.charged_micros;
-    c.Add(d);
-  }
+  for (const auto& r : *rows) c.Add(r.key, r.charged_micros);  // by resource
   return by_job_.emplace(job_id, c).first->second;
 }
 

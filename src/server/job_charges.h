@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "spec/job_spec.h"
 #include "store/ledger_records.h"
@@ -20,8 +21,9 @@ struct JobCharges {
   int64_t compute = 0, transfer = 0, storage = 0;
   // What counts against the job's budget.
   int64_t Budgeted() const { return compute + transfer; }
-  // Adds a cost delta's charge to its kind.
-  void Add(const store::CostDelta& d);
+  // Adds `micros` charged for `resource` ("storage", "transfer", else compute) to its kind.
+  void Add(std::string_view resource, int64_t micros);
+  void Add(const store::CostDelta& d) { Add(d.resource, d.charged_micros); }
 };
 
 // Each job's committed charges: read from the store at first use, then kept with the charges

@@ -13,10 +13,6 @@ namespace {
 constexpr std::array<int, 3> kAlertPercents = {50, 80, 100};
 constexpr std::string_view kAccount = "account:", kTeam = "team:";
 
-bool StartsWith(const std::string& s, std::string_view prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
-
 std::string Usd(int64_t micros) { return ledger::FormatMicros(micros); }
 
 std::string AlertKey(const std::string& scope, const std::string& month, int percent) {
@@ -50,11 +46,11 @@ void MonthlyBudgets::Set(const store::BudgetRecord& budget) {
 std::string MonthlyBudgets::Month() const { return core::Utc(clock_->NowMillis(), "%Y-%m"); }
 
 std::string MonthlyBudgets::Name(const std::string& scope) const {
-  if (StartsWith(scope, kAccount)) {
+  if (scope.starts_with(kAccount)) {
     const std::string name = account_name_ ? account_name_(scope.substr(kAccount.size())) : "";
     if (!name.empty()) return "account " + name;
   }
-  return StartsWith(scope, kTeam) ? "team " + scope.substr(kTeam.size()) : scope;
+  return scope.starts_with(kTeam) ? "team " + scope.substr(kTeam.size()) : scope;
 }
 
 std::vector<std::string> MonthlyBudgets::ScopesOf(const std::string& payer,
@@ -134,7 +130,7 @@ void MonthlyBudgets::NoteCharged(const std::string& payer, const std::string& te
                                  const std::string& day, int64_t net_micros) {
   for (const auto& scope : ScopesOf(payer, team)) {
     auto cached = spent_.find(scope);
-    if (cached != spent_.end() && StartsWith(day, cached->second.first)) {
+    if (cached != spent_.end() && day.starts_with(cached->second.first)) {
       cached->second.second += net_micros;
     }
   }
