@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include "common/json.h"
@@ -337,16 +339,21 @@ TEST(ServerThreadsTest, TheThreadsAreAsManyAsAskedAndZeroIsRefused) {
 
 // `sluice logs -f` against a server that ends a job's stream with a word of why (as it does for a
 // reader too far behind, docs/design-notes.md "Slow peers"): the CLI prints the word, says nothing
-// of a lost server, reconnects, and shows each item once: nothing twice, nothing skipped. The
-// first stream interleaves a line and an event as they were committed; the second replays, as a
-// server does, the events first, then the lines: what was shown is counted per type.
+// of a lost server, and reconnects asking for what came after the last event and line it showed
+// (by their ids). The server answers as a real one: past the cursor, events first, then lines,
+// the oldest line now the log quota's marker (the lines before it were trimmed meanwhile). Each
+// item is shown once: nothing twice, nothing skipped. Counting what was shown per type instead
+// (the CLI before ids) would skip the second event and both new lines here.
 TEST(CliFollowTest, AStreamEndedWithAReasonIsFollowedOnAfterWhatWasShown) {
   std::atomic<int> streams{0};
-  auto line = [](const std::string& text) {
-    return DumpJson(Json{{"type", "log"}, {"stream", "stdout"}, {"text", text}}) + "\n";
+  std::mutex mu;
+  std::vector<std::map<std::string, std::string>> queries;
+  auto line = [](int64_t id, const std::string& text) {
+    return DumpJson(Json{{"type", "log"}, {"id", id}, {"stream", "stdout"}, {"text", text}}) + "\n";
   };
-  auto event = [](const std::string& message) {
-    return DumpJson(Json{{"type", "event"}, {"event", "note"}, {"message", message}}) + "\n";
+  auto event = [](int64_t id, const std::string& message) {
+    return DumpJson(Json{{"type", "event"}, {"id", id}, {"event", "note"}, {"message", message}}) +
+           "\n";
   };
   HttpServerOptions opt;
   HttpServer server(
@@ -356,19 +363,22 @@ TEST(CliFollowTest, AStreamEndedWithAReasonIsFollowedOnAfterWhatWasShown) {
           w->Send({404, "application/json", ErrorBody(Status::NotFound("no " + req.path)), {}});
           return;
         }
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          queries.push_back(req.query);
+        }
         const int n = ++streams;
         ASSERT_TRUE(w->StartStream(200, "application/x-ndjson"));
         if (n == 1) {
-          w->WriteChunk(line("one"));
-          w->WriteChunk(event("first event"));
+          w->WriteChunk(line(10, "one"));
+          w->WriteChunk(event(3, "first event"));
           w->EndStream(DumpJson(Json{{"type", "error"}, {"message", "fell too far behind"}}) +
                        "\n");
           return;
         }
-        w->WriteChunk(event("first event"));
-        w->WriteChunk(event("second event"));
-        w->WriteChunk(line("one"));
-        w->WriteChunk(line("two"));
+        w->WriteChunk(event(4, "second event"));
+        w->WriteChunk(line(15, "[sluice: 12 earlier lines dropped]"));
+        w->WriteChunk(line(16, "two"));
         w->WriteChunk(DumpJson(Json{{"type", "end"}, {"job", {{"state", "succeeded"}}}}) + "\n");
         w->EndStream();
       },
@@ -379,7 +389,7 @@ TEST(CliFollowTest, AStreamEndedWithAReasonIsFollowedOnAfterWhatWasShown) {
                   "http://127.0.0.1:" + std::to_string(server.port()), "--token", "sluice_user_x"},
                  {}, std::chrono::seconds(30));
   server.Stop();
-  EXPECT_EQ(r.out, "one\ntwo\n") << r.err;
+  EXPECT_EQ(r.out, "one\n[sluice: 12 earlier lines dropped]\ntwo\n") << r.err;
   EXPECT_EQ(r.err.find("sluice: first event"), r.err.rfind("sluice: first event")) << r.err;
   EXPECT_NE(r.err.find("sluice: first event"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("sluice: second event"), std::string::npos) << r.err;
@@ -387,6 +397,12 @@ TEST(CliFollowTest, AStreamEndedWithAReasonIsFollowedOnAfterWhatWasShown) {
   EXPECT_EQ(r.err.find("lost the server"), std::string::npos) << r.err;
   EXPECT_EQ(streams.load(), 2);
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(queries.size(), 2u);
+  EXPECT_EQ(queries[0]["after_event"], "0");
+  EXPECT_EQ(queries[0]["after_log"], "0");
+  EXPECT_EQ(queries[1]["after_event"], "3");
+  EXPECT_EQ(queries[1]["after_log"], "10");
 }
 }  // namespace
 }  // namespace sluice::testing

@@ -1,6 +1,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -9,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <sstream>
 #include <thread>
 
@@ -69,55 +69,63 @@ std::string ReadFileOr(const std::string& path, Status* err) {
 }
 
 // Follows a job's stream until it ends: logs to stdout/stderr as the job wrote them, state
-// changes to stderr. Survives a server restart by reconnecting and skipping what it has shown.
+// changes to stderr. Survives a server restart by reconnecting and going on after what it has
+// shown.
 int Follow(ApiClient& api, const std::string& job_id, bool logs_only, bool json) {
-  // Items already shown, by type: a stream replays events and log lines each in the order they
-  // were stored, as it delivers them live, but not interleaved as they arrived live, so what a
-  // new stream repeats is counted per type.
-  std::map<std::string, size_t> seen;
+  // Where the reader stands: the ids of the last event and log line shown (ids are in commit
+  // order, each kind its own). A new stream asks for what came after them, so nothing is shown
+  // twice and nothing skipped, even when the log quota dropped old lines meanwhile, and a long
+  // log is not sent again (docs/api.md "Stream items").
+  int64_t last_event = 0;
+  int64_t last_log = 0;
   Json end;
   int failures = 0;
   while (end.is_null()) {
-    std::map<std::string, size_t> index;
     bool cut = false;  // the server said why it ended this stream
-    Status s = api.Stream(
-        "/v1/jobs/" + job_id + "/stream" + (logs_only ? "?events=0" : ""), [&](const Json& item) {
-          std::string type = item.value("type", "");
-          if (type == "end") {
-            end = item["job"];
-            return false;
-          }
-          if (type == "error") {
-            // The server's word on this connection (say, that it ended the stream of a reader
-            // too far behind), not part of the job's history: not counted among what was shown.
-            std::fprintf(stderr, "sluice: %s\n", item.value("message", "").c_str());
-            cut = true;
-            return true;
-          }
-          if (index[type]++ < seen[type]) return true;
-          ++seen[type];
-          failures = 0;
-          if (json) {
-            std::cout << DumpJson(item) << "\n" << std::flush;
-          } else if (type == "log") {
-            std::string text = item.value("text", "");
-            if (item.value("stream", "") == "stderr") {
-              std::fprintf(stderr, "%s\n", text.c_str());
-            } else {
-              std::fwrite(text.data(), 1, text.size(), stdout);
-              std::fputc('\n', stdout);
-              std::fflush(stdout);
-            }
-          } else if (type == "event") {
-            // `run` already said "submitted"; terminal events are summed up after the stream.
-            std::string ev = item.value("event", "");
-            if (ev != "submitted" && ev != "succeeded" && ev != "failed" && ev != "cancelled" &&
-                ev != "lost") {
-              std::fprintf(stderr, "sluice: %s\n", item.value("message", "").c_str());
-            }
-          }
-          return true;
-        });
+    const std::string path =
+        "/v1/jobs/" + job_id + "/stream?after_event=" + std::to_string(last_event) +
+        "&after_log=" + std::to_string(last_log) + (logs_only ? "&events=0" : "");
+    Status s = api.Stream(path, [&](const Json& item) {
+      std::string type = item.value("type", "");
+      if (type == "end") {
+        end = item["job"];
+        return false;
+      }
+      if (type == "error") {
+        // The server's word on this connection (say, that it ended the stream of a reader
+        // too far behind), not part of the job's history.
+        std::fprintf(stderr, "sluice: %s\n", item.value("message", "").c_str());
+        cut = true;
+        return true;
+      }
+      if (type == "log" || type == "event") {
+        int64_t& last = type == "log" ? last_log : last_event;
+        const int64_t id = item.value("id", int64_t{0});
+        if (id != 0 && id <= last) return true;  // shown already
+        last = std::max(last, id);
+      }
+      failures = 0;
+      if (json) {
+        std::cout << DumpJson(item) << "\n" << std::flush;
+      } else if (type == "log") {
+        std::string text = item.value("text", "");
+        if (item.value("stream", "") == "stderr") {
+          std::fprintf(stderr, "%s\n", text.c_str());
+        } else {
+          std::fwrite(text.data(), 1, text.size(), stdout);
+          std::fputc('\n', stdout);
+          std::fflush(stdout);
+        }
+      } else if (type == "event") {
+        // `run` already said "submitted"; terminal events are summed up after the stream.
+        std::string ev = item.value("event", "");
+        if (ev != "submitted" && ev != "succeeded" && ev != "failed" && ev != "cancelled" &&
+            ev != "lost") {
+          std::fprintf(stderr, "sluice: %s\n", item.value("message", "").c_str());
+        }
+      }
+      return true;
+    });
     if (!end.is_null()) break;
     if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kUnauthenticated ||
         s.code() == StatusCode::kPermissionDenied) {

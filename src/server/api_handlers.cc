@@ -325,8 +325,14 @@ constexpr const char* kBehind =
 
 HttpResponse Api::Stream(const HttpRequest& req, const std::string& id,
                          const std::shared_ptr<ResponseWriter>& w, bool* streaming) {
-  // Fail fast with a normal error response for an unknown job.
+  // Fail fast with a normal error response for an unknown job or a bad cursor.
   if (!core_->GetJob(id).ok()) return ErrorResponse(Status::NotFound("no job " + id));
+  // A reader resuming (the CLI after a lost connection) gets only what came after the last
+  // event and log line it got, by their ids (docs/api.md "Stream items").
+  auto after_event = QueryInt(req, "after_event", 0, 0, INT64_MAX);
+  if (!after_event.ok()) return ErrorResponse(after_event.status());
+  auto after_log = QueryInt(req, "after_log", 0, 0, INT64_MAX);
+  if (!after_log.ok()) return ErrorResponse(after_log.status());
   if (!w->StartStream(200, "application/x-ndjson")) return HttpResponse{};
   *streaming = true;
   auto closed = std::make_shared<std::atomic<bool>>(false);
@@ -352,7 +358,7 @@ HttpResponse Api::Stream(const HttpRequest& req, const std::string& id,
     return true;
   };
   auto sub = core_->Subscribe(id, QueryFlag(req, "events", true), QueryFlag(req, "logs", true),
-                              std::move(sink));
+                              std::move(sink), StreamCursor{*after_event, *after_log});
   if (!sub.ok()) {
     w->WriteChunk(DumpJson(Json{{"type", "error"}, {"message", sub.status().message()}}) + "\n");
     w->EndStream();

@@ -264,6 +264,48 @@ TEST(ApiLimitsTest, AStreamReaderTooFarBehindIsToldWhyAndTheStreamEnds) {
   EXPECT_LT(next, 1001);  // not all: the rest was not buffered
 }
 
+// A reader resumes after the last log line it got (by its id, as `sluice logs -f` does after a
+// stream ended early): the new stream starts at the next line, not at the first. A cursor that
+// is not a non-negative integer is refused, naming it.
+TEST(ApiLimitsTest, AStreamResumesAfterTheLastIdItsReaderGot) {
+  World w;
+  w.Build();
+  if (::testing::Test::HasFatalFailure()) return;
+  const std::string attempt = w.link1_->Last("assign", "attempt_id");
+  std::vector<proto::LogEntry> lines;
+  for (int64_t seq = 1; seq <= 20; ++seq)
+    lines.push_back({seq, "stdout", 0, "line " + std::to_string(seq)});
+  ASSERT_TRUE(
+      w.core_->AgentMessage(w.node1_, w.link1_.get(), proto::LogMessage(attempt, lines)).ok());
+  auto stored = w.store_->ReadLogs(w.job_, 0, 100);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 20u);
+  const int64_t after = (*stored)[4].id;  // "line 5"
+
+  sluice::testing::RawSocket raw(w.http_->port());
+  ASSERT_TRUE(raw.connected());
+  ASSERT_TRUE(raw.Write(
+      "GET /v1/jobs/" + w.job_ + "/stream?events=0&after_log=" + std::to_string(after) +
+      " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + w.secret_[testing::kOwner] + "\r\n\r\n"));
+  const std::string got = raw.Read(std::chrono::seconds(30), "\"line 20\"");
+  ASSERT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got.substr(0, 200);
+  const std::string text = "\"text\":\"line ";
+  std::vector<int> seen;
+  for (size_t at = got.find(text); at != std::string::npos; at = got.find(text, at + 1)) {
+    seen.push_back(std::atoi(got.c_str() + at + text.size()));
+  }
+  std::vector<int> want;
+  for (int i = 6; i <= 20; ++i) want.push_back(i);
+  EXPECT_EQ(seen, want);
+
+  for (const char* bad : {"after_log=-1", "after_event=x", "after_log=1.5"}) {
+    auto r = w.Call(testing::kOwner, "GET", "/v1/jobs/" + w.job_ + "/stream?" + bad, "");
+    EXPECT_EQ(r.status, 400) << bad;
+    const std::string field = std::string(bad).substr(0, std::string(bad).find('='));
+    EXPECT_NE(r.body.find("`" + field + "`"), std::string::npos) << r.body;
+  }
+}
+
 TEST(ApiLimitsTest, UnreferencedUploadsAreCollectedAfterTheGrace) {
   World w;
   w.Build();

@@ -19,7 +19,7 @@ Result<std::vector<st::LogLine>> ServerCore::ReadLogs(const std::string& job_id,
 }
 
 Result<uint64_t> ServerCore::Subscribe(const std::string& job_id, bool events, bool logs,
-                                       StreamSink sink) {
+                                       StreamSink sink, StreamCursor from) {
   {
     std::lock_guard<TimedMutex> lock(mu_);
     SLUICE_ASSIGN_OR_RETURN(auto job, JobRecordLocked(job_id));
@@ -32,7 +32,7 @@ Result<uint64_t> ServerCore::Subscribe(const std::string& job_id, bool events, b
   // caught up when the store has no row past it, and follows live from there: no gap, no
   // duplicate. Rows committed during a round are read in the next; after kStreamReplayRounds the
   // rest (what the last round let in) is read under the lock.
-  StreamCursor cursor;
+  StreamCursor cursor = from;
   for (int round = 1;; ++round) {
     SLUICE_RETURN_IF_ERROR(ReplayStored(*store_, job_id, events, logs, cursor, sink));
     std::lock_guard<TimedMutex> lock(mu_);

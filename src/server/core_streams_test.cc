@@ -118,5 +118,75 @@ TEST_F(CoreStreamsTest, AReplayThatNeverCatchesUpFinishesUnderTheLockAndMissesNo
   EXPECT_EQ(got, want);  // each line once, in order
 }
 
+// A reader that lost its connection resumes after the last ids it got (the CLI does,
+// docs/api.md "Stream items"): live items carry the ids the store gave them, the same a replay
+// gives, and a stream from them holds only what came after, live items included.
+TEST_F(CoreStreamsTest, LiveItemsCarryTheStoresIdsAndAReaderResumesAfterThem) {
+  StartJob();
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(Log(1, "one").ok());
+  std::vector<Json> first;
+  auto sub = core_->Subscribe(job_, true, true, [&](const Json& item) {
+    first.push_back(item);
+    return true;
+  });
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  ASSERT_TRUE(Log(2, "two").ok());  // live
+  ASSERT_TRUE(Log(3, "three").ok());
+  core_->Unsubscribe(*sub);  // the connection is lost
+  ASSERT_TRUE(Log(4, "four").ok());
+
+  // What the reader got, by kind, with ids as the store holds them.
+  StreamCursor cursor;
+  std::vector<std::string> texts;
+  for (const auto& item : first) {
+    const std::string type = item.value("type", "");
+    const int64_t id = item.value("id", int64_t{0});
+    ASSERT_GT(id, 0) << item.dump();
+    if (type == "log") {
+      EXPECT_GT(id, cursor.log);
+      cursor.log = id;
+      texts.push_back(item.value("text", ""));
+    } else if (type == "event") {
+      EXPECT_GT(id, cursor.event);
+      cursor.event = id;
+    }
+  }
+  EXPECT_EQ(texts, (std::vector<std::string>{"one", "two", "three"}));
+  auto stored = store_->ReadLogs(job_, 0, 10);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 4u);
+  EXPECT_EQ((*stored)[2].id, cursor.log);  // "three", delivered live
+  auto events = store_->ReadEvents(job_, 0, 100);
+  ASSERT_TRUE(events.ok());
+  ASSERT_FALSE(events->empty());
+  EXPECT_EQ(events->back().id, cursor.event);
+
+  // Resumed: only "four" is replayed, then "five" live, then the exit's events and the end.
+  std::vector<Json> resumed;
+  auto again = core_->Subscribe(
+      job_, true, true,
+      [&](const Json& item) {
+        resumed.push_back(item);
+        return true;
+      },
+      cursor);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(Log(5, "five").ok());
+  ASSERT_TRUE(
+      core_->AgentMessage(node_, link_.get(), proto::ToJson(proto::Exited{att_, 0, 0, ""})).ok());
+  std::vector<std::string> more;
+  for (const auto& item : resumed) {
+    const std::string type = item.value("type", "");
+    if (type == "log") more.push_back(item.value("text", ""));
+    if (type == "event") {
+      EXPECT_GT(item.value("id", int64_t{0}), cursor.event) << item.dump();
+    }
+  }
+  EXPECT_EQ(more, (std::vector<std::string>{"four", "five"}));
+  ASSERT_FALSE(resumed.empty());
+  EXPECT_EQ(resumed.back()["type"], "end");
+}
+
 }  // namespace
 }  // namespace sluice::server

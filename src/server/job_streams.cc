@@ -75,7 +75,8 @@ void JobFollowers::Publish(const store::WriteBatch& batch) {
     }
     if (f.logs) {
       for (const auto& line : batch.logs) {
-        if (line.job_id == f.job_id && alive) alive = f.sink(LogToJson(line));
+        // id 0: the store already held the line (a resend), so its readers had it.
+        if (line.job_id == f.job_id && line.id != 0 && alive) alive = f.sink(LogToJson(line));
       }
     }
     for (const auto& job : batch.jobs) {

@@ -39,8 +39,9 @@ class JobFollowers {
   uint64_t Follow(const std::string& job_id, bool events, bool logs, StreamSink sink);
   void Drop(uint64_t id) { followers_.erase(id); }
   // Delivers what a committed batch changed to the readers of its jobs: events, then log lines,
-  // in the batch's order; a job that ended gets its end item and loses its readers. A reader
-  // whose sink refuses an item is dropped.
+  // in the batch's order, with the ids the store gave them (Store::Write), so a reader can
+  // resume after the last it got; a job that ended gets its end item and loses its readers. A
+  // reader whose sink refuses an item is dropped.
   void Publish(const store::WriteBatch& batch);
   // A liveness probe (a null item) to every reader, so readers of a job that never ends are
   // dropped once they go away.

@@ -23,8 +23,11 @@ store::JobEvent Event(const std::string& job, const std::string& type) {
   return e;
 }
 
-store::LogLine Line(const std::string& job, int64_t seq) {
+// A line as a committed batch holds it: `id` as the store set it (Store::Write; 0: it already
+// held the line). The store sets its own over this one.
+store::LogLine Line(const std::string& job, int64_t seq, int64_t id = -1) {
   store::LogLine l;
+  l.id = id < 0 ? 100 + seq : id;
   l.job_id = job;
   l.attempt_id = job + "-att";
   l.seq = seq;
@@ -63,11 +66,16 @@ TEST(JobFollowersTest, EachReaderGetsItsJobsItemsOfTheKindsItAskedForUntilTheEnd
 
   store::WriteBatch b;
   b.events = {Event("job-1", "started"), Event("job-2", "placed")};
-  b.logs = {Line("job-1", 1), Line("job-1", 2)};
+  b.events[0].id = 7;
+  // The second line is one the store already held (a resend): its readers had it.
+  b.logs = {Line("job-1", 1), Line("job-1", 1, 0), Line("job-1", 2)};
   followers.Publish(b);
   EXPECT_EQ(both.Types(), (std::vector<std::string>{"event", "log", "log"}));
   EXPECT_EQ(both.got[0].value("event", ""), "started");
+  EXPECT_EQ(both.got[0].value("id", int64_t{0}), 7);  // the store's ids: a reader resumes after
+  EXPECT_EQ(both.got[1].value("id", int64_t{0}), 101);
   EXPECT_EQ(both.got[2].value("text", ""), "line 2");
+  EXPECT_EQ(both.got[2].value("id", int64_t{0}), 102);
   EXPECT_EQ(events_only.Types(), (std::vector<std::string>{"event"}));
   EXPECT_EQ(logs_only.Types(), (std::vector<std::string>{"log", "log"}));
   EXPECT_EQ(other_job.Types(), (std::vector<std::string>{"event"}));
@@ -125,7 +133,7 @@ class ReplayStoredTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(*s);
   }
-  void Write(const store::WriteBatch& b) { ASSERT_TRUE(store_->Write(b).ok()); }
+  void Write(store::WriteBatch& b) { ASSERT_TRUE(store_->Write(b).ok()); }
   store::testing::ScratchDir dir_;
   std::unique_ptr<store::Store> store_;
 };
@@ -150,7 +158,8 @@ TEST_F(ReplayStoredTest, ReplaysPageByPagePastTheCursorAndResumesFromIt) {
   EXPECT_FALSE(*StoredPast(*store_, "job-1", true, true, cursor));
 
   // More commits: the store is past the cursor, and a replay from it reads only those.
-  Write(store::WriteBatch{.logs = {Line("job-1", 2'501)}});
+  store::WriteBatch more_lines{.logs = {Line("job-1", 2'501)}};
+  Write(more_lines);
   EXPECT_TRUE(*StoredPast(*store_, "job-1", false, true, cursor));
   EXPECT_FALSE(*StoredPast(*store_, "job-1", true, false, cursor));  // no new event
   Reader more;

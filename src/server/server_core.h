@@ -127,11 +127,12 @@ class ServerCore {
   Result<std::vector<store::LogLine>> ReadLogs(const std::string& job_id, int64_t after_id,
                                                int limit);
 
-  // Replays the job's stored events and/or logs, then delivers new ones live until the job
-  // ends, when an {"type":"end"} item is sent and the subscription closes. The replay runs
-  // without the core's lock; `sink` is called from the caller's thread until Subscribe returns,
-  // then from whichever thread commits.
-  Result<uint64_t> Subscribe(const std::string& job_id, bool events, bool logs, StreamSink sink);
+  // Replays the job's stored events and/or logs past `from` (a reader resuming after the ids it
+  // got), then delivers new ones live until the job ends, when an {"type":"end"} item is sent
+  // and the subscription closes. The replay runs without the core's lock; `sink` is called from
+  // the caller's thread until Subscribe returns, then from whichever thread commits.
+  Result<uint64_t> Subscribe(const std::string& job_id, bool events, bool logs, StreamSink sink,
+                             StreamCursor from = {});
   // Replay rounds without the lock before the rest is read under it (core_streams.cc).
   static constexpr int kStreamReplayRounds = 8;
   void Unsubscribe(uint64_t id);

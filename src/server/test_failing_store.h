@@ -19,7 +19,8 @@ class FailingStore : public store::Store {
   int writes = 0;  // writes let through so far
   // Called before every write, failed or not: a test's slow disk (advancing a FakeClock).
   std::function<void(const store::WriteBatch&)> on_write;
-  Status Write(const store::WriteBatch& b) override {
+  using store::Store::Write;  // the overload for a temporary batch
+  Status Write(store::WriteBatch& b) override {
     if (on_write) on_write(b);
     if (fail || (fail_if && fail_if(b))) {
       ++failed;

@@ -293,9 +293,9 @@ struct WriteBatch {
   std::vector<NodeRecord> nodes{};        // upsert by id
   std::vector<JobRecord> jobs{};          // upsert by id
   std::vector<AttemptRecord> attempts{};  // upsert by id
-  std::vector<JobEvent> events{};         // appended; `id` ignored
-  std::vector<LogLine> logs{};            // appended unless (attempt_id, seq) exists; `id` ignored
-  std::vector<CatalogFile> catalogs{};    // upsert by provider
+  std::vector<JobEvent> events{};         // appended; `id` set by Store::Write
+  std::vector<LogLine> logs{};  // appended unless (attempt_id, seq) exists; `id` set by Write
+  std::vector<CatalogFile> catalogs{};                  // upsert by provider
   std::vector<CheckpointRecord> checkpoints{};          // upsert by (job_id, manifest)
   std::vector<CheckpointRecord> dropped_checkpoints{};  // deleted by (job_id, manifest)
   // Jobs deleted with everything they own: attempts, events, logs, checkpoints. Applied first.

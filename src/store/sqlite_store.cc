@@ -358,13 +358,14 @@ Result<JobEvent> ReadEvent(const Query& q) {
 class SqliteStore final : public Store {
  public:
   explicit SqliteStore(sqlite3* db) : db_(db) {}
+  using Store::Write;  // the overload for a temporary batch
   ~SqliteStore() override {
     checkpointer_.reset();  // its hook is on db_
     for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
     sqlite3_close(db_);
   }
 
-  Status Write(const WriteBatch& batch) override {
+  Status Write(WriteBatch& batch) override {
     if (batch.empty()) return Status::Ok();
     std::lock_guard<std::mutex> lock(mu_);
     // IMMEDIATE takes the write lock up front, so a busy database fails here (and waits
@@ -373,10 +374,15 @@ class SqliteStore final : public Store {
       failed_commits_.fetch_add(1, std::memory_order_relaxed);  // refused before it began
       return Error(db_, rc, "begin");
     }
-    Status st = WriteLocked(batch);
+    AppendedIds ids;
+    Status st = WriteLocked(batch, ids);
     if (st.ok()) {
       int rc = sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
       if (rc != SQLITE_OK) st = Error(db_, rc, "commit");
+    }
+    if (st.ok()) {  // the ids are the batch's only once they are committed
+      for (size_t i = 0; i < ids.events.size(); ++i) batch.events[i].id = ids.events[i];
+      for (size_t i = 0; i < ids.logs.size(); ++i) batch.logs[i].id = ids.logs[i];
     }
     if (!st.ok() && !sqlite3_get_autocommit(db_)) {
       // Still inside the transaction: undo it so nothing of the batch is visible.
@@ -741,7 +747,12 @@ class SqliteStore final : public Store {
   }
 
   // Requires mu_ and an open transaction.
-  Status WriteLocked(const WriteBatch& b) {
+  // The row ids WriteLocked's appends got, in the batch's order (0: a log line already held).
+  struct AppendedIds {
+    std::vector<int64_t> events;
+    std::vector<int64_t> logs;
+  };
+  Status WriteLocked(const WriteBatch& b, AppendedIds& ids) {
     for (const std::string& job : b.deleted_jobs) {
       for (const char* sql : kDeleteJobRows) {
         SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(sql));
@@ -845,6 +856,7 @@ class SqliteStore final : public Store {
       Query q(db_, s);
       q.Text(e.job_id).Int(e.ts_ms).Text(e.type).Text(e.message);
       SLUICE_RETURN_IF_ERROR(q.Run("write event for " + e.job_id));
+      ids.events.push_back(sqlite3_last_insert_rowid(db_));
     }
     for (const LogTrim& t : b.log_trims) {
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kTrimLogs));
@@ -857,6 +869,7 @@ class SqliteStore final : public Store {
       Query q(db_, s);
       q.Text(l.job_id).Text(l.attempt_id).Int(l.seq).Text(l.stream).Int(l.ts_ms).Text(l.text);
       SLUICE_RETURN_IF_ERROR(q.Run("write log line for " + l.attempt_id));
+      ids.logs.push_back(sqlite3_changes(db_) > 0 ? sqlite3_last_insert_rowid(db_) : 0);
     }
     for (const CatalogFile& c : b.catalogs) {
       SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(kUpsertCatalog));

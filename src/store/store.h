@@ -28,8 +28,13 @@ class Store {
  public:
   virtual ~Store() = default;
 
-  // Applies the whole batch in one transaction, or nothing.
-  virtual Status Write(const WriteBatch& batch) = 0;
+  // Applies the whole batch in one transaction, or nothing. Once it is committed, sets the `id`
+  // of each event and log line the batch appended (a log line the store already held, by its
+  // attempt and seq, is left at 0): live stream readers get the ids a replay would give, and
+  // resume after them (docs/design-notes.md "Job streams"). A failed write changes no id.
+  virtual Status Write(WriteBatch& batch) = 0;
+  // The same for a batch nobody reads afterwards (its ids go with it).
+  Status Write(WriteBatch&& batch) { return Write(batch); }
 
   // Proves the database accepts writes (a write transaction that changes nothing), so a
   // read-only file is reported at start rather than at the first real write.

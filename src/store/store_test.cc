@@ -348,6 +348,9 @@ TEST_F(SqliteStoreTest, FailedBatchLeavesNothingBehind) {
   EXPECT_TRUE(store_->ReadEvents("job-1", 0, 10)->empty());
   EXPECT_TRUE(store_->ReadLogs("job-1", 0, 10)->empty());
   EXPECT_EQ(*store_->MaxLogSeq("att-1"), 0);
+  // The rows were inserted before the failure, and rolled back: the batch keeps no id of them.
+  EXPECT_EQ(b.events[0].id, 0);
+  EXPECT_EQ(b.logs[0].id, 0);
 
   // A state outside the enum is caught by the schema's CHECK, also rolling back the batch.
   WriteBatch bad_state;
@@ -361,7 +364,11 @@ TEST_F(SqliteStoreTest, FailedBatchLeavesNothingBehind) {
   ASSERT_TRUE(store_->Write(b).ok());
   EXPECT_EQ(store_->LoadJobs()->size(), 1u);
   EXPECT_EQ(store_->AttemptsForJob("job-1")->size(), 1u);
-  EXPECT_EQ(store_->ReadLogs("job-1", 0, 10)->size(), 1u);
+  ASSERT_EQ(store_->ReadLogs("job-1", 0, 10)->size(), 1u);
+  // Committed: the batch holds the ids a reader of the store sees.
+  EXPECT_EQ(b.events[0].id, (*store_->ReadEvents("job-1", 0, 10))[0].id);
+  EXPECT_EQ(b.logs[0].id, (*store_->ReadLogs("job-1", 0, 10))[0].id);
+  EXPECT_GT(b.logs[0].id, 0);
 }
 
 TEST_F(SqliteStoreTest, LogsDedupOnAttemptAndSeqAndPage) {
@@ -373,6 +380,11 @@ TEST_F(SqliteStoreTest, LogsDedupOnAttemptAndSeqAndPage) {
   WriteBatch resend;
   for (int seq = 3; seq <= 7; ++seq) resend.logs.push_back(Log("job-1", "att-1", seq, "b"));
   ASSERT_TRUE(store_->Write(resend).ok());
+  // The lines it already held get no id (nothing was appended); the new ones theirs, in order.
+  EXPECT_EQ(resend.logs[0].id, 0);
+  EXPECT_EQ(resend.logs[2].id, 0);
+  EXPECT_GT(resend.logs[3].id, first.logs.back().id);
+  EXPECT_EQ(resend.logs[4].id, resend.logs[3].id + 1);
 
   EXPECT_EQ(*store_->MaxLogSeq("att-1"), 7);
   EXPECT_EQ(*store_->MaxLogSeq("att-9"), 1);
@@ -394,6 +406,8 @@ TEST_F(SqliteStoreTest, LogsDedupOnAttemptAndSeqAndPage) {
   }
   EXPECT_EQ(page_sizes, (std::vector<size_t>{3, 3, 1}));
   ASSERT_EQ(all.size(), 7u);
+  EXPECT_EQ(all[4].id, first.logs[4].id);
+  EXPECT_EQ(all[6].id, resend.logs[4].id);
   for (int i = 0; i < 7; ++i) {
     EXPECT_EQ(all[i].seq, i + 1);
     EXPECT_EQ(all[i].job_id, "job-1");
