@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sqlite3.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +25,8 @@
 #include "common/text.h"
 #include "harness.h"
 #include "net/http_server.h"
+#include "store/migrations.h"
+#include "store/store.h"
 
 namespace sluice::testing {
 namespace {
@@ -334,6 +337,38 @@ TEST_F(RobustnessTest, TheServerReturnsFreedPagesFromJemallocsBackgroundThread) 
   }
   EXPECT_GT(background_threads(), 0) << "no jemalloc_bg_thd thread in the server";
 #endif
+}
+
+// An older database is upgraded in place when the server starts, and the server says so: each
+// step as it begins (one may index a large table, and a silent start looks hung) and the version
+// it ended at. A database already current starts without a word of it.
+TEST(ServerUpgradeTest, AnOlderDatabaseIsUpgradedAtStartAndTheServerSaysSo) {
+  Cluster cluster;
+  const int current = store::CurrentSchemaVersion();
+  fs::create_directories(cluster.server_data_dir());
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((cluster.server_data_dir() + "/sluice.db").c_str(), &db), SQLITE_OK);
+    const Status made = store::Migrate(db, current - 2);
+    sqlite3_close(db);
+    ASSERT_TRUE(made.ok()) << made.ToString();
+  }
+  cluster.StartServer();
+  std::string log = cluster.ServerLog();
+  EXPECT_NE(log.find("from schema v" + std::to_string(current - 2) + ","), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("  v" + std::to_string(current - 1) + ": "), std::string::npos) << log;
+  EXPECT_NE(log.find("  v" + std::to_string(current) + ": "), std::string::npos) << log;
+  EXPECT_NE(log.find("is at schema v" + std::to_string(current) + " (upgraded in"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(cluster.Cli({"jobs"}).exit_code, 0);
+
+  cluster.KillServer(SIGTERM);
+  cluster.StartServer();  // the same file, now current: nothing to say
+  log = cluster.ServerLog();
+  EXPECT_EQ(log.find("upgrading"), log.rfind("upgrading")) << log;
+  EXPECT_EQ(cluster.Cli({"jobs"}).exit_code, 0);
 }
 
 // `--threads` sets how many network threads serve the connections and `--api-threads` how many

@@ -6,11 +6,13 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <string_view>
 
 #include "audit/tls_identity.h"
 #include "common/atomic_file.h"
@@ -23,6 +25,7 @@
 #include "server/upload_gc.h"
 #include "server/webhook.h"
 #include "store/blob_store.h"
+#include "store/sqlite_store.h"
 #include "store/store.h"
 
 namespace sluice::server {
@@ -141,10 +144,32 @@ int RunServer(const ServerOptions& opt) {
     return tls_identity.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
 
-  auto store = store::OpenSqliteStore(opt.data_dir + "/sluice.db");
+  // An older database is upgraded in place at open; a step may index a large table, so the
+  // start says what it does and how long it took rather than sitting silent.
+  const std::string db_path = opt.data_dir + "/sluice.db";
+  store::SqliteStoreOptions store_options;
+  int upgraded_to = 0;
+  const auto opened = std::chrono::steady_clock::now();
+  store_options.on_upgrade_step = [&](int version, std::string_view what, int from_version) {
+    if (upgraded_to == 0) {
+      std::fprintf(stderr,
+                   "sluice server: upgrading %s from schema v%d, a step at a time (a large "
+                   "database takes a while; a stop resumes at the next start)\n",
+                   db_path.c_str(), from_version);
+    }
+    std::fprintf(stderr, "sluice server:   v%d: %.*s\n", version, static_cast<int>(what.size()),
+                 what.data());
+    upgraded_to = version;
+  };
+  auto store = store::OpenSqliteStore(db_path, store_options);
   if (!store.ok()) {
     std::fprintf(stderr, "sluice server: %s\n", store.status().ToString().c_str());
     return 1;
+  }
+  if (upgraded_to != 0) {
+    std::fprintf(stderr, "sluice server: %s is at schema v%d (upgraded in %.1f s)\n",
+                 db_path.c_str(), upgraded_to,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - opened).count());
   }
   store::BlobStore blobs(opt.data_dir + "/blobs");
   // A read-only disk must stop the server now, not at the first write after "listening".

@@ -508,7 +508,8 @@ Result<int> ReadSchemaVersion(sqlite3* db) {
 
 namespace {
 
-Status MigrateSteps(sqlite3* db, int target_version) {
+Status MigrateSteps(sqlite3* db, int target_version, const MigrationStepHook& before_step) {
+  int from_version = -1;  // as first read: 0 for a new file, whose steps are not announced
   for (;;) {
     // BEGIN IMMEDIATE takes the write lock before reading the version, so two processes opening
     // the same new file cannot both apply step 1.
@@ -523,7 +524,10 @@ Status MigrateSteps(sqlite3* db, int target_version) {
       SLUICE_ASSIGN_OR_RETURN(int version, ReadSchemaVersion(db));
       if (version > CurrentSchemaVersion()) return NewerThanBuild(version);
       if (version >= target_version) return false;
-      SLUICE_RETURN_IF_ERROR(ApplyStep(db, Migrations()[version]));  // steps are 1-based, dense
+      if (from_version < 0) from_version = version;
+      const Migration& step = Migrations()[version];  // steps are 1-based, dense
+      if (from_version > 0 && before_step) before_step(step, from_version);
+      SLUICE_RETURN_IF_ERROR(ApplyStep(db, step));
       SLUICE_RETURN_IF_ERROR(CheckForeignKeys(db, version + 1));
       return true;
     }();
@@ -538,7 +542,7 @@ Status MigrateSteps(sqlite3* db, int target_version) {
 
 }  // namespace
 
-Status Migrate(sqlite3* db, int target_version) {
+Status Migrate(sqlite3* db, int target_version, const MigrationStepHook& before_step) {
   if (target_version < 0 || target_version > CurrentSchemaVersion()) {
     return Status::InvalidArgument("no schema version " + std::to_string(target_version));
   }
@@ -554,7 +558,7 @@ Status Migrate(sqlite3* db, int target_version) {
     sqlite3_finalize(stmt);
   }
   SLUICE_RETURN_IF_ERROR(Exec(db, "PRAGMA foreign_keys = OFF", "foreign keys off"));
-  Status st = MigrateSteps(db, target_version);
+  Status st = MigrateSteps(db, target_version, before_step);
   if (foreign_keys != 0) {
     Status on = Exec(db, "PRAGMA foreign_keys = ON", "foreign keys on");
     if (st.ok()) st = on;

@@ -6,6 +6,7 @@
 
 #include <sqlite3.h>
 
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -29,7 +30,10 @@ Result<int> ReadSchemaVersion(sqlite3* db);
 // FailedPrecondition when the database is already newer than CurrentSchemaVersion(), naming both
 // versions. Safe against a second process migrating the same file at the same time: the version
 // is re-read under the write lock before each step. Tests pass a smaller target to build an old
-// database.
-Status Migrate(sqlite3* db, int target_version);
+// database. `before_step` (if set) is told of each step of an existing database's upgrade before
+// it runs, not of the steps that lay out a new file: a step may rebuild a table or index a large
+// one, and whoever opens the file can say why the start takes a while.
+using MigrationStepHook = std::function<void(const Migration& step, int from_version)>;
+Status Migrate(sqlite3* db, int target_version, const MigrationStepHook& before_step = {});
 
 }  // namespace sluice::store

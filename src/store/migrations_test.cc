@@ -4,6 +4,8 @@
 #include <sqlite3.h>
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "store/sqlite_job_queries.h"
 #include "store/sqlite_store.h"
@@ -212,6 +214,38 @@ TEST(MigrationsTest, VersionFifteenPagesFinishedJobsFromAnIndexWithoutASort) {
     EXPECT_NE(plan.find(c.index), std::string::npos) << c.sql << "\n" << plan;
     EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << c.sql << "\n" << plan;
   }
+}
+
+// An existing database's upgrade is announced a step at a time, before each runs (the server
+// prints them: a step may index a large table); a new file's layout is not.
+TEST(MigrationsTest, AnUpgradeTellsOfEachStepBeforeItRunsAndANewFileTellsNothing) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/db";
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(Migrate(raw.get(), CurrentSchemaVersion() - 2).ok());
+  }
+  std::vector<std::string> told;
+  SqliteStoreOptions options;
+  options.on_upgrade_step = [&](int version, std::string_view description, int from_version) {
+    RawDb raw(path);  // before the step: the file is still at the version before it
+    told.push_back(std::to_string(from_version) + ">" + std::to_string(version) + " " +
+                   std::string(description) + " at " +
+                   std::to_string(raw.Count("SELECT max(version) FROM schema_version")));
+  };
+  ASSERT_TRUE(OpenSqliteStore(path, options).ok());
+  const int v = CurrentSchemaVersion();
+  const auto& steps = Migrations();
+  EXPECT_EQ(told, (std::vector<std::string>{
+                      std::to_string(v - 2) + ">" + std::to_string(v - 1) + " " +
+                          std::string(steps[v - 2].description) + " at " + std::to_string(v - 2),
+                      std::to_string(v - 2) + ">" + std::to_string(v) + " " +
+                          std::string(steps[v - 1].description) + " at " + std::to_string(v - 1)}));
+  told.clear();
+  ASSERT_TRUE(OpenSqliteStore(path, options).ok());  // already current
+  EXPECT_TRUE(told.empty());
+  ASSERT_TRUE(OpenSqliteStore(dir.path() + "/new.db", options).ok());
+  EXPECT_TRUE(told.empty());
 }
 
 TEST(MigrationsTest, NewerDatabaseIsRefusedNamingBothVersions) {

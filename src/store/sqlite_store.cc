@@ -976,7 +976,13 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
   if (rc = sqlite3_exec(db, pragmas, nullptr, nullptr, nullptr); rc != SQLITE_OK) {
     return Error(db, rc, "open " + path + ": pragmas");
   }
-  SLUICE_RETURN_IF_ERROR(Migrate(db, CurrentSchemaVersion()));
+  MigrationStepHook before_step;
+  if (options.on_upgrade_step) {
+    before_step = [&](const Migration& step, int from_version) {
+      options.on_upgrade_step(step.version, step.description, from_version);
+    };
+  }
+  SLUICE_RETURN_IF_ERROR(Migrate(db, CurrentSchemaVersion(), before_step));
   if (path != ":memory:") {  // a second connection to :memory: would be another database
     sqlite3* reader = nullptr;
     rc =

@@ -10,8 +10,10 @@
 // Thread safety: one connection guarded by a mutex; every method may be called from any thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "store/store.h"
@@ -26,6 +28,11 @@ struct SqliteStoreOptions {
   // WAL checkpoints on a thread of their own instead of inside the commit that crosses 1,000
   // pages (store/wal_checkpointer.h). Files only; :memory: has no WAL.
   bool background_checkpoints = true;
+  // Told of each schema step an existing file is upgraded by, before it runs: the version it
+  // brings, its description, the file's version before the upgrade (store/migrations.h). A new
+  // file's layout is not told. The server prints them: a step may index a large table.
+  std::function<void(int version, std::string_view description, int from_version)>
+      on_upgrade_step{};
 };
 
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
