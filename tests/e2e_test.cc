@@ -227,6 +227,41 @@ run: |
   EXPECT_EQ(cluster_.Cli({"logs", id}).out, "started\nfinished\n");
 }
 
+// `sluice logs -f` follows a job across its server killed and started again: it says it lost the
+// server, reconnects to the restarted one and goes on after the last event and line it showed
+// (by their ids, which the store keeps), so each line shows once, the one printed while the
+// server was down included.
+TEST_F(E2ETest, AFollowerGoesOnAcrossAServerRestartShowingEachLineOnce) {
+  cluster_.StartAgent("a1", {"--no-sandbox"});  // the marker is outside the job's work dir
+  const std::string marker = cluster_.dir() + "/go";
+  const std::string spec = Spec("follow", "name: follow\nenv: {MARKER: " + marker + R"(}
+run: |
+  echo one
+  echo two
+  while [ ! -f "$MARKER" ]; do sleep 0.05; done
+  echo three
+)");
+  const std::string id = JobId(cluster_.Cli({"run", spec, "--detach"}));
+  ASSERT_TRUE(Contains(id, "job-")) << id;
+  Daemon follower({SluiceBinary(), "logs", id, "-f"},
+                  {{"SLUICE_SERVER", cluster_.url()}, {"SLUICE_TOKEN", cluster_.admin_token()}},
+                  cluster_.dir() + "/follow.log");
+  ASSERT_TRUE(WaitUntil([&] { return Contains(follower.Log(), "two\n"); })) << follower.Log();
+  cluster_.KillServer(SIGKILL);
+  std::ofstream(marker) << "go";  // the job prints its last line and ends while no server runs
+  cluster_.StartServer();
+  ASSERT_EQ(follower.Wait(std::chrono::seconds(60)), 0) << follower.Log();
+  const std::string log = follower.Log();
+  EXPECT_TRUE(Contains(log, "reconnecting")) << log;
+  for (const char* line : {"one\n", "two\n", "three\n"}) {
+    const size_t at = log.find(line);
+    EXPECT_NE(at, std::string::npos) << line << " missing in\n" << log;
+    EXPECT_EQ(at, log.rfind(line)) << line << " shown twice in\n" << log;
+  }
+  EXPECT_LT(log.find("two\n"), log.find("three\n")) << log;
+  EXPECT_TRUE(Contains(log, "succeeded")) << log;
+}
+
 // What the supervisors of an agent's attempts logged, for a failure message.
 std::string SupervisorLogs(const std::string& agent_dir) {
   std::string out;
