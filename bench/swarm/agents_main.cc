@@ -25,6 +25,7 @@
 #include "../flags.h"
 #include "agents_control.h"
 #include "agents_engine.h"
+#include "common/agent_protocol.h"
 #include "common/json.h"
 
 namespace {
@@ -61,7 +62,13 @@ std::vector<sluice::swarm::AgentSpec> LoadAgents(const std::string& path) {
       sluice::bench::Die(kProgram, where + ": expected {\"i\":" + std::to_string(specs.size()) +
                                        ",\"hello\":{...},\"report\":{...}}");
     }
-    sluice::Json hello = j["hello"];
+    // Read as the server reads a hello and written as the agent writes one (common/
+    // agent_protocol): a hello the server would refuse stops the run here, naming its line, and
+    // every connection sends the protocol's own encoding. The node id and the attempts it runs
+    // change as the run goes, so Engine::Hello adds them to these members.
+    auto typed = sluice::proto::HelloFromJson(j["hello"]);
+    if (!typed.ok()) sluice::bench::Die(kProgram, where + ": hello: " + typed.status().message());
+    sluice::Json hello = sluice::proto::ToJson(*typed);
     for (const char* k : {"type", "node_id", "attempts"}) hello.erase(k);
     specs.push_back(
         {static_cast<int>(specs.size()), MembersText(hello), sluice::DumpJson(j["report"])});
