@@ -19,7 +19,6 @@
 #include <map>
 #include <mutex>
 #include <random>
-#include <thread>
 
 #include "common/json.h"
 #include "common/text.h"
@@ -34,6 +33,16 @@ namespace {
 namespace fs = std::filesystem;
 
 int PortOf(const std::string& url) { return std::stoi(url.substr(url.rfind(':') + 1)); }
+
+// How many of process `pid`'s threads have a name starting with `prefix` (/proc's `comm`).
+int ThreadsNamed(pid_t pid, const std::string& prefix) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    if (ReadAll(task.path() / "comm").rfind(prefix, 0) == 0) ++n;
+  }
+  return n;
+}
 
 int ConnectTo(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -321,21 +330,10 @@ TEST_F(RobustnessTest, TheServerReturnsFreedPagesFromJemallocsBackgroundThread) 
                   "their own allocator)";
 #else
   const pid_t pid = cluster_.server()->pid();
-  auto background_threads = [&] {
-    int n = 0;
-    std::error_code ec;
-    for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-      if (ReadAll(task.path() / "comm").rfind("jemalloc_bg_thd", 0) == 0) ++n;
-    }
-    return n;
-  };
   // jemalloc starts the thread at its first allocation after the options are read; the server
   // has answered requests by now, but the thread may still be on its way.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (background_threads() == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_GT(background_threads(), 0) << "no jemalloc_bg_thd thread in the server";
+  EXPECT_TRUE(WaitUntil([&] { return ThreadsNamed(pid, "jemalloc_bg_thd") > 0; }))
+      << "no jemalloc_bg_thd thread in the server";
 #endif
 }
 
@@ -383,13 +381,8 @@ TEST(ServerThreadsTest, TheThreadsAreAsManyAsAskedAndZeroIsRefused) {
   // Counted until they are all there: the server answers as soon as its first thread runs, and
   // on a loaded machine (the sanitizer run) the others may not be named yet.
   WaitUntil([&] {
-    io = api = 0;
-    std::error_code ec;
-    for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-      std::string comm = ReadAll(task.path() / "comm");
-      if (comm.rfind("sluice-io", 0) == 0) ++io;
-      if (comm.rfind("sluice-api", 0) == 0) ++api;
-    }
+    io = ThreadsNamed(pid, "sluice-io");
+    api = ThreadsNamed(pid, "sluice-api");
     return io >= 3 && api >= 4;
   });
   EXPECT_EQ(io, 3);
