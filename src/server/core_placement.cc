@@ -68,7 +68,7 @@ class GroupRun final : public sched::JobRun {
 }  // namespace
 
 Status ServerCore::ScheduleLocked() {
-  schedule_due_ = false;
+  scheduler_.due = false;
   Status s = PlaceLocked();
   // A failed pass is tried again by the next tick, whatever caused it.
   schedule_again_ = !s.ok();
@@ -76,15 +76,15 @@ Status ServerCore::ScheduleLocked() {
 }
 
 Status ServerCore::RequestScheduleLocked() {
-  if (!scheduler_.joinable()) return ScheduleLocked();
-  schedule_due_ = true;
-  scheduler_wake_.notify_one();
+  if (!scheduler_.thread.joinable()) return ScheduleLocked();
+  scheduler_.due = true;
+  scheduler_.wake.notify_one();
   return Status::Ok();
 }
 
 Status ServerCore::ScheduleNewJobLocked(const std::string& job_id) {
   if (schedule_again_) return ScheduleLocked();
-  if (schedule_due_) return Status::Ok();  // the thread's pass, due already, will place it
+  if (scheduler_.due) return Status::Ok();  // the thread's pass, due already, will place it
   Status s = PlaceLocked(&job_id);
   if (!s.ok()) schedule_again_ = true;
   return s;
@@ -92,8 +92,8 @@ Status ServerCore::ScheduleNewJobLocked(const std::string& job_id) {
 
 void ServerCore::StartScheduler() {
   std::lock_guard<TimedMutex> lock(mu_);
-  if (scheduler_.joinable()) return;
-  scheduler_ = std::thread([this] {
+  if (scheduler_.thread.joinable()) return;
+  scheduler_.thread = std::thread([this] {
     NameThisThread("sluice-sched");
     SchedulerLoop();
   });
@@ -102,8 +102,8 @@ void ServerCore::StartScheduler() {
 void ServerCore::SchedulerLoop() {
   std::unique_lock<TimedMutex> lock(mu_);
   while (true) {
-    scheduler_wake_.wait(lock, [this] { return schedule_due_ || scheduler_stop_; });
-    if (scheduler_stop_) return;
+    scheduler_.wake.wait(lock, [this] { return scheduler_.due || scheduler_.stop; });
+    if (scheduler_.stop) return;
     mu_.HoldingFor(kHeldForPlacement);
     auto started = std::chrono::steady_clock::now();
     if (Status s = ScheduleLocked(); !s.ok()) DegradedLocked("schedule", "a scheduling pass", s);
@@ -112,9 +112,9 @@ void ServerCore::SchedulerLoop() {
     // never hold the lock more than about half the time. A pacing of throughput, not a timeout
     // of any logic: nothing is decided by how long this takes.
     auto took = std::chrono::steady_clock::now() - started;
-    scheduler_wake_.wait_for(
+    scheduler_.wake.wait_for(
         lock, std::max<std::chrono::steady_clock::duration>(took, std::chrono::milliseconds(1)),
-        [this] { return scheduler_stop_; });
+        [this] { return scheduler_.stop; });
   }
 }
 

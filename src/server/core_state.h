@@ -5,12 +5,14 @@
 // but VerificationQueue, which reads and sets a node's verification flags for the core.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -154,7 +156,7 @@ struct SearchState {
   // incremental passes (TickState), so a submit's own pass never falls back to every node.
   bool full_due = false;
   // Each shape's offers in order of estimate, kept between passes: a submit's own pass walks its
-  // x
+  // shape's ranking from the best estimate instead of reading every node (sched/shape_rankings.h).
   sched::ShapeRankings rankings;
 };
 // A placement pass's queue, kept between passes for their capacity (ServerCore::PlaceLocked): a
@@ -164,6 +166,13 @@ struct PassBuffers {
   std::vector<const sched::JobRequest*> queue;
   std::vector<std::shared_ptr<const sched::JobRequest>> copies;  // not cached in a job
   std::vector<int> tails;  // per position: its group's entry in the pass's tails, or -1
+};
+// The scheduler thread (ServerCore::StartScheduler) and what wakes it; guarded by the core's lock.
+struct SchedulerThread {
+  bool due = false;                  // a pass is due
+  bool stop = false;                 // the thread is to stop
+  std::condition_variable_any wake;  // waits with the core's lock, a TimedMutex
+  std::thread thread;
 };
 // A state change computed from the live state and not yet applied (issue 12 item 1;
 // docs/design-notes.md "Commit, then apply"; LevelDB's VersionEdit is the model): the store

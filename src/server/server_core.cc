@@ -38,10 +38,10 @@ ServerCore::~ServerCore() {
   if (inbox_thread_.joinable()) inbox_thread_.join();
   {
     std::lock_guard<TimedMutex> lock(mu_);
-    scheduler_stop_ = true;
+    scheduler_.stop = true;
   }
-  scheduler_wake_.notify_all();
-  if (scheduler_.joinable()) scheduler_.join();
+  scheduler_.wake.notify_all();
+  if (scheduler_.thread.joinable()) scheduler_.thread.join();
 }
 
 Status ServerCore::Load() {

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -21,7 +20,6 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -397,8 +395,8 @@ class ServerCore {
   bool TickState();
   // Places the queued jobs (`only`: just that one), committing the placements as one edit.
   Status PlaceLocked(const std::string* only = nullptr);
-  // What placement reads of a job, built once and kept while it does not change.
-  // The same, built afresh; `spent`: what the job was charged so far (for its budget).
+  // What placement reads of a job: built afresh (`spent`: what the job was charged so far, for
+  // its budget), or kept while the job does not change.
   sched::JobRequest MakeRequestLocked(const std::string& id, const JobState& js,
                                       int64_t spent) const;
   std::shared_ptr<const sched::JobRequest> RequestLocked(const std::string& id,
@@ -497,7 +495,6 @@ class ServerCore {
   // `held`: the attempt's log bytes as an edit already stages them (else the live count).
   Result<int64_t> EnforceLogQuotaLocked(const store::AttemptRecord& att, store::WriteBatch& batch,
                                         std::optional<int64_t> staged = std::nullopt);
-  // Tells the agent to stop `att` for `cause`; the exit that follows ends it as preempted.
   // For interruptible-then-on-demand jobs: the reason to fall back to on-demand capacity now
   // (after N preemptions or T without interruptible capacity), or "" when not (yet).
   std::string FallbackReasonLocked(const JobState& js) const;
@@ -591,11 +588,7 @@ class ServerCore {
   VerificationQueue verification_;                    // whose conformance suites run now
   std::map<std::string, int64_t> degraded_;           // DegradedLocked: failures by kind
   bool schedule_again_ = false;                       // the last scheduling pass failed
-  // The scheduler thread (StartScheduler): a pass is due; the thread is to stop.
-  bool schedule_due_ = false;
-  bool scheduler_stop_ = false;
-  std::condition_variable_any scheduler_wake_;  // waits with mu_, a TimedMutex
-  std::thread scheduler_;
+  core_state::SchedulerThread scheduler_;             // StartScheduler's (core_state.h)
   AgentInbox inbox_;
   std::thread inbox_thread_;
   std::atomic<bool> inbox_running_{false};  // inbox_thread_ runs: io threads read this, not it
