@@ -20,6 +20,7 @@
 #include "server/server_core.h"
 #include "server/test_fleet.h"
 #include "spec/job_spec.h"
+#include "store/sqlite_store.h"
 #include "store/store.h"
 #include "timing.h"
 
@@ -41,7 +42,8 @@ struct CoreWorld {
   std::unique_ptr<server::ServerCore> core;
   std::vector<std::string> nodes;
   std::vector<std::shared_ptr<server::testing::RecordingLink>> links;
-  std::vector<RoundTimes> rounds;  // kept by TickThroughRound (or a bench's own baseline)
+  std::vector<RoundTimes> rounds;           // kept by TickThroughRound (or a bench's own baseline)
+  store::SqliteStoreOptions store_options;  // how Open opens the store
 
   CoreWorld() = default;
   CoreWorld(const CoreWorld&) = delete;
@@ -58,7 +60,7 @@ struct CoreWorld {
     program_ = program;
     dir = std::filesystem::temp_directory_path() / (std::string(program) + "-" + RandomHex(6));
     std::filesystem::create_directories(dir);
-    auto st = store::OpenSqliteStore((dir / "sluice.db").string());
+    auto st = store::OpenSqliteStore((dir / "sluice.db").string(), store_options);
     if (!st.ok()) Fail("store: " + st.status().ToString());
     store = std::move(*st);
     core = std::make_unique<server::ServerCore>(store.get(), &clock, options);

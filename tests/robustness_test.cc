@@ -369,6 +369,31 @@ TEST(ServerUpgradeTest, AnOlderDatabaseIsUpgradedAtStartAndTheServerSaysSo) {
   EXPECT_EQ(cluster.Cli({"jobs"}).exit_code, 0);
 }
 
+// The store's WAL written both ways (store/wal_write_batching.h; `--no-wal-batching`: SQLite's
+// own writes) is one database: what each committed survives a kill -9 and reads back through the
+// other. (That a commit's bytes are in the file when it returns, the window a kill could hit, is
+// shown deterministically by WalWriteBatchingTest, which copies the files right after COMMIT.)
+TEST(ServerWalBatchingTest, WhatEitherWayCommittedSurvivesAKillAndTheOtherReadsIt) {
+  Cluster cluster;
+  const std::string alice = cluster.dir() + "/alice.token";
+  auto balance = [&] {
+    return RunCommand({SluiceBinary(), "account", "balance"},
+                      {{"SLUICE_SERVER", cluster.url()}, {"SLUICE_TOKEN_FILE", alice}});
+  };
+  cluster.StartServer({"--no-wal-batching"});
+  ASSERT_EQ(cluster.Cli({"account", "create", "alice", "--out", alice}).exit_code, 0);
+  ASSERT_EQ(cluster.Cli({"account", "credit", "alice", "2.50"}).exit_code, 0);
+  cluster.KillServer(SIGKILL);
+  cluster.StartServer();  // batching, the default
+  CommandResult b = balance();
+  EXPECT_NE(b.out.find("balance $2.50"), std::string::npos) << b.out << b.err;
+  ASSERT_EQ(cluster.Cli({"account", "credit", "alice", "1"}).exit_code, 0);
+  cluster.KillServer(SIGKILL);
+  cluster.StartServer({"--no-wal-batching"});
+  b = balance();
+  EXPECT_NE(b.out.find("balance $3.50"), std::string::npos) << b.out << b.err;
+}
+
 // `--threads` sets how many network threads serve the connections and `--api-threads` how many
 // run the API's handlers (issue 12 item 3); a number out of range is refused with the flag
 // named, before anything starts.

@@ -25,8 +25,13 @@
 // for the per-account quota on unfinished jobs (--max-active-jobs-per-account) as a tenant's
 // submit does; without it they are the admin's, exempt from it, as before.
 //
+// With `--wal-batching 0` both worlds' stores write each WAL frame as SQLite does (two writes)
+// instead of a commit's frames together (store/wal_write_batching.h): runs with 0 and 1,
+// alternating, compare the two. Either way the WAL writes SQLite asked for and those that reached
+// the files are printed per placement and per submit.
+//
 //   bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] [--rounds K]
-//                   [--submits M] [--shapes H] [--batch B] [--as-user 1]
+//                   [--submits M] [--shapes H] [--batch B] [--as-user 1] [--wal-batching 0|1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +42,7 @@
 #include "../flags.h"
 #include "server/server_core.h"
 #include "server/test_fleet.h"
+#include "store/wal_write_batching.h"
 
 using sluice::Json;
 using sluice::server::CoreOptions;
@@ -57,6 +63,17 @@ sluice::spec::JobSpec Spec(size_t k = 0, size_t shapes = 1) {
   return s;
 }
 
+// WAL writes SQLite asked for, and those that reached the files (store/wal_write_batching.h
+// counts them; with --wal-batching 0 its VFS is not used and both stay 0).
+struct WalWrites {
+  long long asked = 0, written = 0;
+  void Add(const sluice::store::sqlite::WalBatchCounts& before,
+           const sluice::store::sqlite::WalBatchCounts& after) {
+    asked += after.asked - before.asked;
+    written += after.written - before.written;
+  }
+};
+
 // One core with its fleet: node i's agent is links[i].
 struct World : sluice::bench::CoreWorld {
   std::vector<std::string> running;  // node i's running attempt
@@ -70,6 +87,7 @@ struct World : sluice::bench::CoreWorld {
   int64_t rechecked_nodes = 0;  // the nodes incremental passes searched again
   double submit_seconds = 0;    // timed, submits into the full fleet
   size_t submitted = 0;
+  WalWrites release_wal, submit_wal;  // WAL writes asked for and made, timed placements / submits
 
   // The attempt the core last assigned to node i, started as its agent would (queued behind
   // the node's other messages when the core holds them: --batch).
@@ -92,7 +110,8 @@ struct World : sluice::bench::CoreWorld {
   void Handle() { core->HandleWaitingAgentMessages(); }
 };
 
-void Build(World& w, size_t nodes, size_t queued, size_t shapes, bool hold) {
+void Build(World& w, size_t nodes, size_t queued, size_t shapes, bool hold, bool wal_batching) {
+  w.store_options.wal_write_batching = wal_batching;
   CoreOptions options;
   options.hold_agent_messages = hold;  // --batch: messages wait for World::Handle
   // The quota is checked (--as-user), never reached: the user's submits all queue.
@@ -118,12 +137,14 @@ void Submit(World& w, size_t count, size_t shapes, bool as_user) {
   sluice::server::SubmitOptions o;
   o.exempt_from_quota = !as_user;  // the admin's are
   if (as_user) o.owner = "bench-user";
+  const auto wal_before = sluice::store::sqlite::WalBatchCountsSoFar();
   auto start = Clock::now();
   for (size_t k = 0; k < count; ++k, ++w.submitted, ++w.queued) {
     auto job = w.core->SubmitJob(Spec(k, shapes), "", o);
     if (!job.ok()) Die(w.name + ": submit: " + job.status().ToString());
   }
   w.submit_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  w.submit_wal.Add(wal_before, sluice::store::sqlite::WalBatchCountsSoFar());
 }
 
 // `count` placements: node after node, its job exits and the next queued one takes its place;
@@ -131,6 +152,7 @@ void Submit(World& w, size_t count, size_t shapes, bool as_user) {
 void Release(World& w, size_t& next, size_t count, size_t batch) {
   const sluice::store::StoreCounters before = w.store->Counters();
   const auto passes_before = w.core->PlacementPasses();
+  const auto wal_before = sluice::store::sqlite::WalBatchCountsSoFar();
   auto start = Clock::now();
   size_t done = 0;
   while (done < count && w.queued > 0) {
@@ -149,6 +171,7 @@ void Release(World& w, size_t& next, size_t count, size_t batch) {
     w.placed += n;
   }
   w.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  w.release_wal.Add(wal_before, sluice::store::sqlite::WalBatchCountsSoFar());
   const sluice::store::StoreCounters after = w.store->Counters();
   w.commits += after.commits - before.commits;
   w.pages += after.pages_written - before.pages_written;
@@ -166,12 +189,13 @@ int main(int argc, char** argv) {
   if (sluice::bench::WantsHelp(argc, argv)) {
     std::printf(
         "usage: bench_placement [--nodes N] [--queued Q] [--shallow S] [--releases R] "
-        "[--rounds K] [--submits M] [--shapes H] [--batch B] [--as-user 1]\n"
+        "[--rounds K] [--submits M] [--shapes H] [--batch B] [--as-user 1] [--wal-batching 0|1]\n"
         "  placements/s of the server core with Q jobs queued behind N full nodes, against "
         "the same with S queued (the baseline); the jobs are of H shapes (default 1); B jobs "
         "exit "
         "together (default 1); --as-user 1: the timed submits are a user's (quota checked), "
-        "not the admin's\n");
+        "not the admin's; --wal-batching 0: WAL frames written as SQLite does, two writes each "
+        "(default 1: a commit's frames together)\n");
     return 0;
   }
   const size_t nodes = FlagValue(argc, argv, "--nodes", 2000);
@@ -183,6 +207,7 @@ int main(int argc, char** argv) {
   const size_t shapes = std::max<size_t>(1, FlagValue(argc, argv, "--shapes", 1));
   const size_t batch = std::max<size_t>(1, FlagValue(argc, argv, "--batch", 1));
   const bool as_user = FlagValue(argc, argv, "--as-user", 0) != 0;
+  const bool wal_batching = FlagValue(argc, argv, "--wal-batching", 1) != 0;
   if (nodes == 0 || releases == 0 || rounds == 0)
     Die("--nodes, --releases and --rounds must be > 0");
   if (releases * rounds > shallow) Die("--shallow must be at least --releases × --rounds");
@@ -191,8 +216,10 @@ int main(int argc, char** argv) {
   base.name = "queue of " + std::to_string(shallow);
   deep.name = "queue of " + std::to_string(queued);
   auto setup = Clock::now();
-  Build(base, nodes, shallow, shapes, batch > 1);
-  Build(deep, nodes, queued, shapes, batch > 1);
+  Build(base, nodes, shallow, shapes, batch > 1, wal_batching);
+  Build(deep, nodes, queued, shapes, batch > 1, wal_batching);
+  std::printf("WAL writes %s\n", wal_batching ? "batched per commit (store/wal_write_batching.h)"
+                                              : "as SQLite makes them (--wal-batching 0)");
   std::printf("set up %zu nodes and %zu + %zu jobs of %zu shapes in %.1f s\n", nodes,
               nodes + shallow, nodes + queued, shapes,
               std::chrono::duration<double>(Clock::now() - setup).count());
@@ -219,6 +246,17 @@ int main(int argc, char** argv) {
         w->name.c_str(), static_cast<long long>(w->full_passes),
         static_cast<long long>(w->incremental_passes),
         static_cast<double>(w->rechecked_nodes) / placed);
+    if (wal_batching) {
+      std::printf(
+          "%-20s %8.1f WAL writes asked for and %.2f made per placement; %.1f and %.2f "
+          "per submit\n",
+          w->name.c_str(), static_cast<double>(w->release_wal.asked) / placed,
+          static_cast<double>(w->release_wal.written) / placed,
+          static_cast<double>(w->submit_wal.asked) /
+              static_cast<double>(std::max<size_t>(w->submitted, 1)),
+          static_cast<double>(w->submit_wal.written) /
+              static_cast<double>(std::max<size_t>(w->submitted, 1)));
+    }
   }
   const double base_submits = static_cast<double>(base.submitted) / base.submit_seconds;
   const double deep_submits = static_cast<double>(deep.submitted) / deep.submit_seconds;

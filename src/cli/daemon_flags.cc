@@ -193,6 +193,11 @@ class ServerGroup final : public CommandGroup {
                      "(0: no cap)")
         ->check(CLI::Range(0, 10000000))
         ->capture_default_str();
+    server->add_flag(
+        "!--no-wal-batching", sopt.wal_write_batching,
+        "Write each WAL frame of the database as SQLite does, in two writes, instead of "
+        "a commit's frames in a few large ones (for comparison, or a filesystem that "
+        "misbehaves with it)");
     server->callback([this] { rc = server::RunServer(sopt); });
   }
 

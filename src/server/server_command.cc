@@ -148,6 +148,7 @@ int RunServer(const ServerOptions& opt) {
   // start says what it does and how long it took rather than sitting silent.
   const std::string db_path = opt.data_dir + "/sluice.db";
   store::SqliteStoreOptions store_options;
+  store_options.wal_write_batching = opt.wal_write_batching;
   int upgraded_to = 0;
   const auto opened = std::chrono::steady_clock::now();
   store_options.on_upgrade_step = [&](int version, std::string_view what, int from_version) {

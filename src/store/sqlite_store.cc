@@ -23,6 +23,7 @@
 #include "store/sqlite_query.h"
 #include "store/superseded_records.h"
 #include "store/wal_checkpointer.h"
+#include "store/wal_write_batching.h"
 
 namespace sluice::store {
 namespace {
@@ -944,8 +945,9 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
                                                const SqliteStoreOptions& options) {
   sqlite3* db = nullptr;
   // NOMUTEX: the store's own mutex already serializes every use of the connection.
-  int rc = sqlite3_open_v2(
-      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           options.wal_write_batching ? sqlite::WalBatchingVfs() : nullptr);
   if (rc != SQLITE_OK) {
     Status st = Status::Unavailable("sqlite store: open " + path + ": " +
                                     (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));

@@ -28,6 +28,9 @@ struct SqliteStoreOptions {
   // WAL checkpoints on a thread of their own instead of inside the commit that crosses 1,000
   // pages (store/wal_checkpointer.h). Files only; :memory: has no WAL.
   bool background_checkpoints = true;
+  // A commit's WAL frames go to the file in a few large writes instead of two small ones per
+  // frame (store/wal_write_batching.h). Off: SQLite's own writes, for comparison.
+  bool wal_write_batching = true;
   // Told of each schema step an existing file is upgraded by, before it runs: the version it
   // brings, its description, the file's version before the upgrade (store/migrations.h). A new
   // file's layout is not told. The server prints them: a step may index a large table.

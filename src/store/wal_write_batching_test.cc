@@ -1,0 +1,184 @@
+#include "store/wal_write_batching.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <string>
+
+#include "store/store_test_util.h"
+
+namespace sluice::store::sqlite {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A WAL database opened through the batching VFS (as the store's writer is), with a second
+// connection through SQLite's default VFS to read what other connections see.
+class WalWriteBatchingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.path() + "/db.sqlite";
+    db_ = Open(path_, WalBatchingVfs());
+    Exec(db_, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;");
+    Exec(db_, "PRAGMA wal_autocheckpoint = 0;");  // frames stay in the WAL: copies must hold them
+    Exec(db_, "CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB NOT NULL);");
+  }
+  void TearDown() override {
+    SetWalBatchWriteFaultForTest({});
+    sqlite3_close(db_);
+  }
+
+  static sqlite3* Open(const std::string& path, const char* vfs) {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, vfs),
+              SQLITE_OK);
+    return db;
+  }
+  static int Run(sqlite3* db, const std::string& sql) {
+    return sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr);
+  }
+  static void Exec(sqlite3* db, const std::string& sql) {
+    ASSERT_EQ(Run(db, sql), SQLITE_OK) << sql << ": " << sqlite3_errmsg(db);
+  }
+  static long long Count(sqlite3* db, const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    long long n = -1;
+    if (sqlite3_step(stmt) == SQLITE_ROW) n = sqlite3_column_int64(stmt, 0);
+    sqlite3_finalize(stmt);
+    return n;
+  }
+  static std::string IntegrityCheck(sqlite3* db) {
+    sqlite3_stmt* stmt = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &stmt, nullptr), SQLITE_OK);
+    std::string out;
+    if (sqlite3_step(stmt) == SQLITE_ROW) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+    return out;
+  }
+  // `rows` rows of 2 KiB from id `from`, in one transaction: about one page each.
+  static std::string InsertSql(int from, int rows) {
+    return "WITH RECURSIVE n(i) AS (SELECT " + std::to_string(from) + " UNION ALL SELECT i + 1 " +
+           "FROM n WHERE i < " + std::to_string(from + rows - 1) +
+           ") INSERT INTO t SELECT i, randomblob(2048) FROM n;";
+  }
+  // The database and its WAL as they are on disk now, copied while the writer holds them open,
+  // as a kill -9 would leave them; opened through SQLite's default VFS (recovery from the WAL).
+  sqlite3* OpenCopyOfFiles() {
+    const std::string copy = dir_.path() + "/copy-" + std::to_string(++copies_) + ".sqlite";
+    fs::copy_file(path_, copy);
+    fs::copy_file(path_ + "-wal", copy + "-wal");
+    return Open(copy, nullptr);
+  }
+
+  testing::ScratchDir dir_;
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  int copies_ = 0;
+};
+
+TEST_F(WalWriteBatchingTest, ACommitsFramesReachTheFileInFewWritesBeforeItReturns) {
+  const WalBatchCounts before = WalBatchCountsSoFar();
+  Exec(db_, "BEGIN; " + InsertSql(1, 600) + " COMMIT;");
+  const WalBatchCounts after = WalBatchCountsSoFar();
+  const long long asked = after.asked - before.asked, written = after.written - before.written;
+  // Two writes a frame asked for (over 600 pages), one per 120 KiB (29 frames) reached the file.
+  EXPECT_GT(asked, 1200);
+  EXPECT_GE(written, 600 / 29);
+  EXPECT_LE(written, asked / 50) << asked << " asked, " << written << " written";
+
+  EXPECT_TRUE(WalBatchingLinkedForTest(db_));  // its wal-index calls flush the WAL's buffer
+  // Every committed byte is in the files when COMMIT returns: a copy taken now, with the writer
+  // still open and nothing closed or synced, holds every row.
+  sqlite3* copy = OpenCopyOfFiles();
+  EXPECT_EQ(Count(copy, "SELECT count(*) FROM t"), 600);
+  EXPECT_EQ(IntegrityCheck(copy), "ok");
+  sqlite3_close(copy);
+  // And another connection sees them at once.
+  sqlite3* other = Open(path_, nullptr);
+  EXPECT_EQ(Count(other, "SELECT count(*) FROM t"), 600);
+  sqlite3_close(other);
+}
+
+TEST_F(WalWriteBatchingTest, SmallCommitsEachReachTheFileAtTheirCommit) {
+  for (int i = 1; i <= 20; ++i) {
+    Exec(db_, "INSERT INTO t VALUES (" + std::to_string(i) + ", randomblob(100));");
+    sqlite3* copy = OpenCopyOfFiles();
+    EXPECT_EQ(Count(copy, "SELECT count(*) FROM t"), i) << "after commit " << i;
+    sqlite3_close(copy);
+  }
+}
+
+TEST_F(WalWriteBatchingTest, AFailedWriteFailsTheCommitAndLeavesTheDatabaseAsItWas) {
+  Exec(db_, "BEGIN; " + InsertSql(1, 50) + " COMMIT;");
+  int faults = 0;
+  SetWalBatchWriteFaultForTest([&] {
+    ++faults;
+    return false;
+  });
+  // A commit that fits in the buffer (its failure is the commit frame's write) and one that
+  // fills it (the failure comes from a write before the commit's last frame).
+  for (int rows : {3, 50}) {
+    const int rc = Run(db_, "BEGIN; " + InsertSql(51, rows) + " COMMIT;");
+    EXPECT_EQ(rc & 0xff, SQLITE_IOERR) << rows << " rows: " << sqlite3_errmsg(db_);
+    EXPECT_GT(faults, 0);
+    Run(db_, "ROLLBACK;");  // if the failed COMMIT left the transaction open
+    faults = 0;
+    EXPECT_EQ(Count(db_, "SELECT count(*) FROM t"), 50);
+  }
+  SetWalBatchWriteFaultForTest({});
+
+  EXPECT_EQ(Count(db_, "SELECT count(*) FROM t"), 50);
+  sqlite3* other = Open(path_, nullptr);
+  EXPECT_EQ(Count(other, "SELECT count(*) FROM t"), 50);
+  sqlite3_close(other);
+  // The next commit goes through and overwrites the failed one's frames.
+  Exec(db_, "BEGIN; " + InsertSql(51, 50) + " COMMIT;");
+  sqlite3* copy = OpenCopyOfFiles();
+  EXPECT_EQ(Count(copy, "SELECT count(*) FROM t"), 100);
+  EXPECT_EQ(IntegrityCheck(copy), "ok");
+  sqlite3_close(copy);
+  EXPECT_EQ(IntegrityCheck(db_), "ok");
+}
+
+// A transaction larger than the page cache spills frames to the WAL before its commit; it reads
+// them back (through the buffer's flush) and may still roll them back.
+TEST_F(WalWriteBatchingTest, SpilledFramesAreReadBackAndARollbackLeavesNoTrace) {
+  Exec(db_, "PRAGMA cache_size = 10;");
+  Exec(db_, "BEGIN; " + InsertSql(1, 400) + ";");
+  EXPECT_EQ(Count(db_, "SELECT count(*) FROM t WHERE length(v) = 2048"), 400);
+  Exec(db_, "ROLLBACK;");
+  EXPECT_EQ(Count(db_, "SELECT count(*) FROM t"), 0);
+
+  Exec(db_, "BEGIN; " + InsertSql(1, 300) + " UPDATE t SET v = zeroblob(10) WHERE id % 2 = 0;");
+  EXPECT_EQ(Count(db_, "SELECT count(*) FROM t WHERE length(v) = 10"), 150);
+  Exec(db_, "COMMIT;");
+  sqlite3* copy = OpenCopyOfFiles();
+  EXPECT_EQ(Count(copy, "SELECT count(*) FROM t"), 300);
+  EXPECT_EQ(Count(copy, "SELECT count(*) FROM t WHERE length(v) = 10"), 150);
+  EXPECT_EQ(IntegrityCheck(copy), "ok");
+  sqlite3_close(copy);
+}
+
+// After a checkpoint the writer starts the WAL over from its first frame: those writes go
+// backwards in the file, and each commit is still whole on disk when it returns.
+TEST_F(WalWriteBatchingTest, TheWalStartedOverAfterACheckpointHoldsEachCommit) {
+  Exec(db_, "BEGIN; " + InsertSql(1, 200) + " COMMIT;");
+  Exec(db_, "PRAGMA wal_checkpoint(TRUNCATE);");
+  for (int round = 0; round < 3; ++round) {
+    Exec(db_, "BEGIN; " + InsertSql(201 + round * 100, 100) + " COMMIT;");
+    Exec(db_, "PRAGMA wal_checkpoint(PASSIVE);");
+  }
+  Exec(db_, "INSERT INTO t VALUES (1000, randomblob(10));");
+  sqlite3* copy = OpenCopyOfFiles();
+  EXPECT_EQ(Count(copy, "SELECT count(*) FROM t"), 501);
+  EXPECT_EQ(IntegrityCheck(copy), "ok");
+  sqlite3_close(copy);
+}
+
+}  // namespace
+}  // namespace sluice::store::sqlite
