@@ -305,6 +305,7 @@ const char* WalBatchingVfs() {
   static std::once_flag once;
   std::call_once(once, [] {
     sqlite3_vfs* real = sqlite3_vfs_find(nullptr);
+    if (real == nullptr) return;  // SQLite failed to initialize: the open will say so
     vfs.iVersion = 2;  // through xCurrentTimeInt64; the system-call overrides are the real VFS's
     vfs.szOsFile = static_cast<int>(sizeof(File)) + real->szOsFile;
     vfs.mxPathname = real->mxPathname;
@@ -325,7 +326,7 @@ const char* WalBatchingVfs() {
     vfs.xCurrentTimeInt64 = CurrentTimeInt64;
     sqlite3_vfs_register(&vfs, /*makeDflt=*/0);
   });
-  return vfs.zName;
+  return vfs.zName;  // null when not registered: sqlite3_open_v2 then uses the default VFS
 }
 
 void SetWalBatchWriteFaultForTest(std::function<bool()> f) {

@@ -26,7 +26,8 @@ struct sqlite3;
 
 namespace sluice::store::sqlite {
 
-// The VFS's name for sqlite3_open_v2, registered on first use (not as the default).
+// The VFS's name for sqlite3_open_v2, registered on first use (not as the default); null, which
+// sqlite3_open_v2 reads as the default VFS, if SQLite has none to wrap.
 const char* WalBatchingVfs();
 
 // Tests: called before each buffered write reaches the file; returning false fails that write
