@@ -61,7 +61,6 @@ int Flush(File* f) {
   if (b == nullptr || b->used == 0) return SQLITE_OK;
   const int rc = WriteThrough(f, b->bytes, b->used, b->start);
   b->used = 0;
-  b->commit_pending = false;
   return rc;
 }
 
@@ -78,6 +77,7 @@ int FlushBefore(File* f) {
   if (f->batch == nullptr) return SQLITE_OK;
   if (int rc = std::exchange(f->batch->deferred_rc, SQLITE_OK); rc != SQLITE_OK) {
     f->batch->used = 0;
+    f->batch->commit_pending = false;
     return rc;
   }
   return Flush(f);
@@ -92,7 +92,16 @@ int BatchedWrite(File* f, const void* data, int amount, sqlite3_int64 offset) {
   Batch* b = f->batch;
   if (int rc = std::exchange(b->deferred_rc, SQLITE_OK); rc != SQLITE_OK) {
     b->used = 0;
+    b->commit_pending = false;
     return rc;
+  }
+  // A frame's header: bytes 4-7 are the database's size in pages after a commit, 0 in any other
+  // frame. The write after a commit frame's header is that frame's page, the commit's last.
+  bool commit_page = false;
+  if (amount == kFrameHeaderBytes && offset >= kWalHeaderBytes) {
+    b->commit_pending = BigEndian32(static_cast<const unsigned char*>(data) + 4) != 0;
+  } else {
+    commit_page = std::exchange(b->commit_pending, false);
   }
   if (b->bytes == nullptr) b->bytes = static_cast<char*>(std::malloc(kBufferBytes));
   if (b->used > 0 && (offset != b->start + b->used || b->used + amount > kBufferBytes)) {
@@ -105,14 +114,9 @@ int BatchedWrite(File* f, const void* data, int amount, sqlite3_int64 offset) {
   if (b->used == 0) b->start = offset;
   std::memcpy(b->bytes + b->used, data, static_cast<size_t>(amount));
   b->used += amount;
-  if (amount == kFrameHeaderBytes && offset >= kWalHeaderBytes) {
-    // A frame's header: bytes 4-7 are the database's size in pages after a commit, 0 in any
-    // other frame.
-    b->commit_pending = BigEndian32(static_cast<const unsigned char*>(data) + 4) != 0;
-    return SQLITE_OK;
-  }
-  if (b->commit_pending) return Flush(f);  // the commit's last page: its write's error is ours
-  return SQLITE_OK;
+  // The commit's last page goes out now, whatever the buffer held before it (a full buffer was
+  // written out above): this write's error is the commit's.
+  return commit_page ? Flush(f) : SQLITE_OK;
 }
 
 // --- sqlite3_io_methods: WAL files batch writes, every file forwards the rest ---

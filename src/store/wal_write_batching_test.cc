@@ -145,6 +145,48 @@ TEST_F(WalWriteBatchingTest, AFailedWriteFailsTheCommitAndLeavesTheDatabaseAsItW
   EXPECT_EQ(IntegrityCheck(db_), "ok");
 }
 
+// A disk that fails partway through a commit, after any number of the commit's writes went
+// through: the commit either fails, leaving the rows as they were, or succeeds with every row in
+// the file. Commits of 1 to 70 pages put the commit's last frame at every place in a buffer,
+// the end of a full one included, where the buffer is written out before the last page goes in.
+TEST_F(WalWriteBatchingTest, ACommitFailingAfterAnyOfItsWritesFailsWholeOrIsWhollyInTheFile) {
+  Exec(db_, "INSERT INTO t VALUES (0, randomblob(10));");  // the row every failure must leave
+  sqlite3* other = Open(path_, nullptr);
+  int committed = 0;
+  for (int pages = 1; pages <= 70; ++pages) {
+    for (int allowed = 0; allowed <= 3; ++allowed) {
+      int writes = 0;
+      SetWalBatchWriteFaultForTest([&] { return writes++ < allowed; });
+      // Rows of 3,000 bytes: one leaf page each.
+      const int rc = Run(db_,
+                         "BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
+                         "FROM n WHERE i < " +
+                             std::to_string(pages) +
+                             ") INSERT INTO t SELECT i, randomblob(3000) FROM n; COMMIT;");
+      SetWalBatchWriteFaultForTest({});
+      const std::string where =
+          std::to_string(pages) + " pages, " + std::to_string(allowed) + " writes allowed";
+      if (rc != SQLITE_OK) {
+        Run(db_, "ROLLBACK;");
+        ASSERT_EQ(Count(other, "SELECT count(*) FROM t"), 1) << where << ": failed";
+        continue;
+      }
+      ++committed;
+      sqlite3* copy = OpenCopyOfFiles();  // what a kill -9 now would leave
+      EXPECT_EQ(Count(copy, "SELECT count(*) FROM t"), pages + 1) << where << ": committed";
+      EXPECT_EQ(IntegrityCheck(copy), "ok") << where;
+      sqlite3_close(copy);
+      fs::remove(dir_.path() + "/copy-" + std::to_string(copies_) + ".sqlite");
+      fs::remove(dir_.path() + "/copy-" + std::to_string(copies_) + ".sqlite-wal");
+      // Back to the one row, with the WAL emptied, so the next copy stays small.
+      Exec(db_, "DELETE FROM t WHERE id > 0; PRAGMA wal_checkpoint(TRUNCATE);");
+    }
+  }
+  sqlite3_close(other);
+  EXPECT_GT(committed, 0);  // those whose writes all fit the allowance
+  EXPECT_EQ(IntegrityCheck(db_), "ok");
+}
+
 // A transaction larger than the page cache spills frames to the WAL before its commit; it reads
 // them back (through the buffer's flush) and may still roll them back.
 TEST_F(WalWriteBatchingTest, SpilledFramesAreReadBackAndARollbackLeavesNoTrace) {
