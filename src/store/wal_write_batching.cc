@@ -249,7 +249,7 @@ constexpr sqlite3_io_methods kMethods = {3,
 
 int Open(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags, int* out_flags) {
   File* f = Of(file);
-  std::memset(f, 0, sizeof(File));
+  std::memset(f, 0, static_cast<size_t>(vfs->szOsFile));  // ours and the wrapped file's
   f->real = reinterpret_cast<sqlite3_file*>(f + 1);
   sqlite3_vfs* real = Real(vfs);
   int rc = real->xOpen(real, name, f->real, flags, out_flags);
