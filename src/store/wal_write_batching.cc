@@ -42,11 +42,12 @@ File* Of(sqlite3_file* f) { return reinterpret_cast<File*>(f); }
 const sqlite3_io_methods& RealMethods(File* f) { return *f->real->pMethods; }
 
 std::mutex fault_mu;
-std::function<bool()> fault;  // SetWalBatchWriteFaultForTest
+std::function<bool()> fault;         // SetWalBatchWriteFaultForTest
+std::atomic<bool> fault_set{false};  // so a write takes fault_mu only while a test set one
 std::atomic<long long> asked{0}, written{0};
 
 int WriteThrough(File* f, const void* data, int amount, sqlite3_int64 offset) {
-  {
+  if (fault_set.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(fault_mu);
     if (fault && !fault()) return SQLITE_IOERR_WRITE;
   }
@@ -72,14 +73,20 @@ void FlushDeferringError(File* f) {
   }
 }
 
+// A failure FlushDeferringError kept, once, with the buffer and its commit note dropped.
+int TakeDeferredError(Batch* b) {
+  const int rc = std::exchange(b->deferred_rc, SQLITE_OK);
+  if (rc != SQLITE_OK) {
+    b->used = 0;
+    b->commit_pending = false;
+  }
+  return rc;
+}
+
 // Flushes before an operation that reads or reveals the file; returns an earlier failure once.
 int FlushBefore(File* f) {
   if (f->batch == nullptr) return SQLITE_OK;
-  if (int rc = std::exchange(f->batch->deferred_rc, SQLITE_OK); rc != SQLITE_OK) {
-    f->batch->used = 0;
-    f->batch->commit_pending = false;
-    return rc;
-  }
+  if (int rc = TakeDeferredError(f->batch); rc != SQLITE_OK) return rc;
   return Flush(f);
 }
 
@@ -90,11 +97,7 @@ uint32_t BigEndian32(const unsigned char* p) {
 int BatchedWrite(File* f, const void* data, int amount, sqlite3_int64 offset) {
   asked.fetch_add(1, std::memory_order_relaxed);
   Batch* b = f->batch;
-  if (int rc = std::exchange(b->deferred_rc, SQLITE_OK); rc != SQLITE_OK) {
-    b->used = 0;
-    b->commit_pending = false;
-    return rc;
-  }
+  if (int rc = TakeDeferredError(b); rc != SQLITE_OK) return rc;
   // A frame's header: bytes 4-7 are the database's size in pages after a commit, 0 in any other
   // frame. The write after a commit frame's header is that frame's page, the commit's last.
   bool commit_page = false;
@@ -336,6 +339,7 @@ const char* WalBatchingVfs() {
 void SetWalBatchWriteFaultForTest(std::function<bool()> f) {
   std::lock_guard<std::mutex> lock(fault_mu);
   fault = std::move(f);
+  fault_set.store(static_cast<bool>(fault), std::memory_order_release);
 }
 
 bool WalBatchingLinkedForTest(sqlite3* db) {
