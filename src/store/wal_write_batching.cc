@@ -44,7 +44,7 @@ const sqlite3_io_methods& RealMethods(File* f) { return *f->real->pMethods; }
 std::mutex fault_mu;
 std::function<bool()> fault;         // SetWalBatchWriteFaultForTest
 std::atomic<bool> fault_set{false};  // so a write takes fault_mu only while a test set one
-std::atomic<long long> asked{0}, written{0};
+std::atomic<long long> asked{0}, written{0}, deferred{0};
 
 int WriteThrough(File* f, const void* data, int amount, sqlite3_int64 offset) {
   if (fault_set.load(std::memory_order_acquire)) {
@@ -70,6 +70,7 @@ void FlushDeferringError(File* f) {
   if (f == nullptr || f->batch == nullptr) return;
   if (int rc = Flush(f); rc != SQLITE_OK && f->batch->deferred_rc == SQLITE_OK) {
     f->batch->deferred_rc = rc;
+    deferred.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -351,7 +352,8 @@ bool WalBatchingLinkedForTest(sqlite3* db) {
 }
 
 WalBatchCounts WalBatchCountsSoFar() {
-  return {asked.load(std::memory_order_relaxed), written.load(std::memory_order_relaxed)};
+  return {asked.load(std::memory_order_relaxed), written.load(std::memory_order_relaxed),
+          deferred.load(std::memory_order_relaxed)};
 }
 
 }  // namespace sluice::store::sqlite

@@ -42,8 +42,9 @@ bool WalBatchingLinkedForTest(sqlite3* db);
 // those that reached the files (for tests and benchmarks: the second over the first is the
 // saving).
 struct WalBatchCounts {
-  long long asked = 0;    // pwrite calls SQLite made on WAL files
-  long long written = 0;  // pwrite calls that reached the files
+  long long asked = 0;     // pwrite calls SQLite made on WAL files
+  long long written = 0;   // pwrite calls that reached the files
+  long long deferred = 0;  // failed flushes kept for the next write or read (wal-index calls)
 };
 WalBatchCounts WalBatchCountsSoFar();
 
