@@ -87,6 +87,7 @@ void Connection::OnUpgrade(beast::error_code ec) {
   beast::get_lowest_layer(ws_).expires_never();  // the WebSocket timeouts take over
   ws_.text(true);
   open_ = true;
+  was_open_ = true;
   events_.OnOpen(*this);
   ReadNext();
 }

@@ -64,6 +64,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   int agent() const { return agent_; }
   bool open() const { return open_; }
+  bool was_open() const { return was_open_; }  // its upgrade completed, whatever since
   Heartbeat& heartbeat() { return heartbeat_; }
 
  private:
@@ -85,6 +86,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;
   bool mute_when_written_ = false;
   bool open_ = false;
+  bool was_open_ = false;
   bool ended_ = false;
   Heartbeat heartbeat_;
 };

@@ -101,6 +101,7 @@ std::string Engine::Hello(const Agent& a) const {
 
 void Engine::OnOpen(Connection& c) {
   Agent& a = agents_[c.agent()];
+  ++open_connections_;
   a.closed_at.reset();
   Touch(a);
   c.Send(Hello(a));  // not Write: run.py's hello does not count as the last message sent
@@ -187,6 +188,7 @@ void Engine::OnControlFrame(Connection& c, bool close) {
 
 void Engine::OnEnd(Connection& c, std::string how) {
   Agent& a = agents_[c.agent()];
+  if (c.was_open()) --open_connections_;
   ReleaseGate(a);
   if (a.conn.get() == &c) a.conn.reset();
   if (!a.closed_at) a.closed_at = MonotonicSeconds();
@@ -236,11 +238,6 @@ void Engine::Stop() {
 int Engine::Assigned(const std::string& job) const {
   auto it = assigned_.find(job);
   return it == assigned_.end() ? 0 : it->second;
-}
-
-size_t Engine::connected() const {
-  return std::count_if(agents_.begin(), agents_.end(),
-                       [](const Agent& a) { return a.conn && a.conn->open(); });
 }
 
 }  // namespace sluice::swarm

@@ -1145,6 +1145,17 @@ async def run(args, server, port, join_token, admin_token):
               f"({deep['swarm_ms_per_placement']:.3f} ms per placement){own}; store commits "
               f"{deep['commits']} ({deep['commits'] / max(deep['placed'], 1):.2f} per placement, "
               f"{deep['pages'] / max(deep['commits'], 1):.1f} pages written each)")
+        # What the machine allows at this cost: every process of the bench shares its cores, so
+        # the rate cannot pass cores / (CPU seconds the release spent per placement).
+        cores = os.cpu_count() or 1
+        per_placement_ms = ((deep["server_cpu_pct"] + deep["swarm_cpu_pct"] +
+                             (deep["own_cpu_pct"] if args.engine == "cxx" else 0)) / 100 *
+                            deep["drain_s"] * 1000 / max(deep["placed"], 1))
+        print(f"  CPU per placement in the release, server and agents together (heartbeats "
+              f"included): {per_placement_ms:.3f} ms; at that cost {cores} cores allow at most "
+              f"{cores * 1000 / per_placement_ms:.0f}/s (this run: "
+              f"{deep['rate'] / (cores * 1000 / per_placement_ms):.0%} of that); 5,000/s allows "
+              f"{cores * 1000 / 5000:.3f} ms")
         if deep["rechecked"] is not None:
             print(f"  nodes searched again by incremental passes: {deep['rechecked']} "
                   f"({deep['rechecked'] / max(deep['placed'], 1):.2f} per placement)")
