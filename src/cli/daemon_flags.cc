@@ -198,6 +198,11 @@ class ServerGroup final : public CommandGroup {
         "Write each WAL frame of the database as SQLite does, in two writes, instead of "
         "a commit's frames in a few large ones (for comparison, or a filesystem that "
         "misbehaves with it)");
+    server
+        ->add_option("--db-cache-mib", sopt.db_cache_mib,
+                     "The database writer's page cache in MiB (0: SQLite's default, 2 MiB)")
+        ->check(CLI::Range(0, 65536))
+        ->capture_default_str();
     server->callback([this] { rc = server::RunServer(sopt); });
   }
 

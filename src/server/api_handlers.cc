@@ -206,6 +206,10 @@ HttpResponse Api::Metrics() {
   counter("sluice_store_pages_written_total",
           "Database pages the store's commits wrote (to the WAL); per commit, their I/O.",
           static_cast<uint64_t>(sc.pages_written));
+  counter("sluice_store_pages_read_total",
+          "Database pages the store's writing connection read back, not finding them in its "
+          "page cache (--db-cache-mib).",
+          static_cast<uint64_t>(sc.pages_read));
   std::map<std::string, int64_t> jobs;
   for (const auto& [state, n] : core_->JobCounts()) jobs[std::string(store::Name(state))] = n;
   out += "# HELP sluice_jobs Jobs by state.\n# TYPE sluice_jobs gauge\n";

@@ -391,9 +391,12 @@ class SqliteStore final : public Store {
     }
     // Pages this connection wrote (to the WAL) since the last read: what a commit costs in I/O,
     // which grows with the indexes a batch touches, not with its rows.
-    int pages = 0, unused = 0;
+    int pages = 0, unused = 0, missed = 0;
     sqlite3_db_status(db_, SQLITE_DBSTATUS_CACHE_WRITE, &pages, &unused, /*resetFlg=*/1);
     pages_written_.fetch_add(pages, std::memory_order_relaxed);
+    // And pages it had to read back because its cache no longer held them (--db-cache-mib).
+    sqlite3_db_status(db_, SQLITE_DBSTATUS_CACHE_MISS, &missed, &unused, /*resetFlg=*/1);
+    pages_read_.fetch_add(missed, std::memory_order_relaxed);
     (st.ok() ? commits_ : failed_commits_).fetch_add(1, std::memory_order_relaxed);
     return st;
   }
@@ -698,6 +701,7 @@ class SqliteStore final : public Store {
     c.commits = commits_.load(std::memory_order_relaxed);
     c.failed_commits = failed_commits_.load(std::memory_order_relaxed);
     c.pages_written = pages_written_.load(std::memory_order_relaxed);
+    c.pages_read = pages_read_.load(std::memory_order_relaxed);
     if (checkpointer_) {  // set at open, before the store is shared
       c.background_checkpoints = checkpointer_->background_checkpoints();
       c.inline_checkpoints = checkpointer_->inline_checkpoints();
@@ -937,6 +941,7 @@ class SqliteStore final : public Store {
   std::atomic<int64_t> commits_{0};
   std::atomic<int64_t> failed_commits_{0};
   std::atomic<int64_t> pages_written_{0};
+  std::atomic<int64_t> pages_read_{0};
 };
 
 }  // namespace
@@ -977,6 +982,13 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
                             : "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;";
   if (rc = sqlite3_exec(db, pragmas, nullptr, nullptr, nullptr); rc != SQLITE_OK) {
     return Error(db, rc, "open " + path + ": pragmas");
+  }
+  if (options.page_cache_mib > 0) {  // negative: a size in KiB, not pages
+    const std::string cache =
+        "PRAGMA cache_size = -" + std::to_string(int64_t{options.page_cache_mib} * 1024);
+    if (rc = sqlite3_exec(db, cache.c_str(), nullptr, nullptr, nullptr); rc != SQLITE_OK) {
+      return Error(db, rc, "open " + path + ": cache size");
+    }
   }
   MigrationStepHook before_step;
   if (options.on_upgrade_step) {

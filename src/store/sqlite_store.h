@@ -31,6 +31,9 @@ struct SqliteStoreOptions {
   // A commit's WAL frames go to the file in a few large writes instead of two small ones per
   // frame (store/wal_write_batching.h). Off: SQLite's own writes, for comparison.
   bool wal_write_batching = true;
+  // The writer connection's page cache, MiB; 0: SQLite's default (2 MiB). Pages a commit finds
+  // here are not read back from the kernel (docs/design-notes.md "The writer's page cache").
+  int page_cache_mib = 0;
   // Told of each schema step an existing file is upgraded by, before it runs: the version it
   // brings, its description, the file's version before the upgrade (store/migrations.h). A new
   // file's layout is not told. The server prints them: a step may index a large table.

@@ -22,6 +22,7 @@ struct StoreCounters {
   int64_t commits = 0;                 // Write() batches committed
   int64_t failed_commits = 0;          // Write() batches refused or rolled back
   int64_t pages_written = 0;           // database pages written by Write() (to the WAL)
+  int64_t pages_read = 0;  // pages the writing connection read back, missing in its page cache
 };
 
 class Store {
