@@ -27,6 +27,7 @@
 
 #include "common/text.h"
 #include "common/thread_name.h"
+#include "net/io_lag_probe.h"
 #include "net/net_internal.h"
 #include "net/tls_internal.h"
 #include "net/tls_socket_stream.h"
@@ -1002,7 +1003,10 @@ void WsConnection::Close() {
 class HttpServer::Impl {
  public:
   explicit Impl(std::shared_ptr<ServerShared> shared)
-      : shared_(std::move(shared)), acceptor_(asio::make_strand(ioc_)), retry_timer_(ioc_) {}
+      : shared_(std::move(shared)),
+        acceptor_(asio::make_strand(ioc_)),
+        retry_timer_(ioc_),
+        lag_probe_(ioc_, std::chrono::milliseconds(100)) {}
 
   Status Start() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1046,6 +1050,7 @@ class HttpServer::Impl {
       RunOnThreads(handler_ioc_, opt.handler_threads, "sluice-api", handler_threads_);
     }
     DoAccept();
+    lag_probe_.Start();
     RunOnThreads(ioc_, std::max(1, opt.threads), "sluice-io", threads_);
     return Status::Ok();
   }
@@ -1059,6 +1064,7 @@ class HttpServer::Impl {
       acceptor_.close(ec);
       retry_timer_.cancel();
     });
+    lag_probe_.Stop();
     std::vector<std::shared_ptr<Closable>> live;
     {
       std::lock_guard<std::mutex> slock(shared_->mu);
@@ -1090,6 +1096,7 @@ class HttpServer::Impl {
   std::string address() const { return address_; }
   uint64_t refused() const { return shared_->refused.load(std::memory_order_relaxed); }
   const HttpServerOptions& options() const { return shared_->options; }
+  std::chrono::milliseconds io_lag() const { return lag_probe_.Lag(); }
 
  private:
   // `n` threads named `name` running `ctx` until it runs out of work (or is stopped); a handler
@@ -1144,6 +1151,7 @@ class HttpServer::Impl {
   asio::io_context ioc_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
+  net_internal::IoLagProbe lag_probe_;  // how late the io threads run what is ready
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   std::vector<std::thread> threads_;
   // After ioc_: destroyed first, so the answers of handlers it still held (a writer dropped
@@ -1173,5 +1181,6 @@ std::string HttpServer::address() const { return impl_->address(); }
 void HttpServer::Stop() { impl_->Stop(); }
 uint64_t HttpServer::refused_connections() const { return impl_->refused(); }
 bool HttpServer::tls() const { return !impl_->options().tls_cert_chain_pem.empty(); }
+std::chrono::milliseconds HttpServer::io_lag() const { return impl_->io_lag(); }
 
 }  // namespace sluice

@@ -147,6 +147,10 @@ class HttpServer {
   uint64_t refused_connections() const;
   // True when the server speaks TLS (the options carried a certificate).
   bool tls() const;
+  // How late the io threads run what is ready now (a 100 ms probe timer's lateness, or how
+  // overdue the pending one is): what the server reads from a peer was sent about that long
+  // before. Zero or near it on a server keeping up. Any thread.
+  std::chrono::milliseconds io_lag() const;
 
  private:
   class Impl;

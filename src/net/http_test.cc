@@ -172,6 +172,43 @@ TEST(HttpTest, LongPollAnsweredFromAnotherThread) {
   for (auto& t : answerers) t.join();
 }
 
+// io_lag() shows how late the io threads run what is ready: near zero while they keep up, and
+// growing while the only one is held (here by a handler run on it, as with no handler threads),
+// so the node loss rules can tell the server's own delay from a node's silence.
+TEST(HttpTest, IoLagGrowsWhileTheIoThreadIsHeldAndFallsWhenItIsFree) {
+  HttpServerOptions opt;
+  opt.threads = 1;
+  opt.handler_threads = 0;  // handlers run on the io thread
+  Latch entered;
+  Latch release;
+  auto server = StartServer(
+      [&](HttpRequest req, std::shared_ptr<ResponseWriter> w) {
+        if (req.path == "/hold") {
+          entered.Set();
+          release.Wait(10s);
+        }
+        w->Send({200, "text/plain", "ok", {}});
+      },
+      opt);
+  auto wait_for = [&](auto condition) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!condition() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    return condition();
+  };
+  EXPECT_TRUE(wait_for([&] { return server->io_lag() < 50ms; })) << server->io_lag().count();
+  auto held = std::async(std::launch::async, [&] {
+    HttpClient client(LocalUrl(server->port()), "");
+    return client.Request("GET", "/hold");
+  });
+  ASSERT_TRUE(entered.Wait(5s));
+  EXPECT_TRUE(wait_for([&] { return server->io_lag() >= 500ms; })) << server->io_lag().count();
+  release.Set();
+  ASSERT_TRUE(held.get().ok());
+  EXPECT_TRUE(wait_for([&] { return server->io_lag() < 50ms; })) << server->io_lag().count();
+}
+
 // With handler threads, a handler that takes long (here: until released) runs off the one io
 // thread, which meanwhile reads and answers another connection's request; handlers run on
 // threads named sluice-api. With handlers on the io thread the second request would wait for the

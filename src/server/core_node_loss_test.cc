@@ -95,6 +95,41 @@ TEST_F(ServerCoreTest, TheServersOwnStallIsNotCountedAsANodesSilence) {
   EXPECT_EQ(core_->ListNodes()[0].node.state, store::NodeState::kLost);
 }
 
+// Io threads starved of CPU read a heartbeat seconds after it came while the ticks keep time:
+// their lag beyond read_lag_credit_after_ms is not the node's silence. The credit is bounded by
+// the lag: silence past grace + credit still loses the node, and so does any once the lag falls.
+TEST_F(ServerCoreTest, SilenceTheIoThreadsHaveNotReadYetIsNotCountedAgainstANode) {
+  int64_t lag_ms = 0;
+  opt_.read_lag_ms = [&lag_ms] { return lag_ms; };
+  opt_.read_lag_credit_after_ms = 1000;
+  for (const bool lag_falls : {false, true}) {
+    Open();
+    auto link = std::make_shared<RecordingLink>();
+    ASSERT_TRUE(Hello(link, CpuHello()).ok());
+    const std::string id = core_->ListNodes()[0].node.id;
+    auto state = [&] {
+      for (const auto& n : core_->ListNodes()) {
+        if (n.node.id == id) return n.node.state;
+      }
+      return store::NodeState::kLost;
+    };
+    core_->Tick();
+    lag_ms = 8000;  // a credit of 7 s
+    clock_.Advance(opt_.heartbeat_grace_ms + 5000);
+    core_->Tick();
+    EXPECT_EQ(state(), store::NodeState::kOnline) << "5 s past the grace, 7 s of credit";
+    if (lag_falls) {
+      lag_ms = 900;  // caught up: under the threshold, no credit
+      clock_.Advance(200);
+    } else {
+      clock_.Advance(2500);  // 7.5 s past the grace: more than the credit
+    }
+    core_->Tick();
+    EXPECT_EQ(state(), store::NodeState::kLost) << (lag_falls ? "the lag fell" : "lag exceeded");
+    lag_ms = 0;
+  }
+}
+
 // Only the excess over the threshold is credited: a server slow on every tick (2.5 s apart
 // here) still declares a silent node lost, a little late, never not at all.
 TEST_F(ServerCoreTest, AServerSlowOnEveryTickStillLosesASilentNode) {

@@ -167,6 +167,11 @@ struct PassBuffers {
   std::vector<std::shared_ptr<const sched::JobRequest>> copies;  // not cached in a job
   std::vector<int> tails;  // per position: its group's entry in the pass's tails, or -1
 };
+// The tick's own timekeeping (ServerCore::TickState); guarded by the core's lock.
+struct TickTimes {
+  int64_t last_tick_mono = 0;        // for CoreOptions::stall_credit_after_ms
+  int64_t read_lag_logged_mono = 0;  // the last "reading late" line: one per 5 s at most
+};
 // The scheduler thread (ServerCore::StartScheduler) and what wakes it; guarded by the core's lock.
 struct SchedulerThread {
   bool due = false;                  // a pass is due

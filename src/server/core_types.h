@@ -60,6 +60,12 @@ struct CoreOptions {
   // slow disk): nodes could not be heard meanwhile, so the gap beyond this is not counted as
   // their silence. 0: off (unit tests jump the clock between ticks on purpose).
   int64_t stall_credit_after_ms = 0;
+  // How late the server now reads what agents send, in ms (the io threads' lag: HttpServer::
+  // io_lag). Ticks that keep time do not see io threads starved of CPU, which read heartbeats
+  // seconds after they came: lag beyond read_lag_credit_after_ms is not counted as any node's
+  // silence. Unset: no lag (unit tests set their own).
+  std::function<int64_t()> read_lag_ms{};
+  int64_t read_lag_credit_after_ms = 1000;
   // Storm-proof verification (issue 12 item 5): at most this many conformance suites run at
   // once (a fleet registering together would otherwise measure itself into failure); a failed
   // verification is retried this many times, after verify_retry_ms, doubling, with jitter.

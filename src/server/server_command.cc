@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -214,6 +215,12 @@ int RunServer(const ServerOptions& opt) {
   }
   core_opt.cancel_grace_ms = static_cast<int64_t>(opt.cancel_grace_s * 1000);
   core_opt.stall_credit_after_ms = 2000;
+  // The io threads' lag, once they run (the core ticks only after the HttpServer below starts).
+  std::atomic<const HttpServer*> io_threads{nullptr};
+  core_opt.read_lag_ms = [&io_threads]() -> int64_t {
+    const HttpServer* http = io_threads.load(std::memory_order_acquire);
+    return http == nullptr ? 0 : static_cast<int64_t>(http->io_lag().count());
+  };
   core_opt.reliability_in_background = true;  // ten missed ticks (the tick runs every 200 ms)
   core_opt.cost_model.storage_price_per_gb_month = opt.storage_price_per_gb_month;
   core_opt.cost_model.prior_interruptions_per_hour = opt.interruption_prior_per_hour;
@@ -283,6 +290,7 @@ int RunServer(const ServerOptions& opt) {
                  s.message().c_str());
     return 1;
   }
+  io_threads.store(&http, std::memory_order_release);
   std::string url = (tls ? "https://" : "http://") + http.address();
   // Written after listening, so a reader of server.url can connect at once (tests and the CLI
   // find a port-0 server this way).

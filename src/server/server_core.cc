@@ -259,8 +259,8 @@ bool ServerCore::TickState() {
   RetireFinishedLocked();
   followers_.Probe();
   int64_t now = clock_->MonotonicMillis();
-  const int64_t gap = last_tick_mono_ > 0 ? now - last_tick_mono_ : 0;
-  last_tick_mono_ = now;
+  const int64_t gap = tick_times_.last_tick_mono > 0 ? now - tick_times_.last_tick_mono : 0;
+  tick_times_.last_tick_mono = now;
   if (options_.stall_credit_after_ms > 0 && gap > options_.stall_credit_after_ms) {
     // Only the excess: a server merely slow on every tick still loses a dead node, late.
     const int64_t credit = gap - options_.stall_credit_after_ms;
@@ -270,6 +270,12 @@ bool ServerCore::TickState() {
                  static_cast<double>(gap) / 1000, static_cast<double>(credit) / 1000);
     for (auto& [id, ns] : nodes_) ns.last_seen_mono += credit;
   }
+  // Ticks on time do not mean the io threads read on time: starved of CPU, they read a
+  // heartbeat seconds after it came, and it may still sit unread in its socket. Their lag beyond
+  // a threshold is not counted as any node's silence (docs/design-notes.md "Read lag").
+  const int64_t read_lag = options_.read_lag_ms ? options_.read_lag_ms() : 0;
+  const int64_t read_credit = std::max<int64_t>(0, read_lag - options_.read_lag_credit_after_ms);
+  size_t deferred = 0;
   for (auto& [id, ns] : nodes_) {
     if (ns.record.state == st::NodeState::kLost) continue;
     // Silence counts from the last message's arrival (last_seen_mono is set from it when the
@@ -286,6 +292,11 @@ bool ServerCore::TickState() {
     }
     // A node is never lost for the server's own backlog: what it sent is read before judging.
     if (silent > options_.heartbeat_grace_ms && inbox_.WaitingFrom(id) > 0) continue;
+    if (silent > options_.heartbeat_grace_ms &&
+        silent - read_credit <= options_.heartbeat_grace_ms) {
+      ++deferred;  // late, not never: once the io threads catch up the lag falls
+      continue;
+    }
     if (silent > options_.heartbeat_grace_ms) {
       std::fprintf(stderr,
                    "sluice server: node %s (%s) lost: nothing heard for %.1f s (grace %.1f s; "
@@ -295,6 +306,13 @@ bool ServerCore::TickState() {
       Status lost = LoseNodeLocked(id, "no heartbeat for " + std::to_string(silent / 1000) + "s");
       if (!lost.ok()) DegradedLocked("node_loss", "declaring node " + id + " lost", lost);
     }
+  }
+  if (deferred > 0 && now - tick_times_.read_lag_logged_mono >= 5000) {
+    tick_times_.read_lag_logged_mono = now;
+    std::fprintf(stderr,
+                 "sluice server: reading agents %.1f s late (io threads behind); %zu silent "
+                 "nodes not declared lost until that is caught up\n",
+                 static_cast<double>(read_lag) / 1000, deferred);
   }
   AdmitVerificationsLocked();
   EndPausesLocked();

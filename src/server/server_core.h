@@ -582,7 +582,7 @@ class ServerCore {
   std::optional<std::string> uptime_next_;  // an uptime round's next node (UptimeRoundStepLocked)
   int64_t loaded_mono_ = 0;                 // when Load ran
   int64_t last_hello_mono_ = 0;             // the last hello applied
-  int64_t last_tick_mono_ = 0;              // for CoreOptions::stall_credit_after_ms
+  core_state::TickTimes tick_times_;        // TickState's (core_state.h)
   std::unordered_map<std::string, int> owned_nodes_;  // CountNodeLocked
   mutable core_state::CapacityView view_;             // CapacityLocked's
   VerificationQueue verification_;                    // whose conformance suites run now
