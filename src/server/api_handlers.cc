@@ -157,7 +157,8 @@ HttpResponse Api::Metrics() {
           rate_limited());
   out +=
       "# HELP sluice_degraded_total Failures no request waited for (a tick, a disconnect), "
-      "by kind; each also logged.\n# TYPE sluice_degraded_total counter\n";
+      "by kind; each also logged (read_lag: ticks that held a node's loss back while the io "
+      "threads read late, logged every 5 s at most).\n# TYPE sluice_degraded_total counter\n";
   for (const auto& [kind, n] : core_->DegradedCounts()) {
     out += "sluice_degraded_total{kind=\"" + kind + "\"} " + std::to_string(n) + "\n";
   }

@@ -84,7 +84,7 @@ TEST(ApiLimitsTest, TenThousandRefusedRequestsCostACounterNotTheDatabase) {
   ASSERT_NE(at, std::string::npos);
   EXPECT_GT(std::stoll(metrics->body.substr(at + requests.size())), 0);
   for (const char* name : {"sluice_store_commits_total ", "sluice_store_failed_commits_total ",
-                           "sluice_store_pages_written_total "}) {
+                           "sluice_store_pages_written_total ", "sluice_store_pages_read_total "}) {
     EXPECT_NE(metrics->body.find(name), std::string::npos) << name << "\n" << metrics->body;
   }
   // Nothing of them was stored: not in the audit log, not in the database's size.

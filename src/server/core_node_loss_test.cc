@@ -122,6 +122,7 @@ TEST_F(ServerCoreTest, SilenceTheIoThreadsHaveNotReadYetIsNotCountedAgainstANode
     clock_.Advance(opt_.heartbeat_grace_ms + 5000);
     core_->Tick();
     EXPECT_EQ(state(), store::NodeState::kOnline) << "5 s past the grace, 7 s of credit";
+    EXPECT_GE(core_->DegradedCounts()["read_lag"], 1) << "the held-back loss is counted";
     if (lag_falls) {
       lag_ms = 900;  // caught up: under the threshold, no credit
       clock_.Advance(200);

@@ -307,6 +307,7 @@ bool ServerCore::TickState() {
       if (!lost.ok()) DegradedLocked("node_loss", "declaring node " + id + " lost", lost);
     }
   }
+  if (deferred > 0) ++degraded_["read_lag"];  // ticks that held a loss back: a degraded path
   if (deferred > 0 && now - tick_times_.read_lag_logged_mono >= 5000) {
     tick_times_.read_lag_logged_mono = now;
     std::fprintf(stderr,
