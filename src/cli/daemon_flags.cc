@@ -12,6 +12,7 @@
 #include "cli/command_group.h"
 #include "cli/commands.h"
 #include "server/server_command.h"
+#include "store/wal_checkpointer.h"
 
 namespace sluice::cli {
 namespace {
@@ -203,6 +204,14 @@ class ServerGroup final : public CommandGroup {
                      "The database writer's page cache in MiB (0: SQLite's default, 2 MiB)")
         ->check(CLI::Range(0, 65536))
         ->capture_default_str();
+    server
+        ->add_option("--wal-checkpoint-pages", sopt.wal_checkpoint_pages,
+                     "WAL pages (4 KiB each) written between the database's background "
+                     "checkpoints (0: the default, " +
+                         std::to_string(store::WalCheckpointerOptions{}.wake_frames) +
+                         "): more copies a page many commits rewrote once, for a longer WAL "
+                         "file")
+        ->check(CLI::Range(0, 1000000));
     server->callback([this] { rc = server::RunServer(sopt); });
   }
 

@@ -42,6 +42,7 @@ struct ServerOptions {
   int max_connections_per_address = 256;  // open connections per client IP; 0: no cap
   bool wal_write_batching = true;  // a commit's WAL frames in a few writes (--no-wal-batching)
   int db_cache_mib = 0;            // the writer's page cache (--db-cache-mib; 0: SQLite's)
+  int wal_checkpoint_pages = 0;    // WAL pages between checkpoints (0: the store's default)
   // Money (issue 14; README "Bills and earnings").
   double platform_fee_percent = 0;         // taken from the provider's share
   double settle_interval_s = 60;           // running attempts are billed this often

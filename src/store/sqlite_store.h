@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "store/store.h"
+#include "store/wal_checkpointer.h"
 
 namespace sluice::store {
 
@@ -34,6 +35,12 @@ struct SqliteStoreOptions {
   // The writer connection's page cache, MiB; 0: SQLite's default (2 MiB). Pages a commit finds
   // here are not read back from the kernel (docs/design-notes.md "The writer's page cache").
   int page_cache_mib = 0;
+  // WAL pages written since the last checkpoint that wake the checkpointer's thread
+  // (WalCheckpointerOptions::wake_frames). A longer WAL between checkpoints copies a page that
+  // many commits rewrote once, not once per thousand pages (docs/design-notes.md "Off the
+  // lock"); it also makes the WAL file that much longer (4 KiB a page) and its replay after a
+  // crash.
+  int wal_checkpoint_pages = WalCheckpointerOptions{}.wake_frames;
   // Told of each schema step an existing file is upgraded by, before it runs: the version it
   // brings, its description, the file's version before the upgrade (store/migrations.h). A new
   // file's layout is not told. The server prints them: a step may index a large table.

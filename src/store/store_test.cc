@@ -419,10 +419,11 @@ TEST_F(SqliteStoreTest, LogsDedupOnAttemptAndSeqAndPage) {
 }
 
 TEST_F(SqliteStoreTest, TheWalIsCheckpointedBesideTheCommitsAndCounted) {
-  // About 2,000 pages of log lines in 20 commits: past the checkpointer's 1,000-page mark.
+  // About 100 pages of log lines a commit, 1,000 pages past the checkpointer's default mark.
+  const int wake = SqliteStoreOptions{}.wal_checkpoint_pages;
   const std::string text(8000, 'x');
   int64_t seq = 0;
-  for (int commit = 0; commit < 20; ++commit) {
+  for (int commit = 0; commit < wake / 100 + 10; ++commit) {
     WriteBatch b;
     for (int i = 0; i < 50; ++i) b.logs.push_back(Log("job-1", "att-1", ++seq, text));
     ASSERT_TRUE(store_->Write(b).ok());
@@ -438,7 +439,7 @@ TEST_F(SqliteStoreTest, TheWalIsCheckpointedBesideTheCommitsAndCounted) {
   EXPECT_EQ(c.checkpoint_failures, 0);
   // Copied for real: most of the pages are in the database file now, not only in the WAL.
   std::error_code ec;
-  EXPECT_GT(std::filesystem::file_size(path_, ec), uintmax_t{500} * 4096);
+  EXPECT_GT(std::filesystem::file_size(path_, ec), uintmax_t(wake / 2) * 4096);
   EXPECT_EQ(*store_->MaxLogSeq("att-1"), seq);
   // Without the thread, nothing is counted (and SQLite checkpoints inside the commits).
   store_.reset();
@@ -686,6 +687,43 @@ TEST(SqliteStoreOpenTest, ALargerWriterCacheReadsFewerPagesBack) {
   const int64_t large_cache = pages_read_rewriting(16);
   EXPECT_GT(default_cache, 500);  // most of the ~1,000 pages came back from the kernel
   EXPECT_LT(large_cache * 10, default_cache) << large_cache << " against " << default_cache;
+}
+
+TEST(SqliteStoreOpenTest, TheBackgroundCheckpointWaitsForTheStoresNumberOfPages) {
+  // The same ~1,100 pages of commits, with the checkpointer's wake-up below and above them.
+  auto open_and_write = [](const ScratchDir& dir, int pages) -> std::unique_ptr<Store> {
+    auto s = OpenSqliteStore(dir.path() + "/db", SqliteStoreOptions{.wal_checkpoint_pages = pages});
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (!s.ok()) return nullptr;
+    WriteBatch b;
+    for (int i = 0; i < 2000; ++i) {  // rows of 2 KiB: about 1,000 pages
+      JobRecord j = SampleJob("job-" + std::to_string(100000 + i));
+      j.reason = std::string(2048, 'r');
+      b.jobs.push_back(std::move(j));
+    }
+    EXPECT_TRUE((*s)->Write(b).ok());
+    for (int i = 0; i < 100; ++i) b.jobs[i].priority = 8;
+    b.jobs.resize(100);
+    EXPECT_TRUE((*s)->Write(b).ok());
+    return std::move(*s);
+  };
+  ScratchDir above, below;
+  std::unique_ptr<Store> waits = open_and_write(above, 100000);
+  ASSERT_NE(waits, nullptr);
+  // Only a commit wakes the thread, and none crossed 100,000 pages: no checkpoint has run.
+  EXPECT_EQ(waits->Counters().background_checkpoints, 0);
+  EXPECT_EQ(waits->Counters().inline_checkpoints, 0);
+  EXPECT_GT(waits->Counters().pages_written, 1000);
+
+  std::unique_ptr<Store> copies = open_and_write(below, 500);
+  ASSERT_NE(copies, nullptr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (copies->Counters().background_checkpoints == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GT(copies->Counters().background_checkpoints, 0);
+  EXPECT_EQ(copies->Counters().inline_checkpoints, 0);
 }
 
 TEST(SqliteStoreOpenTest, UnopenablePathIsAnError) {

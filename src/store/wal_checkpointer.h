@@ -27,8 +27,11 @@
 namespace sluice::store {
 
 struct WalCheckpointerOptions {
-  int wake_frames = 1000;     // WAL pages written since the last checkpoint that wake the thread
-  int inline_frames = 16000;  // WAL pages (64 MiB at 4 KiB) past which the commit checkpoints
+  // WAL pages written since the last checkpoint that wake the thread. A page rewritten by many
+  // commits in that span is copied once: at 1,000 the thread took 13-14 % of a core in the
+  // 10,000-agent swarm's release, at 8,000 6-7 % (docs/benchmarks.md "A longer WAL").
+  int wake_frames = 8000;
+  int inline_frames = 32000;  // WAL pages (128 MiB at 4 KiB) past which the commit checkpoints
   int busy_timeout_ms = 5000;
 };
 
