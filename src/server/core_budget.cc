@@ -50,6 +50,7 @@ void ServerCore::RequeueExhaustedLocked(Edit& edit,
   for (const auto& [id, js] : jobs_) {
     if (js.record.state == st::JobState::kBudgetExhausted) ids.push_back(id);
   }
+  std::sort(ids.begin(), ids.end());  // jobs_ is hashed: requeue in id (submission) order
   for (const auto& id : ids) {
     const JobState* view = ViewJobLocked(edit, id);
     if (view == nullptr || view->record.state != st::JobState::kBudgetExhausted) continue;

@@ -536,8 +536,9 @@ class ServerCore {
   // Guarded by mu_.
   TimeOrderedIds ids_{clock_};  // jobs' and attempts' ids
   std::map<std::string, NodeState> nodes_;
-  std::map<std::string, JobState> jobs_;  // not finished, or finished with an attempt active
-  core_state::FinishedState finished_;    // the rest (core_state.h)
+  // Not finished, or finished with an attempt active; hashed, walked in no order that matters.
+  std::unordered_map<std::string, JobState> jobs_;
+  core_state::FinishedState finished_;  // the rest (core_state.h)
   // The queued jobs by id (IndexJobLocked keeps it): placement and the tick walk the queue, not
   // every job ever submitted. The pointers are into jobs_, whose entries stay put until erased.
   std::map<std::string, JobState*> queued_;
@@ -564,8 +565,7 @@ class ServerCore {
   // truth, the index the fast path). Agent offers change with every placement and are few, so
   // they are filtered directly.
   market::OfferIndex catalog_index_;
-  // Job id → node id → monotonic ms until which the job avoids that node after it was preempted
-  // or lost there.
+  // Job id → node id → monotonic ms until which the job avoids the node it was preempted/lost on.
   std::map<std::string, std::map<std::string, int64_t>> avoid_;
   store::BlobStore* blobs_ = nullptr;
   Accounts* accounts_ = nullptr;
