@@ -1011,7 +1011,7 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
     if (options.background_checkpoints) {
       WalCheckpointerOptions wal;
       wal.busy_timeout_ms = options.busy_timeout_ms;
-      wal.wake_frames = options.wal_checkpoint_pages;
+      if (options.wal_checkpoint_pages > 0) wal.wake_frames = options.wal_checkpoint_pages;
       // The inline bound stays well above the wake-up, or commits would checkpoint inline
       // whenever the thread is a little late.
       wal.inline_frames = std::max(wal.inline_frames, 4 * wal.wake_frames);

@@ -39,7 +39,7 @@ struct SqliteStoreOptions {
   // (WalCheckpointerOptions::wake_frames). A longer WAL between checkpoints copies a page that
   // many commits rewrote once, not once per thousand pages (docs/design-notes.md "Off the
   // lock"); it also makes the WAL file that much longer (4 KiB a page) and its replay after a
-  // crash.
+  // crash. 0 or less: the default.
   int wal_checkpoint_pages = WalCheckpointerOptions{}.wake_frames;
   // Told of each schema step an existing file is upgraded by, before it runs: the version it
   // brings, its description, the file's version before the upgrade (store/migrations.h). A new
