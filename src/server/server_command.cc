@@ -151,7 +151,7 @@ int RunServer(const ServerOptions& opt) {
   store::SqliteStoreOptions store_options;
   store_options.wal_write_batching = opt.wal_write_batching;
   store_options.page_cache_mib = opt.db_cache_mib;
-  if (opt.wal_checkpoint_pages > 0) store_options.wal_checkpoint_pages = opt.wal_checkpoint_pages;
+  store_options.wal_checkpoint_pages = opt.wal_checkpoint_pages;  // 0: the store's default
   int upgraded_to = 0;
   const auto opened = std::chrono::steady_clock::now();
   store_options.on_upgrade_step = [&](int version, std::string_view what, int from_version) {
