@@ -26,6 +26,7 @@
 #include "net/http_server.h"
 #include "store/migrations.h"
 #include "store/store.h"
+#include "store/wal_checkpointer.h"
 
 namespace sluice::testing {
 namespace {
@@ -416,6 +417,47 @@ TEST(ServerThreadsTest, TheThreadsAreAsManyAsAskedAndZeroIsRefused) {
   EXPECT_EQ(cluster.Cli({"nodes"}).exit_code, 0);
   for (const char* flag : {"--threads", "--api-threads"}) {
     const CommandResult refused = RunCommand({SluiceBinary(), "server", flag, "0"});
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_NE(refused.err.find(flag), std::string::npos) << refused.err;
+  }
+}
+
+// `--db-cache-mib` and `--wal-checkpoint-pages` reach the store: /v1/metrics shows the settings
+// the store reads back from SQLite and its checkpointer, so a flag dropped on the way from the
+// command line shows here as the default. A negative number is refused with the flag named.
+TEST(ServerStoreFlagsTest, TheCacheAndCheckpointSpanFlagsReachTheStore) {
+  auto gauges = [](Cluster& cluster) {
+    const std::string r =
+        Raw(PortOf(cluster.url()), Request("GET", "/v1/metrics", cluster.admin_token(), ""));
+    EXPECT_EQ(StatusOf(r), 200) << r;
+    std::map<std::string, std::string> out;
+    for (const char* name :
+         {"sluice_store_page_cache_bytes", "sluice_store_wal_checkpoint_pages"}) {
+      const std::string line = std::string("\n") + name + " ";
+      const size_t at = r.find(line);
+      if (at == std::string::npos) continue;
+      const size_t from = at + line.size();
+      out[name] = r.substr(from, r.find('\n', from) - from);
+    }
+    return out;
+  };
+  {
+    Cluster cluster;
+    cluster.StartServer();
+    EXPECT_EQ(gauges(cluster), (std::map<std::string, std::string>{
+                                   {"sluice_store_page_cache_bytes", "2048000"},  // SQLite's own
+                                   {"sluice_store_wal_checkpoint_pages",
+                                    std::to_string(store::WalCheckpointerOptions{}.wake_frames)}}));
+  }
+  {
+    Cluster cluster;
+    cluster.StartServer({"--db-cache-mib", "24", "--wal-checkpoint-pages", "3000"});
+    EXPECT_EQ(gauges(cluster), (std::map<std::string, std::string>{
+                                   {"sluice_store_page_cache_bytes", std::to_string(24 << 20)},
+                                   {"sluice_store_wal_checkpoint_pages", "3000"}}));
+  }
+  for (const char* flag : {"--db-cache-mib", "--wal-checkpoint-pages"}) {
+    const CommandResult refused = RunCommand({SluiceBinary(), "server", flag, "-1"});
     EXPECT_NE(refused.exit_code, 0);
     EXPECT_NE(refused.err.find(flag), std::string::npos) << refused.err;
   }

@@ -146,9 +146,12 @@ HttpResponse Api::PutBlob(const HttpRequest& req, const Principal& who, const st
 HttpResponse Api::Metrics() {
   // Prometheus text exposition format.
   std::string out;
+  auto metric = [&](const char* type, const char* name, const char* help, uint64_t v) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+           name + " " + std::to_string(v) + "\n";
+  };
   auto counter = [&](const char* name, const char* help, uint64_t v) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name +
-           " " + std::to_string(v) + "\n";
+    metric("counter", name, help, v);
   };
   counter("sluice_refused_requests_total",
           "Requests refused for a missing or invalid token or a missing permission.", refused());
@@ -211,6 +214,14 @@ HttpResponse Api::Metrics() {
           "Database pages the store's writing connection read back, not finding them in its "
           "page cache (--db-cache-mib).",
           static_cast<uint64_t>(sc.pages_read));
+  metric("gauge", "sluice_store_page_cache_bytes",
+         "The writing connection's page cache limit in effect, read back from SQLite "
+         "(--db-cache-mib).",
+         static_cast<uint64_t>(sc.page_cache_bytes));
+  metric("gauge", "sluice_store_wal_checkpoint_pages",
+         "WAL pages that wake the background checkpoint, in effect (--wal-checkpoint-pages); 0: "
+         "no background checkpoint.",
+         static_cast<uint64_t>(sc.wal_checkpoint_pages));
   std::map<std::string, int64_t> jobs;
   for (const auto& [state, n] : core_->JobCounts()) jobs[std::string(store::Name(state))] = n;
   out += "# HELP sluice_jobs Jobs by state.\n# TYPE sluice_jobs gauge\n";

@@ -356,6 +356,24 @@ Result<JobEvent> ReadEvent(const Query& q) {
   return e;
 }
 
+// The page cache limit the connection holds: `PRAGMA cache_size` answers in pages when positive
+// and in KiB when negative (SQLite's own convention).
+Result<int64_t> ReadPageCacheBytes(sqlite3* db) {
+  int64_t cache = 0;
+  int64_t page = 0;
+  for (auto [pragma, out] : {std::pair{"PRAGMA cache_size", &cache}, {"PRAGMA page_size", &page}}) {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db, pragma, -1, &stmt, nullptr);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      *out = sqlite3_column_int64(stmt, 0);
+      rc = SQLITE_OK;
+    }
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_OK) return Error(db, rc, std::string("read ") + pragma);
+  }
+  return cache < 0 ? -cache * 1024 : cache * page;
+}
+
 class SqliteStore final : public Store {
  public:
   explicit SqliteStore(sqlite3* db) : db_(db) {}
@@ -702,10 +720,12 @@ class SqliteStore final : public Store {
     c.failed_commits = failed_commits_.load(std::memory_order_relaxed);
     c.pages_written = pages_written_.load(std::memory_order_relaxed);
     c.pages_read = pages_read_.load(std::memory_order_relaxed);
-    if (checkpointer_) {  // set at open, before the store is shared
+    c.page_cache_bytes = page_cache_bytes_;  // set at open, before the store is shared
+    if (checkpointer_) {                     // likewise
       c.background_checkpoints = checkpointer_->background_checkpoints();
       c.inline_checkpoints = checkpointer_->inline_checkpoints();
       c.checkpoint_failures = checkpointer_->failures();
+      c.wal_checkpoint_pages = checkpointer_->wake_frames();
     }
     return c;
   }
@@ -934,6 +954,11 @@ class SqliteStore final : public Store {
     SLUICE_ASSIGN_OR_RETURN(checkpointer_, WalCheckpointer::Start(path, db_, options));
     return Status::Ok();
   }
+  Status ReadPageCacheSize() {
+    std::lock_guard<std::mutex> lock(mu_);
+    SLUICE_ASSIGN_OR_RETURN(page_cache_bytes_, ReadPageCacheBytes(db_));
+    return Status::Ok();
+  }
 
  private:
   std::unique_ptr<WalCheckpointer> checkpointer_;  // set once at open, before any use
@@ -942,6 +967,7 @@ class SqliteStore final : public Store {
   std::atomic<int64_t> failed_commits_{0};
   std::atomic<int64_t> pages_written_{0};
   std::atomic<int64_t> pages_read_{0};
+  int64_t page_cache_bytes_ = 0;  // read back from the connection at open (ReadPageCacheBytes)
 };
 
 }  // namespace
@@ -997,6 +1023,7 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
     };
   }
   SLUICE_RETURN_IF_ERROR(Migrate(db, CurrentSchemaVersion(), before_step));
+  SLUICE_RETURN_IF_ERROR(store->ReadPageCacheSize());
   if (path != ":memory:") {  // a second connection to :memory: would be another database
     sqlite3* reader = nullptr;
     rc =

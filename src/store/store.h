@@ -23,6 +23,10 @@ struct StoreCounters {
   int64_t failed_commits = 0;          // Write() batches refused or rolled back
   int64_t pages_written = 0;           // database pages written by Write() (to the WAL)
   int64_t pages_read = 0;  // pages the writing connection read back, missing in its page cache
+  // Settings in effect, read back from SQLite and the checkpointer (not from the options asked
+  // for), so the metrics page shows what a flag actually did.
+  int64_t page_cache_bytes = 0;      // the writing connection's page cache limit; 0: unknown
+  int64_t wal_checkpoint_pages = 0;  // WAL pages that wake the background checkpoint; 0: none
 };
 
 class Store {

@@ -726,6 +726,29 @@ TEST(SqliteStoreOpenTest, TheBackgroundCheckpointWaitsForTheStoresNumberOfPages)
   EXPECT_EQ(copies->Counters().inline_checkpoints, 0);
 }
 
+// What the metrics page shows as the settings in effect comes back from SQLite and the
+// checkpointer, so an option that does not reach them shows as the default here.
+TEST(SqliteStoreOpenTest, ItReportsTheCacheAndCheckpointSpanInEffect) {
+  auto settings = [](SqliteStoreOptions options) -> std::pair<int64_t, int64_t> {
+    ScratchDir dir;
+    auto s = OpenSqliteStore(dir.path() + "/db", options);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (!s.ok()) return {-1, -1};
+    const StoreCounters c = (*s)->Counters();
+    return {c.page_cache_bytes, c.wal_checkpoint_pages};
+  };
+  const int64_t default_span = WalCheckpointerOptions{}.wake_frames;
+  // SQLite's own default cache: -2000, that is 2,000 KiB.
+  EXPECT_EQ(settings({}), std::make_pair(int64_t{2000 * 1024}, default_span));
+  EXPECT_EQ(settings({.page_cache_mib = 16, .wal_checkpoint_pages = 500}),
+            std::make_pair(int64_t{16 << 20}, int64_t{500}));
+  // A span of 0 or less keeps the default rather than checkpointing after every commit.
+  EXPECT_EQ(settings({.wal_checkpoint_pages = 0}).second, default_span);
+  EXPECT_EQ(settings({.wal_checkpoint_pages = -5}).second, default_span);
+  // Without the background checkpoint there is no span.
+  EXPECT_EQ(settings({.background_checkpoints = false}).second, 0);
+}
+
 TEST(SqliteStoreOpenTest, UnopenablePathIsAnError) {
   auto s = OpenSqliteStore("/nonexistent-dir-for-sluice/x/y.db");
   ASSERT_FALSE(s.ok());

@@ -49,6 +49,7 @@ class WalCheckpointer {
   int64_t background_checkpoints() const { return background_.load(); }
   int64_t inline_checkpoints() const { return inline_.load(); }
   int64_t failures() const { return failures_.load(); }
+  int wake_frames() const { return options_.wake_frames; }
 
  private:
   WalCheckpointer(sqlite3* writer, sqlite3* own, const WalCheckpointerOptions& options);
