@@ -29,28 +29,21 @@ Status AgentInbox::Post(InboxEntry entry) {
 std::vector<InboxEntry> AgentInbox::Take(size_t max) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<InboxEntry> out;
-  const size_t n = std::min(max, queue_.size() - head_);
+  const size_t n = std::min(max, queue_.size());
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    InboxEntry& e = queue_[head_++];
+    InboxEntry& e = queue_.front();
     auto w = waiting_.find(e.node_id);
     if (w != waiting_.end() && --w->second == 0) waiting_.erase(w);
     out.push_back(std::move(e));
-  }
-  // Compact once the taken prefix dominates, so the queue's memory follows what waits.
-  if (head_ == queue_.size()) {
-    queue_.clear();
-    head_ = 0;
-  } else if (head_ > 1024 && head_ * 2 > queue_.size()) {
-    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(head_));
-    head_ = 0;
+    queue_.pop_front();  // the deque frees its blocks as they empty: memory follows what waits
   }
   return out;
 }
 
 bool AgentInbox::Wait() {
   std::unique_lock<std::mutex> lock(mu_);
-  wake_.wait(lock, [this] { return stopped_ || head_ < queue_.size(); });
+  wake_.wait(lock, [this] { return stopped_ || !queue_.empty(); });
   return !stopped_;
 }
 
@@ -59,9 +52,8 @@ std::vector<InboxEntry> AgentInbox::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
-    for (size_t i = head_; i < queue_.size(); ++i) left.push_back(std::move(queue_[i]));
+    for (InboxEntry& e : queue_) left.push_back(std::move(e));
     queue_.clear();
-    head_ = 0;
     waiting_.clear();
   }
   wake_.notify_all();
@@ -87,7 +79,7 @@ size_t AgentInbox::WaitingFrom(const std::string& node_id) const {
 
 size_t AgentInbox::Waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return queue_.size() - head_;
+  return queue_.size();
 }
 
 }  // namespace sluice::server
