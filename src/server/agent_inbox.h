@@ -83,7 +83,7 @@ class AgentInbox {
   bool stopped_ = false;
   // Oldest first. A deque, not a vector: an entry is a few hundred bytes (a variant of every
   // message), and a vector growing behind a burst moved every waiting entry on each reallocation
-  // and again when its taken prefix was erased (about 2 % of the server's samples in a release).
+  // and again when its taken prefix was erased (about 1 % of the server's samples in a release).
   std::deque<InboxEntry> queue_;
   std::unordered_map<std::string, size_t> waiting_;  // per node; never walked in order
   std::unordered_map<std::string, int64_t> heard_;   // per node
