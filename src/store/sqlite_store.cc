@@ -356,24 +356,6 @@ Result<JobEvent> ReadEvent(const Query& q) {
   return e;
 }
 
-// The page cache limit the connection holds: `PRAGMA cache_size` answers in pages when positive
-// and in KiB when negative (SQLite's own convention).
-Result<int64_t> ReadPageCacheBytes(sqlite3* db) {
-  int64_t cache = 0;
-  int64_t page = 0;
-  for (auto [pragma, out] : {std::pair{"PRAGMA cache_size", &cache}, {"PRAGMA page_size", &page}}) {
-    sqlite3_stmt* stmt = nullptr;
-    int rc = sqlite3_prepare_v2(db, pragma, -1, &stmt, nullptr);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-      *out = sqlite3_column_int64(stmt, 0);
-      rc = SQLITE_OK;
-    }
-    sqlite3_finalize(stmt);
-    if (rc != SQLITE_OK) return Error(db, rc, std::string("read ") + pragma);
-  }
-  return cache < 0 ? -cache * 1024 : cache * page;
-}
-
 class SqliteStore final : public Store {
  public:
   explicit SqliteStore(sqlite3* db) : db_(db) {}
@@ -954,9 +936,20 @@ class SqliteStore final : public Store {
     SLUICE_ASSIGN_OR_RETURN(checkpointer_, WalCheckpointer::Start(path, db_, options));
     return Status::Ok();
   }
+  // The page cache limit the connection holds, for the metrics page: `PRAGMA cache_size`
+  // answers in pages when positive and in KiB when negative (SQLite's own convention).
   Status ReadPageCacheSize() {
     std::lock_guard<std::mutex> lock(mu_);
-    SLUICE_ASSIGN_OR_RETURN(page_cache_bytes_, ReadPageCacheBytes(db_));
+    int64_t answers[2] = {0, 0};
+    const char* const pragmas[2] = {"PRAGMA cache_size", "PRAGMA page_size"};
+    for (int i = 0; i < 2; ++i) {
+      SLUICE_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prepare(pragmas[i]));
+      Query q(db_, s);
+      SLUICE_ASSIGN_OR_RETURN(bool row, q.Step(pragmas[i]));
+      if (row) answers[i] = q.ColInt(0);
+    }
+    const auto [cache, page] = answers;
+    page_cache_bytes_ = cache < 0 ? -cache * 1024 : cache * page;
     return Status::Ok();
   }
 
@@ -967,7 +960,7 @@ class SqliteStore final : public Store {
   std::atomic<int64_t> failed_commits_{0};
   std::atomic<int64_t> pages_written_{0};
   std::atomic<int64_t> pages_read_{0};
-  int64_t page_cache_bytes_ = 0;  // read back from the connection at open (ReadPageCacheBytes)
+  int64_t page_cache_bytes_ = 0;  // read back from the connection at open (ReadPageCacheSize)
 };
 
 }  // namespace
