@@ -401,6 +401,124 @@ CREATE INDEX jobs_finished_by_team ON jobs (team, submitted_ms, id)
   WHERE state IN ('succeeded', 'failed', 'cancelled', 'lost') AND team != '';
 )sql";
 
+// v16 (issue 12): the states a job, an attempt and a node may be in, and the finished jobs'
+// indexes' condition, checked by comparisons instead of IN lists. SQLite evaluates an IN list of
+// more than two constants by building a temporary B-tree of the list (a pager and a page cache
+// of its own, allocated and freed) every time the statement runs: seven of them for each update
+// of a job row, one per attempt row, four per node row. In `bench/placement` that was a fifth of
+// the core's CPU per placement (docs/design-notes.md "Fewer rows per placement"). SQLite cannot
+// change a CHECK constraint in place, so the three tables are rebuilt, rowids kept (reads break
+// ties by rowid); nothing refers to nodes, and attempts' reference to jobs resolves by name.
+constexpr std::string_view kV16 = R"sql(
+CREATE TABLE jobs_v16 (
+  id TEXT PRIMARY KEY NOT NULL,
+  name TEXT NOT NULL,
+  spec TEXT NOT NULL,
+  workdir_blob TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state = 'queued' OR state = 'starting' OR state = 'running' OR
+      state = 'succeeded' OR state = 'failed' OR state = 'cancelled' OR state = 'lost' OR
+      state = 'budget-exhausted'),
+  priority INTEGER NOT NULL,
+  submitted_ms INTEGER NOT NULL,
+  started_ms INTEGER NOT NULL,
+  finished_ms INTEGER NOT NULL,
+  exit_code INTEGER,
+  reason TEXT NOT NULL,
+  attempt_id TEXT NOT NULL,
+  cancel_requested INTEGER NOT NULL DEFAULT 0,
+  checkpoint TEXT NOT NULL DEFAULT '',
+  preemptions INTEGER NOT NULL DEFAULT 0,
+  owner TEXT NOT NULL DEFAULT '',
+  team TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO jobs_v16 (rowid, id, name, spec, workdir_blob, state, priority, submitted_ms,
+    started_ms, finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint,
+    preemptions, owner, team)
+  SELECT rowid, id, name, spec, workdir_blob, state, priority, submitted_ms, started_ms,
+    finished_ms, exit_code, reason, attempt_id, cancel_requested, checkpoint, preemptions, owner,
+    team
+  FROM jobs;
+DROP TABLE jobs;
+ALTER TABLE jobs_v16 RENAME TO jobs;
+CREATE INDEX jobs_by_submitted ON jobs (submitted_ms);
+CREATE INDEX jobs_finished ON jobs (submitted_ms, id)
+  WHERE (state = 'succeeded' OR state = 'failed' OR state = 'cancelled' OR state = 'lost');
+CREATE INDEX jobs_finished_by_owner ON jobs (owner, submitted_ms, id)
+  WHERE (state = 'succeeded' OR state = 'failed' OR state = 'cancelled' OR state = 'lost');
+CREATE INDEX jobs_finished_by_team ON jobs (team, submitted_ms, id)
+  WHERE (state = 'succeeded' OR state = 'failed' OR state = 'cancelled' OR state = 'lost')
+    AND team != '';
+CREATE TABLE attempts_v16 (
+  id TEXT PRIMARY KEY NOT NULL,
+  job_id TEXT NOT NULL REFERENCES jobs (id),
+  node_id TEXT NOT NULL,
+  gpus TEXT NOT NULL,
+  cpus INTEGER NOT NULL,
+  memory_gb REAL NOT NULL,
+  price_per_hour REAL NOT NULL,
+  state TEXT NOT NULL CHECK (state = 'starting' OR state = 'running' OR state = 'succeeded' OR
+      state = 'failed' OR state = 'cancelled' OR state = 'lost' OR state = 'preempted'),
+  created_ms INTEGER NOT NULL,
+  started_ms INTEGER NOT NULL,
+  ended_ms INTEGER NOT NULL,
+  exit_code INTEGER,
+  cause TEXT NOT NULL,
+  number INTEGER NOT NULL DEFAULT 1,
+  checkpoint_restored TEXT NOT NULL DEFAULT '',
+  interruptible INTEGER NOT NULL DEFAULT 0 CHECK (interruptible = 0 OR interruptible = 1),
+  node_snapshot TEXT NOT NULL DEFAULT '',
+  expected_cost_micros INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO attempts_v16 (rowid, id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour,
+    state, created_ms, started_ms, ended_ms, exit_code, cause, number, checkpoint_restored,
+    interruptible, node_snapshot, expected_cost_micros)
+  SELECT rowid, id, job_id, node_id, gpus, cpus, memory_gb, price_per_hour, state, created_ms,
+    started_ms, ended_ms, exit_code, cause, number, checkpoint_restored, interruptible,
+    node_snapshot, expected_cost_micros
+  FROM attempts;
+DROP TABLE attempts;
+ALTER TABLE attempts_v16 RENAME TO attempts;
+CREATE INDEX attempts_by_job ON attempts (job_id, created_ms);
+CREATE INDEX attempts_by_state ON attempts (state);
+CREATE INDEX attempts_by_created ON attempts (created_ms);
+CREATE TABLE nodes_v16 (
+  id TEXT PRIMARY KEY NOT NULL,
+  name TEXT NOT NULL,
+  inventory TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state = 'online' OR state = 'offline' OR state = 'lost'),
+  registered_ms INTEGER NOT NULL,
+  last_seen_ms INTEGER NOT NULL,
+  price_per_gpu_hour REAL NOT NULL,
+  price_per_cpu_hour REAL NOT NULL,
+  region TEXT NOT NULL,
+  interruptible_price_per_gpu_hour REAL NOT NULL DEFAULT 0,
+  interruptible_price_per_cpu_hour REAL NOT NULL DEFAULT 0,
+  verification TEXT NOT NULL DEFAULT 'unverified' CHECK (verification = 'verified' OR
+      verification = 'unverified' OR verification = 'deverified'),
+  verification_reasons TEXT NOT NULL DEFAULT '[]',
+  hardware_fingerprint TEXT NOT NULL DEFAULT '',
+  software_fingerprint TEXT NOT NULL DEFAULT '',
+  verified_ms INTEGER NOT NULL DEFAULT 0,
+  conformance TEXT NOT NULL DEFAULT '{}',
+  owner TEXT NOT NULL DEFAULT '',
+  revoked INTEGER NOT NULL DEFAULT 0,
+  paused_until_ms INTEGER NOT NULL DEFAULT 0,
+  paused_reason TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO nodes_v16 (rowid, id, name, inventory, state, registered_ms, last_seen_ms,
+    price_per_gpu_hour, price_per_cpu_hour, region, interruptible_price_per_gpu_hour,
+    interruptible_price_per_cpu_hour, verification, verification_reasons, hardware_fingerprint,
+    software_fingerprint, verified_ms, conformance, owner, revoked, paused_until_ms,
+    paused_reason)
+  SELECT rowid, id, name, inventory, state, registered_ms, last_seen_ms, price_per_gpu_hour,
+    price_per_cpu_hour, region, interruptible_price_per_gpu_hour,
+    interruptible_price_per_cpu_hour, verification, verification_reasons, hardware_fingerprint,
+    software_fingerprint, verified_ms, conformance, owner, revoked, paused_until_ms, paused_reason
+  FROM nodes;
+DROP TABLE nodes;
+ALTER TABLE nodes_v16 RENAME TO nodes;
+)sql";
+
 Status SqliteError(sqlite3* db, std::string_view what) {
   return Status::Internal("schema migration: " + std::string(what) + ": " + sqlite3_errmsg(db));
 }
@@ -475,6 +593,7 @@ const std::vector<Migration>& Migrations() {
       {13, "monthly budgets and alerts", kV13},
       {14, "no index of jobs by state", kV14},
       {15, "finished jobs by submission, owner and team", kV15},
+      {16, "state checks without a temporary table per row", kV16},
   };
   return kSteps;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "store/sqlite_job_queries.h"
+#include "store/sqlite_state_upserts.h"
 #include "store/sqlite_store.h"
 #include "store/store.h"
 #include "store/store_test_util.h"
@@ -213,6 +214,92 @@ TEST(MigrationsTest, VersionFifteenPagesFinishedJobsFromAnIndexWithoutASort) {
     const std::string plan = QueryPlan(raw.get(), c.sql);
     EXPECT_NE(plan.find(c.index), std::string::npos) << c.sql << "\n" << plan;
     EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << c.sql << "\n" << plan;
+  }
+}
+
+// How many of the opcodes SQLite compiled `sql` to open a temporary B-tree (OpenEphemeral).
+int TemporaryBTrees(sqlite3* db, const std::string& sql) {
+  sqlite3_stmt* stmt = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, ("EXPLAIN " + sql).c_str(), -1, &stmt, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  int n = 0;
+  while (sqlite3_step(stmt) == SQLITE_ROW) {
+    n += std::string_view(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1))) ==
+         "OpenEphemeral";
+  }
+  sqlite3_finalize(stmt);
+  return n;
+}
+
+// v16 checks states with comparisons, not IN lists: SQLite builds a temporary B-tree for an IN
+// list of more than two constants every time a statement evaluating it runs, and the upserts of
+// jobs, attempts and nodes evaluate their table's CHECKs and the finished-jobs indexes' condition
+// on every write. A v15 database's rows (rowids too) survive the rebuild, and the checks still
+// refuse a state no code writes.
+TEST(MigrationsTest, VersionSixteenWritesStateRowsWithoutATemporaryBTree) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/db";
+  {
+    RawDb raw(path);
+    ASSERT_TRUE(Migrate(raw.get(), 15).ok());
+    // The statements v15 ran: the test would prove nothing if they had no temporary B-tree.
+    EXPECT_GT(TemporaryBTrees(raw.get(), sqlite::kUpsertJob), 0);
+    EXPECT_GT(TemporaryBTrees(raw.get(), sqlite::kUpsertAttempt), 0);
+    EXPECT_GT(TemporaryBTrees(raw.get(), sqlite::kUpsertNode), 0);
+    raw.Exec(
+        "INSERT INTO jobs (rowid, id, name, spec, workdir_blob, state, priority, submitted_ms, "
+        "started_ms, finished_ms, exit_code, reason, attempt_id, owner, team) VALUES (7, "
+        "'job-a', 'a', '{}', '', 'succeeded', 0, 5, 6, 9, 0, '', 'att-a', 'acct-1', 'team-1')");
+    raw.Exec(
+        "INSERT INTO attempts (rowid, id, job_id, node_id, gpus, cpus, memory_gb, "
+        "price_per_hour, state, created_ms, started_ms, ended_ms, exit_code, cause, "
+        "interruptible) VALUES (11, 'att-a', 'job-a', 'node-1', '[0]', 2, 4.0, 3.5, "
+        "'succeeded', 5, 6, 9, 0, 'exited', 1)");
+    raw.Exec(
+        "INSERT INTO nodes (rowid, id, name, inventory, state, registered_ms, last_seen_ms, "
+        "price_per_gpu_hour, price_per_cpu_hour, region, verification, paused_reason) VALUES "
+        "(3, 'node-1', 'n1', '{}', 'online', 1, 2, 2.5, 0.1, 'eu', 'verified', 'why')");
+  }
+  auto store = OpenSqliteStore(path);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto job = (*store)->GetJob("job-a");
+  ASSERT_TRUE(job.ok() && job->has_value());
+  EXPECT_EQ((*job)->state, JobState::kSucceeded);
+  EXPECT_EQ((*job)->team, "team-1");
+  auto atts = (*store)->AttemptsForJob("job-a");
+  ASSERT_TRUE(atts.ok() && atts->size() == 1u);
+  EXPECT_TRUE((*atts)[0].interruptible);
+  EXPECT_EQ((*atts)[0].cause, "exited");
+  auto nodes = (*store)->LoadNodes();
+  ASSERT_TRUE(nodes.ok() && nodes->size() == 1u);
+  EXPECT_EQ((*nodes)[0].verification, "verified");
+  EXPECT_EQ((*nodes)[0].paused_reason, "why");
+  store->reset();
+
+  RawDb raw(path);
+  EXPECT_EQ(*ReadSchemaVersion(raw.get()), CurrentSchemaVersion());
+  EXPECT_EQ(raw.Count("SELECT rowid FROM jobs WHERE id = 'job-a'"), 7);
+  EXPECT_EQ(raw.Count("SELECT rowid FROM attempts WHERE id = 'att-a'"), 11);
+  EXPECT_EQ(raw.Count("SELECT rowid FROM nodes WHERE id = 'node-1'"), 3);
+  // The finished job is in each of its indexes again (read through them, not the table).
+  EXPECT_EQ(raw.Count("SELECT count(*) FROM jobs INDEXED BY jobs_finished_by_team WHERE "
+                      "(state = 'succeeded' OR state = 'failed' OR state = 'cancelled' OR "
+                      "state = 'lost') AND team != '' AND team = 'team-1'"),
+            1);
+  EXPECT_EQ(raw.Count("PRAGMA foreign_key_check"), -1);  // no row: nothing refers to nothing
+  for (const char* sql : {sqlite::kUpsertJob, sqlite::kUpsertAttempt, sqlite::kUpsertNode}) {
+    EXPECT_EQ(TemporaryBTrees(raw.get(), sql), 0) << sql;
+  }
+  for (const char* bad :
+       {"UPDATE jobs SET state = 'paused'", "UPDATE attempts SET state = 'queued'",
+        "UPDATE attempts SET interruptible = 2", "UPDATE nodes SET state = 'verified'",
+        "UPDATE nodes SET verification = 'online'"}) {
+    EXPECT_EQ(sqlite3_exec(raw.get(), bad, nullptr, nullptr, nullptr), SQLITE_CONSTRAINT) << bad;
+  }
+  for (const char* good : {"UPDATE jobs SET state = 'budget-exhausted'",
+                           "UPDATE attempts SET state = 'preempted'",
+                           "UPDATE nodes SET verification = 'deverified'"}) {
+    EXPECT_EQ(sqlite3_exec(raw.get(), good, nullptr, nullptr, nullptr), SQLITE_OK) << good;
   }
 }
 
