@@ -296,9 +296,9 @@ TEST(MigrationsTest, VersionSixteenWritesStateRowsWithoutATemporaryBTree) {
         "UPDATE nodes SET verification = 'online'"}) {
     EXPECT_EQ(sqlite3_exec(raw.get(), bad, nullptr, nullptr, nullptr), SQLITE_CONSTRAINT) << bad;
   }
-  for (const char* good : {"UPDATE jobs SET state = 'budget-exhausted'",
-                           "UPDATE attempts SET state = 'preempted'",
-                           "UPDATE nodes SET verification = 'deverified'"}) {
+  for (const char* good :
+       {"UPDATE jobs SET state = 'budget-exhausted'", "UPDATE attempts SET state = 'preempted'",
+        "UPDATE nodes SET verification = 'deverified'"}) {
     EXPECT_EQ(sqlite3_exec(raw.get(), good, nullptr, nullptr, nullptr), SQLITE_OK) << good;
   }
 }
