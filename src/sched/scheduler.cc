@@ -318,6 +318,11 @@ bool Avoids(const JobRequest& job, const NodeCapacity& n) {
 struct Ranking {
   market::Objective objective;
   const std::vector<const NodeCapacity*>* nodes;
+  // The nodes are in increasing id order (ScheduleOptions::nodes_in_id_order): a tie between
+  // two nodes compares their positions, the ids' order, without reading the ids. In a busy
+  // pass most comparisons of a shape's heap are such ties (alike nodes, alike estimates), and
+  // comparing the ids was the scheduler's largest single cost in `bench/placement`.
+  bool ids_in_order = false;
   bool Better(const Candidate& a, const Candidate& b) const {
     return Before(market::CompareRanked(objective, a.estimate, b.estimate), a, b);
   }
@@ -325,8 +330,15 @@ struct Ranking {
   template <class C>
   bool Before(int compared, const C& a, const C& b) const {
     if (compared != 0) return compared < 0;
-    return std::tie(a.gpus_left, a.cpus_left, (*nodes)[a.node]->node_id, a.offer->id) <
-           std::tie(b.gpus_left, b.cpus_left, (*nodes)[b.node]->node_id, b.offer->id);
+    if (a.gpus_left != b.gpus_left) return a.gpus_left < b.gpus_left;
+    if (a.cpus_left != b.cpus_left) return a.cpus_left < b.cpus_left;
+    if (a.node != b.node) {
+      if (ids_in_order) return a.node < b.node;
+      const std::string& x = (*nodes)[a.node]->node_id;
+      const std::string& y = (*nodes)[b.node]->node_id;
+      if (x != y) return x < y;
+    }
+    return a.offer->id < b.offer->id;
   }
 };
 
@@ -344,6 +356,15 @@ class Pass {
         options_(options) {
     nodes_.reserve(base_.size());
     for (const auto& n : base_) nodes_.push_back(n.get());
+#ifndef NDEBUG
+    if (options_.nodes_in_id_order &&
+        std::adjacent_find(nodes_.begin(), nodes_.end(), [](const auto* a, const auto* b) {
+          return !(a->node_id < b->node_id);
+        }) != nodes_.end()) {
+      std::fprintf(stderr, "sched: the caller's nodes are not in increasing id order\n");
+      std::abort();
+    }
+#endif
     if (options_.exhausted_before == nullptr || options_.changed_nodes == nullptr) {
       options_.exhausted_before = nullptr;
     } else if (options_.node_index == nullptr) {
@@ -413,7 +434,8 @@ class Pass {
     bool fresh = false;
     Shape* found = kept != nullptr ? *kept : nullptr;
     if (found == nullptr) {
-      auto [it, inserted] = shapes_.try_emplace(key, job, work, &nodes_);
+      auto [it, inserted] =
+          shapes_.try_emplace(key, job, work, &nodes_, options_.nodes_in_id_order);
       found = &it->second;  // a map's entries stay put
       fresh = inserted;
       if (kept != nullptr) *kept = found;
@@ -540,8 +562,9 @@ class Pass {
  public:
   // Public so a caller can keep one between jobs of the shape (Consider); built by the pass only.
   struct Shape {
-    Shape(const JobRequest& job, market::Workload w, const std::vector<const NodeCapacity*>* nodes)
-        : first(&job), work(w), heap(Worse{Ranking{job.objective, nodes}}) {}
+    Shape(const JobRequest& job, market::Workload w, const std::vector<const NodeCapacity*>* nodes,
+          bool ids_in_order)
+        : first(&job), work(w), heap(Worse{Ranking{job.objective, nodes, ids_in_order}}) {}
     const JobRequest* first;  // the job the shape's candidates were ranked for
     market::Workload work;
     bool could_ever = false;
@@ -616,7 +639,7 @@ class Pass {
   // Every node, for a job searched on its own.
   std::optional<Candidate> Scan(const JobRequest& job, const market::Workload& work,
                                 bool* could_ever) {
-    Ranking ranking{job.objective, &nodes_};
+    Ranking ranking{job.objective, &nodes_, options_.nodes_in_id_order};
     std::optional<Candidate> best;
     for (size_t i = 0; i < nodes_.size(); ++i) {
       const NodeCapacity& n = *nodes_[i];
@@ -673,7 +696,7 @@ class Pass {
     if (entries == nullptr) return Scan(job, work, could_ever);
     const bool knew = *could_ever;
     *could_ever = *could_ever || !entries->empty();
-    Ranking ranking{job.objective, &nodes_};
+    Ranking ranking{job.objective, &nodes_, options_.nodes_in_id_order};
     std::optional<Candidate> best;
     for (const ShapeRankings::Entry& e : *entries) {
       // Every later entry's estimate is as bad or worse: none can rank before the best found.

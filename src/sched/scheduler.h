@@ -223,6 +223,10 @@ struct ScheduleOptions {
   // shape's search then reads its ranked offers from the best estimate, only as far as its
   // placements in the pass need, instead of every node. The placements are the same.
   ShapeRankings* rankings = nullptr;
+  // The nodes passed are in strictly increasing node_id order (the core's view is built from its
+  // id-ordered map): ties between nodes are then broken by position, which is the same order,
+  // without comparing ids. Debug builds check it and abort if it does not hold.
+  bool nodes_in_id_order = false;
 };
 
 // The same, over a queue the caller keeps (the server's queued jobs are not copied per pass).

@@ -279,7 +279,8 @@ sched::ScheduleOptions ServerCore::IncrementalLocked() const {
   // again, so a change this bookkeeping missed cannot strand a job (docs/design-notes.md
   // "Placement at scale").
   sched::ScheduleOptions how;
-  how.fleet = &view_.facts;  // CapacityLocked's, current once it has run
+  how.fleet = &view_.facts;      // CapacityLocked's, current once it has run
+  how.nodes_in_id_order = true;  // CapacityLocked's view is built in nodes_' (id) order
   if (!search_.nodes_changed && !search_.exhausted_shapes.empty() &&
       clock_->MonotonicMillis() - search_.last_full_mono < kFullSearchLastsMs) {
     how.exhausted_before = &search_.exhausted_shapes;

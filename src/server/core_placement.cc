@@ -271,6 +271,7 @@ Status ServerCore::PlaceLocked(const std::string* only) {
   sched::ScheduleOptions alike = how;
   alike.answer_alike_once = true;      // a deep queue costs a pass what changed, not its length
   alike.fleet = &view_.facts;          // a full search's too
+  alike.nodes_in_id_order = true;      // the view is in nodes_' (id) order
   alike.rankings = &search_.rankings;  // a shape's search reads its ranking, not every node
   std::vector<sched::JobRun*> handed;
   for (GroupRun& run : runs) handed.push_back(&run);
