@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -149,17 +150,24 @@ TEST(MigrationsTest, VersionOneDatabaseIsUpgradedKeepingItsRows) {
   EXPECT_EQ(raw.Count("SELECT count(*) FROM logs"), 1);
 }
 
-// What EXPLAIN QUERY PLAN says of `sql`, one line a step.
-std::string QueryPlan(sqlite3* db, const std::string& sql) {
+// One column of every row `explain` ("EXPLAIN" or "EXPLAIN QUERY PLAN") gives for `sql`.
+std::vector<std::string> Explained(sqlite3* db, const std::string& explain, const std::string& sql,
+                                   int column) {
   sqlite3_stmt* stmt = nullptr;
-  EXPECT_EQ(sqlite3_prepare_v2(db, ("EXPLAIN QUERY PLAN " + sql).c_str(), -1, &stmt, nullptr),
-            SQLITE_OK);
-  std::string out;
+  EXPECT_EQ(sqlite3_prepare_v2(db, (explain + " " + sql).c_str(), -1, &stmt, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  std::vector<std::string> out;
   while (sqlite3_step(stmt) == SQLITE_ROW) {
-    out += reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3));
-    out += "\n";
+    out.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(stmt, column)));
   }
   sqlite3_finalize(stmt);
+  return out;
+}
+
+// What EXPLAIN QUERY PLAN says of `sql`, one line a step.
+std::string QueryPlan(sqlite3* db, const std::string& sql) {
+  std::string out;
+  for (const std::string& step : Explained(db, "EXPLAIN QUERY PLAN", sql, 3)) out += step + "\n";
   return out;
 }
 
@@ -219,16 +227,8 @@ TEST(MigrationsTest, VersionFifteenPagesFinishedJobsFromAnIndexWithoutASort) {
 
 // How many of the opcodes SQLite compiled `sql` to open a temporary B-tree (OpenEphemeral).
 int TemporaryBTrees(sqlite3* db, const std::string& sql) {
-  sqlite3_stmt* stmt = nullptr;
-  EXPECT_EQ(sqlite3_prepare_v2(db, ("EXPLAIN " + sql).c_str(), -1, &stmt, nullptr), SQLITE_OK)
-      << sqlite3_errmsg(db);
-  int n = 0;
-  while (sqlite3_step(stmt) == SQLITE_ROW) {
-    n += std::string_view(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1))) ==
-         "OpenEphemeral";
-  }
-  sqlite3_finalize(stmt);
-  return n;
+  const std::vector<std::string> opcodes = Explained(db, "EXPLAIN", sql, 1);
+  return static_cast<int>(std::count(opcodes.begin(), opcodes.end(), "OpenEphemeral"));
 }
 
 // v16 checks states with comparisons, not IN lists: SQLite builds a temporary B-tree for an IN
