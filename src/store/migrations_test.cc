@@ -203,7 +203,8 @@ TEST(MigrationsTest, VersionThirteenLosesTheJobStateIndexAndReadsStillUseAnIndex
 // v15 indexes finished jobs by submission, owner and team: a page of the job list (the store's
 // own statements, sqlite_job_queries.h) is a range of one index read backwards from the cursor,
 // with no sort and no unfinished row stepped over. A statement whose condition drifted from the
-// indexes' would scan, and fail here.
+// indexes' would scan, and fail here (the indexes as v16 rebuilt them, their condition an OR
+// chain).
 TEST(MigrationsTest, VersionFifteenPagesFinishedJobsFromAnIndexWithoutASort) {
   ScratchDir dir;
   const std::string path = dir.path() + "/db";
