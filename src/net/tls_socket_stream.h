@@ -18,6 +18,7 @@
 
 #include <openssl/ssl.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -211,12 +212,20 @@ class TlsSocketStream {
         false, std::forward<Token>(token));
   }
 
-  // Writes from the first non-empty buffer, up to one TLS record's worth.
+  // Writes up to one TLS record's worth, gathered from the whole sequence. Beast hands a
+  // WebSocket message over as two buffers, its frame header and its payload; written one buffer
+  // at a time they went out as two records, each its own socket write and its own decryption at
+  // the peer (asio's ssl::stream does the same; beast::flat_stream is its remedy). A single
+  // buffer, or a first one of a full record, is written in place; several smaller ones are
+  // copied into one record (docs/design-notes.md "TLS").
   template <typename ConstBuffers, typename Token>
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
     boost::asio::const_buffer first = FirstNonEmpty<boost::asio::const_buffer>(buffers);
+    std::string gathered;
+    if (first.size() < kMaxRecord) gathered = Gather(buffers);
     return Start(
-        [first](TlsSocketCore& c) {
+        [first, gathered = std::move(gathered)](TlsSocketCore& c) {
+          if (!gathered.empty()) return c.Write(gathered.data(), gathered.size());
           if (first.size() == 0) return TlsStepResult{};
           return c.Write(first.data(), std::min<size_t>(first.size(), kMaxRecord));
         },
@@ -240,6 +249,25 @@ class TlsSocketStream {
       if (b.size() != 0) return b;
     }
     return Buffer();
+  }
+
+  // The sequence's first kMaxRecord bytes in one string when they lie in more than one buffer;
+  // empty when one buffer holds them all (written in place).
+  template <typename ConstBuffers>
+  static std::string Gather(const ConstBuffers& buffers) {
+    const auto begin = boost::asio::buffer_sequence_begin(buffers);
+    const auto end = boost::asio::buffer_sequence_end(buffers);
+    size_t non_empty = 0;
+    for (auto it = begin; it != end && non_empty < 2; ++it) {
+      if (boost::asio::const_buffer(*it).size() != 0) ++non_empty;
+    }
+    std::string out;
+    if (non_empty < 2) return out;
+    for (auto it = begin; it != end && out.size() < kMaxRecord; ++it) {
+      boost::asio::const_buffer b(*it);
+      out.append(static_cast<const char*>(b.data()), std::min(b.size(), kMaxRecord - out.size()));
+    }
+    return out;
   }
 
   template <typename Step, typename Token>

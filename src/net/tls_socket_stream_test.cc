@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 
+#include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/ssl/error.hpp>
@@ -230,6 +231,64 @@ TEST(TlsSocketStreamTest, LargeTransfersBothWaysAtOnce) {
   EXPECT_EQ(wn, down.size());
   EXPECT_TRUE(received == up);
   EXPECT_TRUE(back == down);
+}
+
+// Counts the records of application data the client receives (TLS 1.3 names a record's real
+// type inside it: SSL3_RT_INNER_CONTENT_TYPE).
+void CountDataRecords(int write_p, int, int content_type, const void* buf, size_t len, SSL*,
+                      void* arg) {
+  if (write_p || content_type != SSL3_RT_INNER_CONTENT_TYPE || len < 1) return;
+  if (static_cast<const unsigned char*>(buf)[0] == SSL3_RT_APPLICATION_DATA)
+    ++*static_cast<int*>(arg);
+}
+
+// Writes `buffers` with asio::async_write on the server's io thread; the client reads `size`
+// bytes. Returns what the client read and the records it took.
+template <typename Buffers>
+std::pair<std::string, int> WriteAndCountRecords(Pair& p, const Buffers& buffers, size_t size) {
+  int records = 0;
+  SSL_set_msg_callback(p.client->ssl(), CountDataRecords);
+  SSL_set_msg_callback_arg(p.client->ssl(), &records);
+  Done done;
+  p.loop.On([&] {
+    asio::async_write(*p.server, buffers, [&](boost::system::error_code e, size_t n) {
+      done.set_value({e, n});
+    });
+  });
+  std::string got = p.client->Read(size);
+  auto [ec, n] = done.get_future().get();
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(n, size);
+  SSL_set_msg_callback(p.client->ssl(), nullptr);
+  return {got, records};
+}
+
+// Beast hands over a WebSocket message as its frame header and its payload: one record, one
+// socket write, not one per buffer.
+TEST(TlsSocketStreamTest, ABufferSequenceGoesOutInAsFewRecordsAsItsSizeAllows) {
+  Pair p;
+  ASSERT_EQ(SSL_version(p.client->ssl()), TLS1_3_VERSION);
+
+  const std::string header = "\x81\x7e\x01\x00"s;
+  const std::string payload = Pattern(256, 3);
+  const std::array<asio::const_buffer, 3> frame{asio::buffer(header), asio::const_buffer(),
+                                                asio::buffer(payload)};
+  auto [got, records] = WriteAndCountRecords(p, frame, header.size() + payload.size());
+  EXPECT_TRUE(got == header + payload);
+  EXPECT_EQ(records, 1);
+
+  // 30 KiB in three buffers: a record holds at most 16 KiB, so two records.
+  const std::string a = Pattern(10 << 10, 4), b = Pattern(10 << 10, 5), c = Pattern(10 << 10, 6);
+  const std::array<asio::const_buffer, 3> large{asio::buffer(a), asio::buffer(b), asio::buffer(c)};
+  auto [got2, records2] = WriteAndCountRecords(p, large, a.size() + b.size() + c.size());
+  EXPECT_TRUE(got2 == a + b + c);
+  EXPECT_EQ(records2, 2);
+
+  // One buffer larger than a record is written in place, a record at a time.
+  const std::string big = Pattern(40 << 10, 7);
+  auto [got3, records3] = WriteAndCountRecords(p, asio::buffer(big), big.size());
+  EXPECT_TRUE(got3 == big);
+  EXPECT_EQ(records3, 3);
 }
 
 TEST(TlsSocketStreamTest, CloseNotifyIsEndOfStreamAndACutIsTruncation) {
