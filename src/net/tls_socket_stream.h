@@ -215,9 +215,11 @@ class TlsSocketStream {
   // Writes up to one TLS record's worth, gathered from the whole sequence. Beast hands a
   // WebSocket message over as two buffers, its frame header and its payload; written one buffer
   // at a time they went out as two records, each its own socket write and its own decryption at
-  // the peer (asio's ssl::stream does the same; beast::flat_stream is its remedy). A single
-  // buffer, or a first one of a full record, is written in place; several smaller ones are
-  // copied into one record (docs/design-notes.md "TLS").
+  // the peer (asio's ssl::stream does the same; beast::flat_stream is its remedy, not used here
+  // because it keeps its flattening buffer's capacity between writes, which every idle agent's
+  // connection would then hold). A single buffer, or a first one of a full record, is written in
+  // place; several smaller ones are copied into a string that lives only while the write runs
+  // (docs/design-notes.md "TLS").
   template <typename ConstBuffers, typename Token>
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
     boost::asio::const_buffer first = FirstNonEmpty<boost::asio::const_buffer>(buffers);
